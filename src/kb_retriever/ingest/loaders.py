@@ -1,0 +1,248 @@
+"""Read one source file (.md, .markdown, .txt, .pdf, .docx) into a :class:`DocumentDraft`.
+
+Every failure becomes ``IngestError("<relative path>: <reason>")``; nothing here touches a
+database. Format libraries (pypdf, python-docx) raise a zoo of exception types on malformed
+input, so their errors are translated here, at this one boundary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from kb_retriever.errors import IngestError
+from kb_retriever.ingest.chunking import (
+    SECTION_AWARE,
+    chunk_markdown,
+    chunk_sections,
+    extract_wikilinks,
+)
+from kb_retriever.ingest.frontmatter import FrontmatterResult, parse_frontmatter
+from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
+from kb_retriever.settings import EDGE_TYPE_WEIGHTS, Settings
+
+__all__ = ["MAX_FILE_BYTES", "PARSER_VERSION", "SUPPORTED_SUFFIXES", "build_edges",
+           "parse_document"]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
+# Part of every content hash: bump it when parsing or chunking changes so files re-ingest.
+PARSER_VERSION = "kb-retriever-ingest/1"
+# Larger files are exports or binaries mistaken for documents; they would also hold the
+# embedder for minutes.
+MAX_FILE_BYTES = 20 * 1024 * 1024
+
+_HEADING_STYLE_RE = re.compile(r"^heading ([1-6])$", re.IGNORECASE)
+# DOCX body lines that the markdown chunker would misread as a heading or a code fence.
+_MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~))", re.MULTILINE)
+
+
+def parse_document(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
+    """Read ``path`` and return its draft: metadata, chunks and (canonical docs only) edges.
+
+    Raises :class:`~kb_retriever.errors.IngestError` naming the file relative to ``root``.
+
+    Example::
+
+        draft = parse_document(Path("kb/auth.md"), root=Path("kb"), settings=Settings())
+        print(draft.source_path, draft.is_canonical, len(draft.chunks))
+    """
+    rel = _relative_path(path, root)
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise IngestError(f"{rel}: unsupported file type {suffix or '(none)'!r}; "
+                          f"supported: {', '.join(SUPPORTED_SUFFIXES)}")
+    raw = _read(path, rel)
+    # The chunking settings are hashed too: changing them must re-chunk unchanged files.
+    version = (f"{PARSER_VERSION};cap={settings.chunk_hard_cap_tokens};"
+               f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}")
+    draft = DocumentDraft(
+        source_path=rel, doc_key=path.stem, title=path.stem, source_type="markdown",
+        content_hash=hashlib.sha256(version.encode() + b"\n" + raw).hexdigest(), chunks=(),
+    )
+    cap, overlap = settings.chunk_hard_cap_tokens, settings.chunk_overlap_tokens
+    if suffix == ".pdf":
+        chunks, doc_date = _pdf_chunks(raw, rel, path.name, cap)
+        return replace(draft, source_type="pdf", chunks=chunks, doc_date=doc_date)
+    if suffix == ".docx":
+        text, doc_date = _docx_markdown(raw, rel)
+        chunks = chunk_markdown(text, hard_cap_tokens=cap, overlap_tokens=overlap,
+                                filename=path.name)
+        return replace(draft, source_type="docx", chunks=chunks, doc_date=doc_date)
+    text = _decode(raw, rel)
+    if suffix == ".txt":
+        # Reference: wrapped as `# {basename}`; the basename is the heading of every chunk,
+        # even when the text itself has `# ` lines.
+        chunks = chunk_sections([(path.name, text)], strategy=SECTION_AWARE, filename=path.name,
+                                hard_cap_tokens=cap, overlap_tokens=overlap)
+        return replace(draft, source_type="text", chunks=chunks)
+    fm = parse_frontmatter(text)
+    chunks = chunk_markdown(text, hard_cap_tokens=cap, overlap_tokens=overlap, filename=path.name)
+    return _markdown_draft(draft, fm, chunks, canonical_enabled=settings.canonical_enabled)
+
+
+def build_edges(fm: FrontmatterResult, wikilinks: Sequence[str] = ()) -> tuple[EdgeDraft, ...]:
+    """Graph edges of a canonical document (reference §2.4 plus typed lists); none otherwise.
+
+    Order: related, supersedes, superseded_by, typed lists, body wikilinks; the first edge for
+    a ``(to_slug, edge_type)`` pair wins; self-links and empty targets are skipped.
+    """
+    if not fm.is_canonical or not fm.slug:
+        return ()
+    sources: list[tuple[Sequence[str], str, str]] = [
+        (fm.related, "related_to", "frontmatter_related"),
+        (fm.supersedes, "supersedes", "frontmatter_supersedes"),
+        (fm.superseded_by, "invalidated_by", "frontmatter_superseded_by"),
+        *((slugs, edge_type, "frontmatter_typed") for edge_type, slugs in fm.typed_edges),
+        (wikilinks, "related_to", "wikilink"),
+    ]
+    seen: set[tuple[str, str]] = set()
+    edges: list[EdgeDraft] = []
+    for slugs, edge_type, provenance in sources:
+        for slug in slugs:
+            if not slug or slug == fm.slug or (slug, edge_type) in seen:
+                continue
+            seen.add((slug, edge_type))
+            edges.append(EdgeDraft(slug, edge_type, EDGE_TYPE_WEIGHTS[edge_type], provenance))
+    return tuple(edges)
+
+
+def _markdown_draft(draft: DocumentDraft, fm: FrontmatterResult, chunks: tuple[ChunkDraft, ...],
+                    *, canonical_enabled: bool) -> DocumentDraft:
+    canonical = fm.is_canonical and canonical_enabled
+    warnings = fm.warnings
+    if fm.is_canonical and not canonical_enabled:
+        warnings += ("canonical frontmatter ignored: canonical_enabled is False",)
+    if warnings:
+        logger.info("%s: %s", draft.source_path, "; ".join(warnings))
+    frontmatter: dict[str, Any] = {}
+    if fm.data:
+        derived = {"related_slugs": list(fm.related), "supersedes_slugs": list(fm.supersedes),
+                   "superseded_by_slugs": list(fm.superseded_by), "tags": list(fm.tags),
+                   "owners": list(fm.owners), "summary": fm.summary}
+        frontmatter = {**fm.data, "_derived": derived}  # reference frontmatter_json shape
+    # Descriptive fields apply to every document; the canonical ones only when canonical.
+    return replace(
+        draft, source_type="markdown", chunks=chunks, title=fm.title or draft.title,
+        tags=fm.tags, owners=fm.owners, summary=fm.summary, language=fm.language,
+        doc_date=fm.doc_date, generation_source=fm.generation_source,
+        evidence_tier=fm.evidence_tier, frontmatter=MappingProxyType(frontmatter),
+        canonical_warnings=warnings, is_canonical=canonical,
+        doc_id=fm.doc_id if canonical else None, slug=fm.slug if canonical else None,
+        canonical_type=fm.canonical_type if canonical else None,
+        canonical_status=fm.canonical_status if canonical else None,
+        retrieval_priority=fm.retrieval_priority if canonical else 50,
+        edges=build_edges(fm, extract_wikilinks(fm.body)) if canonical else (),
+    )
+
+
+def _relative_path(path: Path, root: Path) -> str:
+    for candidate, base in ((path, root), (path.resolve(), root.resolve())):
+        try:
+            rel = candidate.relative_to(base).as_posix()
+        except ValueError:
+            continue
+        return path.name if rel == "." else rel
+    raise IngestError(f"{path.name}: not inside the ingest root")
+
+
+def _read(path: Path, rel: str) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)  # never read more than the limit
+    except OSError as exc:
+        raise IngestError(f"{rel}: cannot read file ({exc.strerror or exc})") from exc
+    if len(raw) > MAX_FILE_BYTES:
+        raise IngestError(f"{rel}: file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
+    return raw
+
+
+def _decode(raw: bytes, rel: str) -> str:
+    if b"\x00" in raw:
+        raise IngestError(f"{rel}: looks like a binary file (contains NUL bytes)")
+    try:
+        return raw.decode("utf-8-sig")  # also accepts plain UTF-8; drops a leading BOM
+    except UnicodeDecodeError as exc:
+        raise IngestError(
+            f"{rel}: not valid UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "re-save it as UTF-8"
+        ) from None
+
+
+def _pdf_chunks(raw: bytes, rel: str, filename: str,
+                hard_cap: int) -> tuple[tuple[ChunkDraft, ...], datetime | None]:
+    """One chunk per page with text (heading ``Page N``); oversize pages split, no overlap."""
+    from pypdf import PdfReader  # the format libraries load only when such a file shows up
+
+    try:
+        reader = PdfReader(io.BytesIO(raw))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise IngestError(f"{rel}: the PDF is encrypted")
+        pages = [(n, page.extract_text() or "") for n, page in enumerate(reader.pages, start=1)]
+    except IngestError:
+        raise
+    except Exception as exc:  # pypdf has no single error base for bad input
+        raise IngestError(f"{rel}: not a readable PDF ({_describe(exc)})") from exc
+    sections = [(f"Page {n}", text.replace("\x00", "")) for n, text in pages if text.strip()]
+    chunks = chunk_sections(sections, strategy="pdf_page", filename=filename,
+                            hard_cap_tokens=hard_cap, overlap_tokens=0)
+    return chunks, _aware(_safe(lambda: reader.metadata and reader.metadata.modification_date))
+
+
+def _docx_markdown(raw: bytes, rel: str) -> tuple[str, datetime | None]:
+    """Body paragraphs and tables as markdown; Heading 1..6 styles become ``#`` headings."""
+    import docx  # the format libraries load only when such a file shows up
+    from docx.table import Table
+
+    try:
+        document = docx.Document(io.BytesIO(raw))
+        blocks = [_table_markdown(item) if isinstance(item, Table) else _paragraph_markdown(item)
+                  for item in document.iter_inner_content()]
+    except Exception as exc:  # python-docx, lxml and zipfile share no base
+        raise IngestError(f"{rel}: not a readable DOCX ({_describe(exc)})") from exc
+    text = "\n\n".join(block for block in blocks if block).replace("\x00", "")
+    return text, _aware(_safe(lambda: document.core_properties.modified))
+
+
+def _paragraph_markdown(paragraph: Any) -> str:
+    text = paragraph.text.strip()
+    style = paragraph.style.name if paragraph.style is not None else ""
+    match = _HEADING_STYLE_RE.match(style or "")
+    if match and text:
+        return "#" * int(match.group(1)) + " " + " ".join(text.split())
+    return _MARKDOWN_SYNTAX_RE.sub("\\\\", text)
+
+
+def _table_markdown(table: Any) -> str:
+    rows = []
+    for row in table.rows:
+        cells = [" ".join(cell.text.split()) for cell in row.cells]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _safe(get: Any) -> Any:
+    try:
+        return get()
+    except Exception:  # a malformed date field must not fail the document
+        return None
+
+
+def _aware(value: Any) -> datetime | None:
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _describe(exc: Exception) -> str:
+    message = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

@@ -1,0 +1,302 @@
+"""The entry object: :class:`KnowledgeBase`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from .embedding import Embedder, check_vectors, default_embedder
+from .errors import ConfigError, InputError, StoreError
+from .filters import SearchFilters, parse_filters
+from .ingestion import IngestReport, Progress, ingest_paths
+from .models import SearchResult
+from .pipeline import Fetch, SearchRequest, arun_plan, run_plan, search_plan, validate_limit, validate_query
+from .settings import Settings, load_settings
+from .store import schema
+from .store.connection import (
+    atranslated, is_retryable, make_async_pool, make_pool, translate, translated,
+)
+from .store.server import start_embedded
+from .store.sql import Scope
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["KnowledgeBase"]
+
+_NAME_MAX = 120
+
+
+def _name(kind: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX or "\x00" in value:
+        raise InputError(f"{kind} must be a non-empty string of at most {_NAME_MAX} characters")
+    return value.strip()
+
+
+class KnowledgeBase:
+    """A knowledge base in PostgreSQL + pgvector: ingest files, search them.
+
+    With no database URL (argument, ``settings.database_url`` or ``KB_DATABASE_URL``) an
+    embedded PostgreSQL is started under ``KB_HOME``. Constructing does no I/O; ``open()`` (or
+    ``with``/``async with``) connects and applies migrations.
+
+    Example::
+
+        from kb_retriever import KnowledgeBase, compose_prompt
+
+        with KnowledgeBase(project="docs") as kb:
+            kb.ingest(["examples/kb"])
+            result = kb.search("what cache layer did we standardise on?")
+            print(result.primary[0].document.slug)
+            print(compose_prompt(result))
+    """
+
+    def __init__(self, settings: Settings | None = None, *, embedder: Embedder | None = None,
+                 database_url: str | None = None, home: str | Path | None = None,
+                 tenant: str = "default", project: str = "default") -> None:
+        base = settings or load_settings()
+        updates: dict[str, Any] = {}
+        if database_url is not None:
+            updates["database_url"] = database_url
+        if home is not None:
+            updates["home"] = Path(home)
+        self.settings = base.model_copy(update=updates) if updates else base
+        self.embedder = embedder or default_embedder(self.settings.embedder)
+        if not isinstance(self.embedder, Embedder):
+            raise ConfigError("embedder must provide model_id, dimension, embed_documents, embed_query")
+        self.tenant = _name("tenant", tenant)
+        self.project = _name("project", project)
+        self._url: str | None = None
+        self._pool: Any = None
+        self._apool: Any = None
+        self._alock: asyncio.Lock | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            raise StoreError("the knowledge base is not open; call open() or use `with`")
+        return self._url
+
+    def open(self) -> KnowledgeBase:
+        """Connect (starting the embedded server if needed) and migrate. Idempotent."""
+        if self._pool is not None:
+            return self
+        url = self.settings.database_url or start_embedded(self.settings.home)
+        with translated():
+            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+                schema.migrate(conn)
+                schema.ensure_fixed_choices(
+                    conn, dimension=self.embedder.dimension, model_id=self.embedder.model_id,
+                    fts_language=self.settings.fts_language,
+                )
+            pool = make_pool(url, self.settings, vector_ready=True)
+            pool.open(wait=True, timeout=30)
+        self._url, self._pool = url, pool
+        return self
+
+    def close(self) -> None:
+        """Close the pools. The embedded server stops when the last process using it exits."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    async def aclose(self) -> None:
+        if self._apool is not None:
+            await self._apool.close()
+            self._apool = None
+        self.close()
+
+    def __enter__(self) -> KnowledgeBase:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> KnowledgeBase:
+        await asyncio.to_thread(self.open)
+        await self._async_pool()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _require_pool(self) -> Any:
+        if self._pool is None:
+            raise StoreError("the knowledge base is not open; call open() or use `with`")
+        return self._pool
+
+    async def _async_pool(self) -> Any:
+        if self._apool is None:
+            if self._alock is None:
+                self._alock = asyncio.Lock()
+            async with self._alock:
+                if self._apool is None:
+                    pool = make_async_pool(self.url, self.settings)
+                    async with atranslated():
+                        await pool.open(wait=True, timeout=30)
+                    self._apool = pool
+        return self._apool
+
+    # --- ingest --------------------------------------------------------------------------
+    def ingest(self, paths: Iterable[str | Path], *, project: str | None = None,
+               tenant: str | None = None, prune: bool = False,
+               progress: Progress | None = None) -> IngestReport:
+        """Ingest Markdown, text, PDF and DOCX files (directories recursively).
+
+        Unchanged files are skipped by content hash; a changed file replaces its previous
+        version in one transaction; files that fail are reported and leave the previous
+        version intact. ``prune=True`` deletes documents of the project whose file is gone.
+        """
+        pool = self._require_pool()
+        with translated(), pool.connection() as conn:
+            return ingest_paths(
+                conn, self.embedder, self.settings, paths=paths,
+                tenant=_name("tenant", tenant or self.tenant),
+                project=_name("project", project or self.project), prune=prune, progress=progress,
+            )
+
+    def add_synonyms(self, term: str, synonyms: Sequence[str], *, project: str | None = None,
+                     tenant: str | None = None) -> None:
+        """Add or replace a synonym group for a project (reference §5)."""
+        pool = self._require_pool()
+        with translated(), pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO kb_synonyms (tenant_id, project_key, term, synonyms) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id, project_key, term) "
+                "DO UPDATE SET synonyms = EXCLUDED.synonyms, enabled = true",
+                [_name("tenant", tenant or self.tenant), _name("project", project or self.project),
+                 _name("term", term), [_name("synonym", s) for s in synonyms]],
+            )
+
+    # --- search --------------------------------------------------------------------------
+    def _request(self, query: Any, *, limit: int | None, project: str | Sequence[str] | None,
+                 tenant: str | None, filters: SearchFilters | Mapping[str, Any] | None,
+                 mention_doc_ids: Iterable[int] | None,
+                 query_embedding: Sequence[float] | None, now: datetime | None) -> SearchRequest:
+        projects: Sequence[str]
+        if project is None:
+            projects = [self.project]
+        elif isinstance(project, str):
+            projects = [project]
+        else:
+            projects = list(project)
+        if not projects:
+            raise InputError("project must name at least one project")
+        vec = None
+        if query_embedding is not None:
+            vec = self._vector(query_embedding)
+        return SearchRequest(
+            query=validate_query(query, self.settings),
+            scope=Scope(tenant=_name("tenant", tenant or self.tenant),
+                        projects=tuple(dict.fromkeys(_name("project", p) for p in projects))),
+            limit=validate_limit(self.settings.default_limit if limit is None else limit,
+                                 self.settings),
+            filters=parse_filters(filters),
+            mention_doc_ids=frozenset(int(i) for i in (mention_doc_ids or ())),
+            query_embedding=vec,
+            now=now,
+        )
+
+    def _vector(self, values: Sequence[float]) -> np.ndarray:
+        checked = check_vectors([values], count=1, dimension=self.embedder.dimension,
+                                model_id=self.embedder.model_id)
+        return np.asarray(checked[0], dtype=np.float32)
+
+    def _embed(self, text: str) -> np.ndarray:
+        return self._vector(self._embed_raw(text))
+
+    def _embed_raw(self, text: str) -> Sequence[float]:
+        from .errors import EmbeddingError, KbError
+
+        try:
+            return self.embedder.embed_query(text)
+        except KbError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}") from exc
+
+    def _fetch(self, req: Fetch) -> list[dict[str, Any]]:
+        pool = self._require_pool()
+        for attempt in (1, 2):
+            try:
+                with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(req.query, req.params)
+                    return cur.fetchall()
+            except psycopg.Error as exc:
+                # Reads are idempotent: a dropped connection is retried once on a fresh one.
+                if attempt == 1 and is_retryable(exc):
+                    logger.warning("retrying %s after a dropped connection", req.stage)
+                    pool.check()
+                    continue
+                raise translate(exc) from None
+        raise AssertionError("unreachable")
+
+    async def _afetch(self, req: Fetch) -> list[dict[str, Any]]:
+        pool = await self._async_pool()
+        for attempt in (1, 2):
+            try:
+                async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(req.query, req.params)
+                    return await cur.fetchall()
+            except psycopg.Error as exc:
+                if attempt == 1 and is_retryable(exc):
+                    logger.warning("retrying %s after a dropped connection", req.stage)
+                    await pool.check()
+                    continue
+                raise translate(exc) from None
+        raise AssertionError("unreachable")
+
+    def search(self, query: str, *, limit: int | None = None,
+               project: str | Sequence[str] | None = None, tenant: str | None = None,
+               filters: SearchFilters | Mapping[str, Any] | None = None,
+               mention_doc_ids: Iterable[int] | None = None,
+               query_embedding: Sequence[float] | None = None,
+               now: datetime | None = None) -> SearchResult:
+        """Search and return a :class:`SearchResult` (primary, expanded, rejected, runner_up, meta).
+
+        ``project`` may name several projects; ``filters`` is a mapping of the keys in
+        :data:`kb_retriever.filters.VALID_KEYS` (unknown keys raise :class:`FilterError`).
+        """
+        req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
+                            mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
+                            now=now)
+        self._require_pool()
+        return run_plan(search_plan(req, self.settings), self._fetch, self._embed)
+
+    async def asearch(self, query: str, *, limit: int | None = None,
+                      project: str | Sequence[str] | None = None, tenant: str | None = None,
+                      filters: SearchFilters | Mapping[str, Any] | None = None,
+                      mention_doc_ids: Iterable[int] | None = None,
+                      query_embedding: Sequence[float] | None = None,
+                      now: datetime | None = None) -> SearchResult:
+        """The async twin of :meth:`search` (the embedding runs in a worker thread)."""
+        req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
+                            mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
+                            now=now)
+
+        async def embed(text: str) -> np.ndarray:
+            return self._vector(await asyncio.to_thread(self._embed_raw, text))
+
+        return await arun_plan(search_plan(req, self.settings), self._afetch, embed)
+
+    def search_sql(self, query: str, **kwargs: Any) -> str:
+        """The candidate SQL that :meth:`search` runs for ``query`` (vector shown as $qvec)."""
+        from .store import sql as q
+
+        req = self._request(query, limit=kwargs.get("limit"), project=kwargs.get("project"),
+                            tenant=kwargs.get("tenant"), filters=kwargs.get("filters"),
+                            mention_doc_ids=None, query_embedding=None, now=None)
+        stmt, _ = q.candidates_sql(
+            hybrid=self.settings.hybrid_search_enabled, fts_mode=self.settings.fts_query_mode,
+            n_phrases=0, filters=req.filters, with_doc_ids=self.settings.mentions_mode == "filter",
+        )
+        with self._require_pool().connection() as conn:
+            return stmt.as_string(conn)

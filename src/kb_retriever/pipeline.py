@@ -1,0 +1,233 @@
+"""The search pipeline as a sans-I/O plan.
+
+:func:`search_plan` is a generator that *yields* what it needs (an SQL fetch or a query
+embedding) and receives the answer, so the sync and async entry points share every line of
+logic and differ only in how they perform I/O (``run_plan`` / ``arun_plan``).
+
+embed → candidates (one SQL: HNSW + FTS + RRF) → rerank → diversify → graph → rejected → result
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Awaitable, Generator, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+from .errors import InputError
+from .filters import SearchFilters
+from .graph import expand_graph
+from .models import Hit, Origin, SearchResult
+from .ranking import diversify, expand_query_text, expansion_phrases, rerank, should_refuse
+from .settings import Settings
+from .store import sql as q
+from .store.rows import candidate_from_row, document_from_row
+
+__all__ = ["Embed", "Fetch", "SearchRequest", "arun_plan", "run_plan", "search_plan"]
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Run ``query`` with ``params``; send back the rows as dicts."""
+
+    query: sql.Composable
+    params: dict[str, Any]
+    stage: str
+
+
+@dataclass(frozen=True)
+class Embed:
+    """Embed ``text`` as a query; send back the vector."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query: str
+    scope: q.Scope
+    limit: int
+    filters: SearchFilters
+    mention_doc_ids: frozenset[int] = frozenset()
+    query_embedding: Sequence[float] | None = None
+    now: datetime | None = None
+
+
+Plan = Generator[Fetch | Embed, Any, SearchResult]
+
+
+def validate_query(query: Any, settings: Settings) -> str:
+    if not isinstance(query, str):
+        raise InputError(f"query must be a string, got {type(query).__name__}")
+    if "\x00" in query:
+        raise InputError("query contains a NUL byte")
+    text = query.strip()
+    if not text:
+        raise InputError("query is empty")
+    if len(text) > settings.max_query_chars:
+        raise InputError(
+            f"query is {len(text)} characters; the maximum is {settings.max_query_chars} "
+            "(KB_MAX_QUERY_CHARS)"
+        )
+    return text
+
+
+def validate_limit(limit: Any, settings: Settings) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InputError(f"limit must be an integer, got {limit!r}")
+    if not 1 <= limit <= settings.max_limit:
+        raise InputError(f"limit must be between 1 and {settings.max_limit}, got {limit}")
+    return limit
+
+
+def search_plan(req: SearchRequest, settings: Settings) -> Plan:
+    """The whole search as a generator of I/O requests (see module docstring)."""
+    timings: dict[str, float] = {}
+    t_start = time.perf_counter()
+    scope_p = q.scope_params(req.scope)
+
+    groups: list[list[str]] = []
+    if settings.synonyms_enabled:
+        t = time.perf_counter()
+        rows = yield Fetch(q.synonyms_sql(), scope_p, "synonyms")
+        groups = [[r["term"], *r["synonyms"]] for r in rows]
+        timings["synonyms"] = _ms(t)
+    phrases = expansion_phrases(req.query, groups) if groups else []
+    embed_text = expand_query_text(req.query, groups) if groups else req.query
+
+    t = time.perf_counter()
+    qvec = req.query_embedding if req.query_embedding is not None else (yield Embed(embed_text))
+    timings["embed"] = _ms(t)
+
+    kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
+    with_doc_ids = settings.mentions_mode == "filter"
+    hybrid = settings.hybrid_search_enabled
+    mode = settings.fts_query_mode
+    cand_sql, fparams = q.candidates_sql(
+        hybrid=hybrid, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
+        filters=req.filters, with_doc_ids=with_doc_ids,
+    )
+    params = {
+        **scope_p, **fparams, "qvec": qvec, "kc": kc, "min_sim": settings.default_min_similarity,
+        "rrf_k": float(settings.rrf_k), "wv": float(settings.hybrid_semantic_weight),
+        "wf": float(settings.hybrid_fts_weight), "fts_cap": settings.fts_match_cap,
+        "fts_lang": settings.fts_language,
+        "fts_text": " ".join([req.query, *phrases]) if mode == "or" else req.query,
+        **{f"phrase{i}": p for i, p in enumerate(phrases)},
+    }
+    t = time.perf_counter()
+    rows = yield Fetch(cand_sql, params, "candidates")
+    timings["candidates"] = _ms(t)
+    candidates = [candidate_from_row(r) for r in rows]
+    n_pre = int(rows[0]["n_pre"]) if rows else 0
+
+    t = time.perf_counter()
+    mentions = req.mention_doc_ids if settings.mentions_mode == "boost" else frozenset()
+    ranked = rerank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now)
+    top, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
+    runner_up = tuple(
+        replace(h, origin=Origin.RUNNER_UP) for h in rest[: settings.runner_up_limit]
+    )
+    timings["rerank"] = _ms(t)
+
+    expanded: list[Hit] = []
+    if settings.graph_expansion_enabled:
+        t = time.perf_counter()
+        expanded = yield from expand_graph(top, req, settings, qvec)
+        timings["graph"] = _ms(t)
+
+    rejected: list[Hit] = []
+    if settings.rejected_injection_enabled:
+        t = time.perf_counter()
+        rows = yield Fetch(
+            q.rejected_sql(),
+            {**scope_p, "qvec": qvec, "min_sim": settings.rejected_min_similarity,
+             "max_docs": settings.rejected_injection_max_docs},
+            "rejected",
+        )
+        rejected = [_rejected_hit(r) for r in rows]
+        timings["rejected"] = _ms(t)
+
+    total_ms = _ms(t_start)
+    sims = [h.similarity for h in top if h.similarity is not None]
+    meta = {
+        "primary_count": len(top),
+        "expanded_count": len(expanded),
+        "rejected_count": len(rejected),
+        "runner_up_count": len(runner_up),
+        "project_key": req.scope.projects[0] if len(req.scope.projects) == 1 else None,
+        "projects": list(req.scope.projects),
+        "tenant": req.scope.tenant,
+        "retrieval_ms": round(total_ms, 3),
+        "timings_ms": {k: round(v, 3) for k, v in timings.items()},
+        "search_strategy": {
+            "semantic_enabled": True,
+            "fts_enabled": hybrid,
+            "fusion_method": (
+                "rerank_weighted_sum" if settings.reranking_enabled
+                else "rrf" if hybrid else "semantic_only"
+            ),
+            "candidate_fusion": "rrf" if hybrid else "semantic_only",
+            "fts_query_mode": mode if hybrid else None,
+            "graph_expansion_enabled": settings.graph_expansion_enabled,
+            "rejected_injection_enabled": settings.rejected_injection_enabled,
+            "filters_applied": req.filters.count(),
+            "synonym_phrases": phrases,
+        },
+        "retrieval_stats": {
+            "candidates_pre_threshold": n_pre,
+            "candidates_post_threshold": len(candidates),
+            "min_score_used": min(sims) if sims else None,
+            "max_score_used": max(sims) if sims else None,
+        },
+        "should_refuse": should_refuse(top, settings),
+    }
+    return SearchResult(
+        primary=tuple(top), expanded=tuple(expanded), rejected=tuple(rejected),
+        runner_up=runner_up, meta=meta, query=req.query,
+    )
+
+
+def _rejected_hit(row: dict[str, Any]) -> Hit:
+    from .models import ScoreBreakdown
+
+    sim = float(row["similarity"])
+    return Hit(
+        chunk_id=int(row["chunk_id"]), text=row["text"], heading_path=row["heading_path"] or "",
+        score=sim, scores=ScoreBreakdown(total=sim, raw_similarity=sim), origin=Origin.REJECTED,
+        document=document_from_row(row), chunk_order=int(row["chunk_order"]), similarity=sim,
+    )
+
+
+def _ms(t: float) -> float:
+    return (time.perf_counter() - t) * 1000.0
+
+
+def run_plan(plan: Plan, fetch: Callable[[Fetch], list[dict[str, Any]]],
+             embed: Callable[[str], Sequence[float]]) -> SearchResult:
+    """Drive a plan with blocking I/O."""
+    try:
+        request = next(plan)
+        while True:
+            answer = fetch(request) if isinstance(request, Fetch) else embed(request.text)
+            request = plan.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[list[dict[str, Any]]]],
+                    embed: Callable[[str], Awaitable[Sequence[float]]]) -> SearchResult:
+    """Drive a plan with async I/O."""
+    try:
+        request = next(plan)
+        while True:
+            if isinstance(request, Fetch):
+                answer = await fetch(request)
+            else:
+                answer = await embed(request.text)
+            request = plan.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]

@@ -1,0 +1,280 @@
+"""The transparent weighted-sum reranker (reference §10–11, with the fixes of §24.8/9/15).
+
+score = base + additive + canonical, where
+
+* ``base      = Wv·vector + Wk·keyword(text) + Wh·keyword(heading_path)``
+* ``additive  = Wt·tag_overlap + Wp·preamble + Wr·recency + Ws·status_active + mention_boost``
+* ``canonical = priority_weight·retrieval_priority − status_penalty − auto_tier_penalty``
+
+Every term lands in the hit's :class:`~kb_retriever.models.ScoreBreakdown`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, NamedTuple
+
+from kb_retriever.models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown
+from kb_retriever.settings import Settings
+
+from .text import keyword_score, normalize_tags, pool_idf, query_tags, tokenize_query
+
+__all__ = ["RECENCY_BUCKETS", "rerank"]
+
+# "Property" questions (status / owner / date) that a connector's page-property panel answers.
+_PREAMBLE_PATTERNS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"^\s*(what'?s|what is)\s+the\s+status\b",
+        r"^\s*who\s+owns?\b",
+        r"^\s*when\s+was\b",
+        r"^\s*who\s+is\s+the\s+owner\b",
+        r"\bowner\s+of\b",
+        r"^\s*qual\s*'?\s*è?\s*lo\s+stato\b",
+        r"^\s*chi\s+(è\s+)?proprietari",
+        r"^\s*quando\s+è\b",
+    )
+)
+
+#: Recency signal per ingest-time bucket (reference §11).
+RECENCY_BUCKETS: Mapping[str, float] = {
+    "this_week": 1.0,
+    "this_month": 0.7,
+    "this_quarter": 0.4,
+    "older": 0.1,
+}
+# The same buckets computed from the document date at query time: a week, a month (30 days) and
+# a quarter (90 days), so the signal ages with the clock instead of freezing at ingest (§24.9).
+_RECENCY_STEPS = (
+    (timedelta(days=7), RECENCY_BUCKETS["this_week"]),
+    (timedelta(days=30), RECENCY_BUCKETS["this_month"]),
+    (timedelta(days=90), RECENCY_BUCKETS["this_quarter"]),
+)
+_FALSE_STRINGS = frozenset({"", "0", "false", "no", "off"})
+
+
+class _Query(NamedTuple):
+    """What the reranker derives from the query once, before scoring each candidate."""
+
+    tokens: list[str]
+    tags: set[str]
+    asks_property: bool  # a status/owner/date question (preamble signal)
+    now: datetime
+    mention_doc_ids: frozenset[int]
+    idf: Mapping[str, float] | None  # token weights over the candidate pool, or None
+
+
+def rerank(
+    query: str,
+    candidates: Sequence[Candidate],
+    settings: Settings,
+    *,
+    mention_doc_ids: frozenset[int] = frozenset(),
+    now: datetime | None = None,
+) -> list[Hit]:
+    """Score every candidate and return them all as primary hits, best first.
+
+    The sort is stable: equal scores keep the input order (the store's fused order). Nothing is
+    dropped; per-document capping is :func:`~kb_retriever.ranking.diversify`'s job.
+
+    Pass-through path: with ``settings.reranking_enabled`` false, or when the query has no
+    tokens left after stop-word removal, no signal is computed: ``base`` is the candidate's
+    ``fused_score`` and ``total = fused_score + mention_boost + canonical``. Unlike the
+    reference (§24.15), the canonical adjustment and the @mention boost still apply there,
+    because the trust gradient and an explicit @mention are not relevance signals the user
+    switched off. With no canonical or auto-generated docs and no mentions, the output is the
+    input order whenever the input is in fused order (as the store returns it). Note that RRF
+    scores are small (~0.01), so in this path a canonical priority boost (up to 0.1) outweighs
+    the fused order: canonical docs come first.
+
+    ``now`` (default: the current UTC time) ages ``document.doc_date`` into a recency bucket
+    when the chunk carries no ``recency_bucket`` metadata.
+
+    Example::
+
+        hits = rerank("how do we rotate the oauth key?", candidates, Settings())
+        best = hits[0]
+        best.score == best.scores.base + best.scores.additive + best.scores.canonical  # True
+    """
+    if not candidates:
+        return []
+    tokens = tokenize_query(query)
+    if not settings.reranking_enabled or not tokens:
+        hits = [_passthrough(c, settings, mention_doc_ids) for c in candidates]
+    else:
+        q = _Query(
+            tokens=tokens,
+            tags=normalize_tags(query_tags(query)),
+            asks_property=any(p.search(query) for p in _PREAMBLE_PATTERNS),
+            now=_aware(now) if now is not None else datetime.now(UTC),
+            mention_doc_ids=mention_doc_ids,
+            idf=(
+                pool_idf(tokens, [f"{c.heading_path} {c.text}" for c in candidates])
+                if settings.keyword_idf
+                else None
+            ),
+        )
+        vectors = _vector_signals(candidates, settings.normalize_scores)
+        hits = [_score(c, v, q, settings) for c, v in zip(candidates, vectors, strict=True)]
+    return sorted(hits, key=lambda h: -h.score)  # sorted() is stable
+
+
+def _score(c: Candidate, vector: float, q: _Query, s: Settings) -> Hit:
+    keyword = keyword_score(q.tokens, c.text, q.idf)
+    heading = keyword_score(q.tokens, c.heading_path, q.idf)
+    base = s.vector_weight * vector + s.keyword_weight * keyword + s.heading_weight * heading
+
+    tag_overlap = _jaccard(q.tags, _chunk_tags(c))
+    preamble = 1.0 if q.asks_property and _flag(c.metadata.get("page_property_panel")) else 0.0
+    recency = _recency(c, q.now)
+    status_active = 1.0 if _flag(c.metadata.get("status_active")) else 0.0
+    mention = s.mention_boost_weight if c.document.id in q.mention_doc_ids else 0.0
+    additive = (
+        s.tag_overlap_weight * tag_overlap
+        + s.preamble_weight * preamble
+        + s.recency_weight * recency
+        + s.status_active_weight * status_active
+        + mention
+    )
+
+    boost, penalty = _canonical(c.document, s)
+    canonical = boost - penalty
+    breakdown = ScoreBreakdown(
+        vector=vector,
+        keyword=keyword,
+        heading=heading,
+        tag_overlap=tag_overlap,
+        preamble=preamble,
+        recency=recency,
+        status_active=status_active,
+        mention_boost=mention,
+        canonical_boost=boost,
+        canonical_penalty=penalty,
+        base=base,
+        additive=additive,
+        canonical=canonical,
+        total=base + additive + canonical,
+        **_evidence(c),
+    )
+    return _hit(c, breakdown)
+
+
+def _passthrough(c: Candidate, s: Settings, mention_doc_ids: frozenset[int]) -> Hit:
+    base = _finite(c.fused_score)
+    mention = s.mention_boost_weight if c.document.id in mention_doc_ids else 0.0
+    boost, penalty = _canonical(c.document, s)
+    canonical = boost - penalty
+    breakdown = ScoreBreakdown(
+        mention_boost=mention,
+        canonical_boost=boost,
+        canonical_penalty=penalty,
+        base=base,
+        additive=mention,
+        canonical=canonical,
+        total=base + mention + canonical,
+        **_evidence(c),
+    )
+    return _hit(c, breakdown)
+
+
+def _evidence(c: Candidate) -> dict[str, Any]:
+    return {
+        "raw_similarity": c.vector_similarity,
+        "fused_score": c.fused_score,
+        "vector_rank": c.vector_rank,
+        "fts_rank": c.fts_rank,
+    }
+
+
+def _hit(c: Candidate, breakdown: ScoreBreakdown) -> Hit:
+    return Hit(
+        chunk_id=c.chunk_id,
+        text=c.text,
+        heading_path=c.heading_path,
+        score=breakdown.total,
+        scores=breakdown,
+        origin=Origin.PRIMARY,
+        document=c.document,
+        chunk_order=c.chunk_order,
+        similarity=c.vector_similarity,
+        metadata=c.metadata,
+    )
+
+
+def _canonical(doc: DocumentRef, s: Settings) -> tuple[float, float]:
+    """(boost, penalty >= 0). Auto-generated docs pay the auto-tier penalty even when
+    non-canonical (fix of §24.8): a machine-written page never outranks its human twin."""
+    if not s.canonical_enabled:
+        return 0.0, 0.0
+    auto = s.auto_tier_penalty if doc.generation_source == "auto" else 0.0
+    if not doc.is_canonical:
+        return 0.0, auto
+    status_penalty = {
+        "superseded": s.superseded_penalty,
+        "deprecated": s.deprecated_penalty,
+        "archived": s.archived_penalty,
+    }.get(doc.canonical_status or "", 0.0)
+    return s.priority_weight * doc.retrieval_priority, status_penalty + auto
+
+
+def _vector_signals(candidates: Sequence[Candidate], normalize: bool) -> list[float]:
+    raw = [_finite(c.vector_similarity) for c in candidates]
+    if not normalize:
+        return raw
+    lo, hi = min(raw), max(raw)
+    if hi == lo:  # one candidate, or all equal: nothing to separate, every signal is the max
+        return [1.0] * len(raw)
+    span = hi - lo
+    return [(v - lo) / span for v in raw]
+
+
+def _chunk_tags(c: Candidate) -> set[str]:
+    # Connector chunks carry search_tags; otherwise frontmatter tags count (fix of §24.9).
+    raw = c.metadata.get("search_tags")
+    if isinstance(raw, str):
+        raw = raw.split(",")
+    elif raw is not None and not isinstance(raw, (list, tuple, set, frozenset)):
+        raw = [raw]
+    return normalize_tags(raw) if raw else normalize_tags(c.document.tags)
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def _recency(c: Candidate, now: datetime) -> float:
+    bucket = c.metadata.get("recency_bucket")
+    if bucket is not None:
+        return RECENCY_BUCKETS.get(str(bucket).strip().lower(), 0.0)
+    doc_date = c.document.doc_date
+    if doc_date is None:
+        return 0.0
+    age = now - _aware(doc_date)
+    for limit, value in _RECENCY_STEPS:
+        if age <= limit:  # a future date has a negative age: newest bucket
+            return value
+    return RECENCY_BUCKETS["older"]
+
+
+def _aware(value: datetime | date) -> datetime:
+    """A timezone-aware datetime; naive values and plain dates are taken as UTC."""
+    if not isinstance(value, datetime):
+        return datetime.combine(value, time(), UTC)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _flag(value: Any) -> bool:
+    # Metadata comes from JSON written by connectors: "false"/"0" must not read as true.
+    if isinstance(value, str):
+        return value.strip().lower() not in _FALSE_STRINGS
+    return bool(value)
+
+
+def _finite(value: float | None) -> float:
+    # A missing or non-finite score must not poison min-max or the sort order.
+    return value if value is not None and math.isfinite(value) else 0.0

@@ -1,0 +1,162 @@
+"""Query tokenisation, keyword scoring and query-tag extraction (reference §11).
+
+Stdlib only: ``[^\\W_]`` in a ``str`` pattern is "a character for which ``str.isalnum()`` is true",
+which is the stdlib spelling of ``[\\p{L}\\p{N}]``. Text is NFC-normalised first so that a
+decomposed accent (``e`` + U+0301) does not split a word in two.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = [
+    "STOP_WORDS",
+    "keyword_score",
+    "normalize_tags",
+    "query_tags",
+    "tokenize_query",
+    "words",
+]
+
+_IT_STOP = (
+    "il lo la i gli le un uno una di a da in con su per tra fra e o ma che non si come del della "
+    "dello dei delle degli al alla allo ai alle agli nel nella nello nei nelle negli sul sulla "
+    "sullo sui sulle sugli"
+)
+_EN_STOP = (
+    "the a an is are was were be been to of in for on with at by from and or but not this that "
+    "it how what which who where when"
+)
+#: The Italian + English stop-words of the reference tokenizer (§11).
+STOP_WORDS: frozenset[str] = frozenset((_IT_STOP + " " + _EN_STOP).split())
+# The tag extractor also drops "why" (reference QueryTagExtractor).
+_TAG_STOP_WORDS = STOP_WORDS | {"why"}
+
+# Anything that is neither a letter, a digit nor whitespace becomes a word break (underscore too:
+# it is in \w but not in [\p{L}\p{N}]).
+_NON_WORD = re.compile(r"[^\w\s]|_")
+# Same, but hyphens survive so that tags such as "auth-flow" stay one token.
+_NON_TAG = re.compile(r"[^\w\s-]|_")
+
+# A query token shorter than this never matches as a prefix: "cat" must not hit "category",
+# while "deploy" should partly match "deployment".
+_MIN_PREFIX_LEN = 4
+_PREFIX_CREDIT = 0.5  # a prefix hit is weaker evidence than a whole-word hit
+_MAX_TAGS = 3  # the reference keeps the three longest query words as tags
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFC", text).lower()
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words of ``text``: runs of letters/digits (no stop-word or length filter)."""
+    return _NON_WORD.sub(" ", _fold(text)).split()
+
+
+def tokenize_query(query: str) -> list[str]:
+    """Query tokens as the reference reranker sees them.
+
+    Lowercase, every non letter/digit/space character becomes a space, split on whitespace, drop
+    tokens of length <= 1 and the IT+EN stop-words. Duplicates are kept (``keyword_score``
+    dedupes).
+
+    >>> tokenize_query("Come il OAuth-2 flow?")
+    ['oauth', 'flow']
+    """
+    return [t for t in words(query) if len(t) > 1 and t not in STOP_WORDS]
+
+
+def keyword_score(
+    tokens: Sequence[str], text: str, weights: Mapping[str, float] | None = None
+) -> float:
+    """Fraction of the unique query ``tokens`` found in ``text``, in ``[0, 1]``.
+
+    With ``weights`` (token -> weight, e.g. :func:`pool_idf`) the fraction is weighted, so a rare
+    token such as an error code counts more than a word every candidate contains (fix of
+    reference §24.7: no IDF).
+
+    A token scores 1.0 when it is a whole word of ``text``, 0.5 when it is at least 4 characters
+    long and a prefix of a word (``deploy`` -> ``deployment``), else 0. Case-insensitive and
+    Unicode-aware; linear in ``len(text)`` plus a binary search per token.
+
+    >>> keyword_score(["oauth", "deploy"], "OAuth deployment guide")
+    0.75
+    """
+    unique = list(dict.fromkeys(_fold(t) for t in tokens if t))
+    if not unique or not text:
+        return 0.0
+    vocab = words(text)
+    if not vocab:
+        return 0.0
+    whole = set(vocab)
+    ordered: list[str] | None = None  # sorted lazily: most calls never need a prefix lookup
+    total = 0.0
+    norm = 0.0
+    for token in unique:
+        w = 1.0 if weights is None else weights.get(token, 1.0)
+        norm += w
+        if token in whole:
+            total += w
+        elif len(token) >= _MIN_PREFIX_LEN:
+            ordered = ordered if ordered is not None else sorted(whole)
+            # The first word >= token in sort order is the only candidate that can start with it.
+            i = bisect_left(ordered, token)
+            if i < len(ordered) and ordered[i].startswith(token):
+                total += _PREFIX_CREDIT * w
+    return total / norm if norm > 0 else 0.0
+
+
+def pool_idf(tokens: Sequence[str], texts: Sequence[str]) -> dict[str, float]:
+    """BM25-style inverse document frequency of each token over a candidate pool.
+
+    ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` (Robertson/Sparck Jones, as in BM25; always
+    positive), with ``df`` counting the texts in which the token occurs as a whole word. The pool
+    (the few dozen candidates of one query) stands in for the corpus: cheap, and it ranks what
+    distinguishes candidates from each other.
+
+    >>> idf = pool_idf(["quota", "checkout"], ["quota checkout", "checkout", "checkout"])
+    >>> idf["quota"] > idf["checkout"]
+    True
+    """
+    unique = list(dict.fromkeys(_fold(t) for t in tokens if t))
+    vocabularies = [set(words(t)) for t in texts]
+    n = len(vocabularies)
+    out = {}
+    for token in unique:
+        df = sum(1 for v in vocabularies if token in v)
+        out[token] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+    return out
+
+
+def query_tags(query: str, limit: int = _MAX_TAGS) -> list[str]:
+    """The query words compared with a chunk's tags (reference QueryTagExtractor).
+
+    Lowercase; characters other than letters, digits, whitespace and hyphens become spaces; drop
+    stop-words (plus ``why``) and tokens of length <= 2; dedupe; the ``limit`` longest words
+    (stable for equal lengths). Leading/trailing hyphens are trimmed (``-foo`` -> ``foo``).
+
+    >>> query_tags("Why did we pick the auth-flow for billing?")
+    ['auth-flow', 'billing', 'pick']
+    """
+    tokens = (t.strip("-") for t in _NON_TAG.sub(" ", _fold(query)).split())
+    kept = [t for t in tokens if len(t) > 2 and t not in _TAG_STOP_WORDS]
+    unique = list(dict.fromkeys(kept))
+    unique.sort(key=len, reverse=True)  # list.sort is stable: equal lengths keep query order
+    return unique[:limit]
+
+
+def normalize_tags(tags: Iterable[object]) -> set[str]:
+    """Lower-cased, trimmed, non-empty tag strings (for Jaccard overlap)."""
+    out = set()
+    for tag in tags:
+        if tag is None:
+            continue
+        clean = _fold(str(tag)).strip()
+        if clean:
+            out.add(clean)
+    return out

@@ -1,0 +1,48 @@
+"""Plain-text rendering of a :class:`SearchResult` for the terminal."""
+
+from __future__ import annotations
+
+from .models import Hit, SearchResult
+
+_SIGNALS = ("vector", "keyword", "heading", "tag_overlap", "preamble", "recency",
+            "status_active", "mention_boost", "canonical_boost", "canonical_penalty")
+
+
+def _row(i: int, hit: Hit) -> str:
+    d = hit.document
+    status = f"{d.canonical_type}/{d.canonical_status}" if d.is_canonical else "-"
+    sim = "" if hit.similarity is None else f"{hit.similarity:.3f}"
+    name = d.slug or d.doc_key
+    return f"{i:>3}  {hit.score:7.4f}  {sim:>6}  {name[:34]:<34}  {status[:28]:<28}  {hit.heading_path[:40]}"
+
+
+def render_result(result: SearchResult, *, explain: bool = False) -> str:
+    lines = [f"query: {result.query}", "",
+             "  #    score     sim  document                            type/status                   heading"]
+    for i, hit in enumerate(result.primary, 1):
+        lines.append(_row(i, hit))
+        if explain:
+            s = hit.scores
+            terms = "  ".join(f"{k}={getattr(s, k):.3f}" for k in _SIGNALS)
+            lines.append(f"        {terms}")
+            lines.append(
+                f"        base={s.base:.4f} additive={s.additive:.4f} canonical={s.canonical:.4f}"
+                f" total={s.total:.4f}  (raw sim={s.raw_similarity}, vec rank={s.vector_rank},"
+                f" fts rank={s.fts_rank}, fused={s.fused_score:.5f})"
+            )
+    if result.expanded:
+        lines += ["", "related (graph):"]
+        for hit in result.expanded:
+            lines.append(
+                f"     {hit.score:7.4f}  {hit.document.slug}  via {hit.edge_type} from "
+                f"{hit.from_slug} (hop {hit.hop})"
+            )
+    if result.rejected:
+        lines += ["", "rejected approaches:"]
+        for hit in result.rejected:
+            lines.append(f"     sim {hit.similarity:.3f}  {hit.document.slug}  {hit.document.title}")
+    meta = result.meta
+    lines += ["", f"{meta.get('primary_count')} primary, {meta.get('expanded_count')} related, "
+              f"{meta.get('rejected_count')} rejected, {meta.get('runner_up_count')} runner-up; "
+              f"{meta.get('retrieval_ms')} ms; should_refuse={meta.get('should_refuse')}"]
+    return "\n".join(lines)

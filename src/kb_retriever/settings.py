@@ -1,0 +1,258 @@
+"""The one typed settings object.
+
+Every knob of the retrieval pipeline lives here, read once from the environment (prefix ``KB_``,
+the env names of the reference implementation) and validated eagerly. Pass a :class:`Settings`
+into :class:`~kb_retriever.KnowledgeBase`; nothing deeper reads the environment.
+
+Example::
+
+    from kb_retriever import Settings
+    s = Settings(hybrid_search_enabled=False)           # explicit values win over env
+    s2 = s.model_copy(update={"default_limit": 5})      # never mutate a shared object
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .errors import ConfigError
+
+__all__ = ["Settings", "load_settings", "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS"]
+
+#: Edge types and default weights (reference §1.3).
+EDGE_TYPE_WEIGHTS: dict[str, float] = {
+    "decision_for": 1.0,
+    "implements": 1.0,
+    "supersedes": 1.0,
+    "depends_on": 0.8,
+    "uses": 0.8,
+    "affects": 0.8,
+    "documented_by": 0.7,
+    "invalidated_by": 0.7,
+    "owned_by": 0.7,
+    "related_to": 0.5,
+}
+DEFAULT_EDGE_TYPES = ("depends_on", "implements", "decision_for", "related_to", "supersedes")
+FTS_LANGUAGES = (
+    "simple", "english", "italian", "french", "german", "spanish", "portuguese", "dutch",
+    "danish", "finnish", "hungarian", "norwegian", "russian", "swedish", "turkish",
+)
+
+
+def _env(*names: str) -> Any:
+    return AliasChoices(*names)
+
+
+def _field(default: Any, *env: str, **kw: Any) -> Any:
+    return Field(default, validation_alias=_env(*env), **kw)
+
+
+CommaList = Annotated[tuple[str, ...], NoDecode]
+
+
+class Settings(BaseSettings):
+    """All knobs of kb-retriever. Field docs name the environment variable."""
+
+    model_config = SettingsConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, env_prefix="KB_", case_sensitive=False
+    )
+
+    # --- where the data lives -------------------------------------------------------------
+    database_url: str | None = _field(None, "KB_DATABASE_URL")
+    home: Path = _field(Path.home() / ".kb-retriever", "KB_HOME")
+    embedder: Literal["minilm", "hashing"] = _field("minilm", "KB_EMBEDDER")
+    embeddings_dimensions: int | None = _field(
+        None, "KB_EMBEDDINGS_DIMENSIONS", ge=1, le=16000
+    )
+    pool_min_size: int = _field(1, "KB_POOL_MIN_SIZE", ge=0, le=64)
+    pool_max_size: int = _field(4, "KB_POOL_MAX_SIZE", ge=1, le=256)
+    statement_timeout_ms: int = _field(
+        10_000, "KB_STATEMENT_TIMEOUT_MS", ge=0
+    )
+    hnsw_ef_search: int = _field(100, "KB_HNSW_EF_SEARCH", ge=1, le=1000)
+
+    # --- search basics --------------------------------------------------------------------
+    default_min_similarity: float = _field(
+        0.30, "KB_MIN_SIMILARITY", ge=-1.0, le=1.0
+    )
+    default_limit: int = _field(8, "KB_DEFAULT_LIMIT", ge=1, le=200)
+    max_limit: int = _field(200, "KB_MAX_LIMIT", ge=1, le=10_000)
+    max_query_chars: int = _field(10_000, "KB_MAX_QUERY_CHARS", ge=1)
+    prompt_timezone: str = _field("Europe/Rome", "KB_PROMPT_TIMEZONE")
+
+    # --- hybrid (FTS + RRF) ---------------------------------------------------------------
+    hybrid_search_enabled: bool = _field(
+        True, "KB_HYBRID_SEARCH_ENABLED"
+    )
+    fts_language: str = _field("english", "KB_FTS_LANGUAGE")
+    fts_query_mode: Literal["or", "websearch", "plain"] = _field(
+        "or", "KB_FTS_QUERY_MODE"
+    )
+    fts_match_cap: int = _field(2000, "KB_FTS_MATCH_CAP", ge=10)
+    rrf_k: int = _field(60, "KB_RRF_K", ge=1)
+    hybrid_semantic_weight: float = _field(
+        0.70, "KB_HYBRID_SEMANTIC_WEIGHT", ge=0
+    )
+    hybrid_fts_weight: float = _field(0.30, "KB_HYBRID_FTS_WEIGHT", ge=0)
+
+    # --- synonyms -------------------------------------------------------------------------
+    synonyms_enabled: bool = _field(True, "KB_SYNONYM_EXPANSION_ENABLED")
+    synonyms_cache_ttl_seconds: int = _field(
+        300, "KB_SYNONYM_CACHE_TTL_SECONDS", ge=0
+    )
+
+    # --- reranker -------------------------------------------------------------------------
+    reranking_enabled: bool = _field(True, "KB_RERANKING_ENABLED")
+    candidate_multiplier: int = _field(
+        3, "KB_RERANK_CANDIDATE_MULTIPLIER", ge=1, le=100
+    )
+    vector_weight: float = _field(0.55, "KB_RERANK_VECTOR_WEIGHT")
+    keyword_weight: float = _field(0.25, "KB_RERANK_KEYWORD_WEIGHT")
+    heading_weight: float = _field(0.05, "KB_RERANK_HEADING_WEIGHT")
+    tag_overlap_weight: float = _field(
+        0.05, "KB_RERANK_TAG_OVERLAP_WEIGHT"
+    )
+    preamble_weight: float = _field(0.05, "KB_RERANK_PREAMBLE_WEIGHT")
+    recency_weight: float = _field(0.02, "KB_RERANK_RECENCY_WEIGHT")
+    status_active_weight: float = _field(0.02, "KB_RERANK_STATUS_WEIGHT")
+    mention_boost_weight: float = _field(
+        0.50, "KB_RERANK_MENTION_BOOST_WEIGHT"
+    )
+    keyword_idf: bool = _field(True, "KB_RERANK_KEYWORD_IDF")
+    normalize_scores: bool = _field(True, "KB_RERANK_NORMALIZE_SCORES")
+    mentions_mode: Literal["boost", "filter"] = _field("boost", "KB_MENTIONS_MODE")
+    max_chunks_per_doc: int = _field(
+        3, "KB_DIVERSIFICATION_MAX_CHUNKS_PER_DOC", ge=0
+    )
+    runner_up_limit: int = _field(15, "KB_RUNNER_UP_LIMIT", ge=0, le=1000)
+    runner_up_min_similarity: float | None = _field(
+        None, "KB_RUNNER_UP_MIN_SIMILARITY"
+    )
+
+    # --- canonical trust gradient ---------------------------------------------------------
+    canonical_enabled: bool = _field(True, "KB_CANONICAL_ENABLED")
+    priority_weight: float = _field(0.001, "KB_CANONICAL_PRIORITY_WEIGHT", ge=0)
+    superseded_penalty: float = _field(
+        0.40, "KB_CANONICAL_SUPERSEDED_PENALTY", ge=0
+    )
+    deprecated_penalty: float = _field(
+        0.40, "KB_CANONICAL_DEPRECATED_PENALTY", ge=0
+    )
+    archived_penalty: float = _field(
+        0.60, "KB_CANONICAL_ARCHIVED_PENALTY", ge=0
+    )
+    auto_tier_penalty: float = _field(
+        0.02, "KB_CANONICAL_AUTO_TIER_PENALTY", ge=0
+    )
+
+    # --- graph expansion ------------------------------------------------------------------
+    graph_expansion_enabled: bool = _field(
+        True, "KB_GRAPH_EXPANSION_ENABLED"
+    )
+    graph_expansion_hops: int = _field(
+        1, "KB_GRAPH_EXPANSION_HOPS", ge=1, le=5
+    )
+    graph_expansion_max_nodes: int = _field(
+        20, "KB_GRAPH_EXPANSION_MAX_NODES", ge=1, le=500
+    )
+    graph_expansion_edge_types: CommaList = _field(
+        DEFAULT_EDGE_TYPES, "KB_GRAPH_EXPANSION_EDGE_TYPES"
+    )
+    graph_expansion_direction: Literal["outgoing", "incoming", "both"] = _field(
+        "outgoing", "KB_GRAPH_EXPANSION_DIRECTION"
+    )
+    graph_hop_decay: float = _field(
+        0.5, "KB_GRAPH_HOP_DECAY", gt=0, le=1
+    )
+
+    # --- rejected-approach injection ------------------------------------------------------
+    rejected_injection_enabled: bool = _field(
+        True, "KB_REJECTED_INJECTION_ENABLED"
+    )
+    rejected_injection_max_docs: int = _field(
+        3, "KB_REJECTED_INJECTION_MAX_DOCS", ge=1, le=50
+    )
+    rejected_min_similarity: float = _field(
+        0.40, "KB_REJECTED_MIN_SIMILARITY", ge=-1, le=1
+    )
+
+    # --- grounding gate -------------------------------------------------------------------
+    refusal_min_similarity: float = _field(
+        0.45, "KB_REFUSAL_MIN_SIMILARITY"
+    )
+    refusal_min_rerank_score: float = _field(
+        0.25, "KB_REFUSAL_MIN_RERANK_SCORE"
+    )
+    refusal_min_chunks: int = _field(1, "KB_REFUSAL_MIN_CHUNKS", ge=0)
+
+    # --- chunking -------------------------------------------------------------------------
+    chunk_target_tokens: int = _field(512, "KB_CHUNK_TARGET_TOKENS", ge=16)
+    chunk_hard_cap_tokens: int = _field(
+        1024, "KB_CHUNK_HARD_CAP_TOKENS", ge=16
+    )
+    chunk_overlap_tokens: int = _field(64, "KB_CHUNK_OVERLAP_TOKENS", ge=0)
+
+    # --- benchmark gates ------------------------------------------------------------------
+    benchmark_threshold_ndcg: float = _field(0.80, "KB_BENCHMARK_THRESHOLD_NDCG")
+    benchmark_threshold_mrr: float = _field(0.85, "KB_BENCHMARK_THRESHOLD_MRR")
+    benchmark_threshold_citation_precision: float = _field(
+        0.90, "KB_BENCHMARK_THRESHOLD_CITATION_PRECISION"
+    )
+    benchmark_threshold_refusal_accuracy: float = _field(
+        0.95, "KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY"
+    )
+
+    @field_validator("graph_expansion_edge_types", mode="before")
+    @classmethod
+    def _split_edge_types(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, (list, tuple)):
+            items = tuple(str(v).strip() for v in value if str(v).strip())
+            unknown = [v for v in items if v not in EDGE_TYPE_WEIGHTS]
+            if unknown:
+                raise ValueError(
+                    f"unknown edge type(s) {unknown}; valid: {', '.join(EDGE_TYPE_WEIGHTS)}"
+                )
+            return items
+        return value
+
+    @field_validator("fts_language")
+    @classmethod
+    def _check_language(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value not in FTS_LANGUAGES:
+            raise ValueError(f"unknown FTS language {value!r}; valid: {', '.join(FTS_LANGUAGES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _check_pool(self) -> Settings:
+        if self.pool_min_size > self.pool_max_size:
+            raise ValueError("pool_min_size must be <= pool_max_size")
+        return self
+
+    @property
+    def effective_runner_up_min_similarity(self) -> float:
+        """Runner-up floor: explicit, else ``max(0, min_similarity - 0.10)`` (reference §14)."""
+        if self.runner_up_min_similarity is not None:
+            return self.runner_up_min_similarity
+        return max(0.0, self.default_min_similarity - 0.10)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build :class:`Settings` from the environment plus ``overrides``; raise :class:`ConfigError`.
+
+    The message names the offending setting and its valid values.
+    """
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "settings"
+            lines.append(f"{loc}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(lines)) from None

@@ -1,0 +1,1 @@
+"""I/O: the PostgreSQL + pgvector store. Only this package touches a connection."""

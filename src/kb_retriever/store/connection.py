@@ -1,0 +1,122 @@
+"""Connection pools and the one boundary where driver errors become :class:`StoreError`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector, register_vector_async
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from ..errors import InputError, KbError, SchemaError, StoreError, redact
+from ..settings import Settings
+
+logger = logging.getLogger(__name__)
+
+# Per-connection GUCs (reference/postgres-performance.md §3.1): ef_search must be >= the
+# candidate count or the HNSW arm returns fewer rows; relaxed_order keeps filtered searches
+# complete (pgvector >= 0.8).
+_CONNECT_TIMEOUT_S = 10
+
+
+def _gucs(settings: Settings) -> list[tuple[str, str]]:
+    return [
+        ("hnsw.ef_search", str(settings.hnsw_ef_search)),
+        ("hnsw.iterative_scan", "relaxed_order"),
+        ("statement_timeout", str(settings.statement_timeout_ms)),
+    ]
+
+
+def _configure_sql(settings: Settings) -> list[tuple[str, list[str]]]:
+    return [("SELECT set_config(%s, %s, false)", [k, v]) for k, v in _gucs(settings)]
+
+
+def make_pool(url: str, settings: Settings, *, vector_ready: bool) -> ConnectionPool:
+    """A sync pool whose connections have pgvector types registered and our GUCs set."""
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        conn.autocommit = True
+        if vector_ready:
+            register_vector(conn)
+        for sql, params in _configure_sql(settings):
+            conn.execute(sql, params)
+
+    pool = ConnectionPool(
+        url,
+        min_size=settings.pool_min_size,
+        max_size=settings.pool_max_size,
+        configure=configure,
+        check=ConnectionPool.check_connection,
+        kwargs={"connect_timeout": _CONNECT_TIMEOUT_S},
+        open=False,
+        name="kb-retriever",
+    )
+    return pool
+
+
+def make_async_pool(url: str, settings: Settings) -> AsyncConnectionPool:
+    """The async twin of :func:`make_pool`."""
+
+    async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.set_autocommit(True)
+        await register_vector_async(conn)
+        for sql, params in _configure_sql(settings):
+            await conn.execute(sql, params)
+
+    return AsyncConnectionPool(
+        url,
+        min_size=settings.pool_min_size,
+        max_size=settings.pool_max_size,
+        configure=configure,
+        check=AsyncConnectionPool.check_connection,
+        kwargs={"connect_timeout": _CONNECT_TIMEOUT_S},
+        open=False,
+        name="kb-retriever-async",
+    )
+
+
+def translate(exc: BaseException) -> KbError:
+    """Map a driver exception to our tree (messages redacted)."""
+    if isinstance(exc, KbError):
+        return exc
+    msg = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return StoreError(f"the database cancelled the statement (statement_timeout?): {msg}")
+    if isinstance(exc, psycopg.errors.UndefinedFile | psycopg.errors.FeatureNotSupported):
+        return SchemaError(f"database feature missing: {msg}")
+    if isinstance(exc, psycopg.errors.DataException):
+        return InputError(f"the database rejected a value: {msg}")
+    if isinstance(exc, PoolTimeout):
+        return StoreError(f"no database connection available: {msg}")
+    return StoreError(f"database error: {msg}")
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """Translate driver errors raised inside the block."""
+    try:
+        yield
+    except KbError:
+        raise
+    except (psycopg.Error, PoolTimeout, OSError) as exc:
+        raise translate(exc) from None
+
+
+@contextlib.asynccontextmanager
+async def atranslated() -> AsyncIterator[None]:
+    try:
+        yield
+    except KbError:
+        raise
+    except (psycopg.Error, PoolTimeout, OSError) as exc:
+        raise translate(exc) from None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """A dropped connection (not a query error): safe to retry an idempotent read once."""
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(
+        exc, psycopg.errors.QueryCanceled
+    )

@@ -1,0 +1,261 @@
+"""SQL builders: each returns ``(psycopg.sql.Composed, params)``; nothing here executes.
+
+Every value is a bound parameter; identifiers come from allow-lists. Tested by rendering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import sql
+
+from ..filters import SearchFilters
+from ..ranking.globs import glob_to_sql_regex
+
+Params = dict[str, Any]
+
+# Document columns every search query returns (read by name in rows.py).
+DOC_COLUMNS = sql.SQL(
+    "d.id AS doc_pk, d.tenant_id, d.project_key, d.doc_key, d.title, d.source_path, "
+    "d.source_type, d.slug, d.doc_id, d.is_canonical, d.canonical_type, d.canonical_status, "
+    "d.retrieval_priority, d.generation_source, d.evidence_tier, d.tags, d.summary, "
+    "d.language, d.doc_date"
+)
+CHUNK_COLUMNS = sql.SQL(
+    "c.id AS chunk_id, c.text, c.heading_path, c.chunk_order, c.metadata"
+)
+DOC_JOIN = sql.SQL("JOIN kb_documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id")
+
+_JSON_OPS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Tenant and projects: required on every query."""
+
+    tenant: str
+    projects: tuple[str, ...]
+
+
+def scope_params(scope: Scope) -> Params:
+    return {"tenant": scope.tenant, "projects": list(scope.projects)}
+
+
+def _meta_expr(i: int) -> sql.Composable:
+    # chunk metadata wins over document frontmatter for the same key
+    return sql.SQL("coalesce(c.metadata -> %(mk{i})s, d.frontmatter -> %(mk{i})s)".format(i=i))
+
+
+def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.Composable, Params]:
+    """Predicates on ``d`` (documents) and ``c`` (chunks) for the user's filters.
+
+    Returns an SQL fragment starting with `` AND`` (or empty) and its parameters.
+    """
+    parts: list[sql.Composable] = []
+    p: Params = {}
+    if filters.source_types:
+        parts.append(sql.SQL("d.source_type = ANY(%(f_source_types)s)"))
+        p["f_source_types"] = list(filters.source_types)
+    if filters.canonical_types:
+        parts.append(sql.SQL("d.canonical_type = ANY(%(f_canonical_types)s)"))
+        p["f_canonical_types"] = list(filters.canonical_types)
+    if filters.tags:
+        parts.append(sql.SQL("d.tags && %(f_tags)s::text[]"))
+        p["f_tags"] = list(filters.tags)
+    if filters.languages:
+        parts.append(sql.SQL("d.language = ANY(%(f_languages)s)"))
+        p["f_languages"] = list(filters.languages)
+    if with_doc_ids and filters.doc_ids:
+        parts.append(sql.SQL("d.id = ANY(%(f_doc_ids)s)"))
+        p["f_doc_ids"] = list(filters.doc_ids)
+    if filters.folder_globs:
+        parts.append(sql.SQL("d.source_path ~ ANY(%(f_globs)s)"))
+        p["f_globs"] = [glob_to_sql_regex(g) for g in filters.folder_globs]
+    # The document's own date when it has one (fix of reference §24.10), else ingest time.
+    if filters.date_from:
+        parts.append(sql.SQL("coalesce(d.doc_date, d.indexed_at) >= %(f_date_from)s"))
+        p["f_date_from"] = filters.date_from
+    if filters.date_to:
+        parts.append(sql.SQL("coalesce(d.doc_date, d.indexed_at) <= %(f_date_to)s"))
+        p["f_date_to"] = filters.date_to
+    for i, (key, op, value) in enumerate(filters.metadata):
+        p[f"mk{i}"] = key
+        expr = _meta_expr(i)
+        name = f"mv{i}"
+        if op == "$exists":
+            parts.append(sql.SQL("{} IS {} NULL").format(expr, sql.SQL("NOT" if value else "")))
+            continue
+        if op in ("$eq", "$ne"):
+            p[name] = _jsonb(value)
+            cmp = sql.SQL("=") if op == "$eq" else sql.SQL("IS DISTINCT FROM")
+            parts.append(sql.SQL("{} {} %({})s::jsonb").format(expr, cmp, sql.SQL(name)))
+        elif op in ("$in", "$nin"):
+            p[name] = [_jsonb(v) for v in value]
+            fmt = "{} = ANY(%({})s::jsonb[])" if op == "$in" else (
+                "({0} IS NULL OR NOT {0} = ANY(%({1})s::jsonb[]))"
+            )
+            parts.append(sql.SQL(fmt).format(expr, sql.SQL(name)))
+        else:
+            p[name] = value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                left = sql.SQL("CASE WHEN jsonb_typeof({e}) = 'number' THEN ({e} #>> '{{}}')::numeric END").format(e=expr)
+                parts.append(sql.SQL("{} {} %({})s::numeric").format(left, sql.SQL(_JSON_OPS[op]), sql.SQL(name)))
+            else:
+                left = sql.SQL("({} #>> '{{}}')").format(expr)
+                parts.append(sql.SQL("{} {} %({})s::text").format(left, sql.SQL(_JSON_OPS[op]), sql.SQL(name)))
+    if not parts:
+        return sql.SQL(""), p
+    return sql.SQL(" AND ") + sql.SQL(" AND ").join(parts), p
+
+
+def _jsonb(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def needs_doc_join(filters: SearchFilters, *, with_doc_ids: bool) -> bool:
+    return bool(
+        filters.source_types or filters.canonical_types or filters.tags or filters.languages
+        or (with_doc_ids and filters.doc_ids) or filters.folder_globs or filters.date_from
+        or filters.date_to or filters.metadata
+    )
+
+
+def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
+    """The tsquery expression for the FTS leg; ``%(fts_text)s`` and ``%(phrase{i})s`` params.
+
+    ``or``: OR of the query's own lexemes (stemmed by the configured language, re-read with
+    the ``simple`` config so they are not stemmed twice); long natural-language questions
+    still match (reference §24.6: ``plainto`` ANDs every word and often matches nothing).
+    """
+    if mode == "or":
+        base = sql.SQL(
+            "to_tsquery('simple', coalesce((SELECT string_agg(quote_literal(l), ' | ') "
+            "FROM unnest(tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s))) "
+            "AS l), ''))"
+        )
+    elif mode == "websearch":
+        base = sql.SQL("websearch_to_tsquery(%(fts_lang)s::regconfig, %(fts_text)s)")
+    else:
+        base = sql.SQL("plainto_tsquery(%(fts_lang)s::regconfig, %(fts_text)s)")
+    extra = [
+        sql.SQL("plainto_tsquery(%(fts_lang)s::regconfig, %({})s)").format(sql.SQL(f"phrase{i}"))
+        for i in range(n_phrases)
+    ]
+    if mode == "or" or not extra:  # in "or" mode the phrases are already in fts_text
+        return base
+    return sql.SQL("({})").format(sql.SQL(" || ").join([base, *extra]))
+
+
+def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: SearchFilters,
+                   with_doc_ids: bool) -> tuple[sql.Composed, Params]:
+    """One statement for both legs (reference/postgres-performance.md §3.1).
+
+    Params to add: qvec, kc, min_sim, rrf_k, wv, wf, fts_cap, fts_lang, fts_text, phrase{i}.
+    Every returned row carries its true cosine similarity and both leg ranks (fix §24.6).
+    """
+    filt, p = doc_filter_sql(filters, with_doc_ids=with_doc_ids)
+    join = DOC_JOIN if needs_doc_join(filters, with_doc_ids=with_doc_ids) else sql.SQL("")
+    scope = sql.SQL("c.tenant_id = %(tenant)s AND c.project_key = ANY(%(projects)s)")
+    # HNSW arm: the bare distance operator in ORDER BY with LIMIT is the only form that uses the
+    # index; MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
+    vec = sql.SQL(
+        "vec AS MATERIALIZED (SELECT c.id, c.embedding <=> %(qvec)s AS dist FROM kb_chunks c {join} "
+        "WHERE {scope}{filt} ORDER BY dist LIMIT %(kc)s), "
+        "vec_all AS (SELECT id, dist, count(*) OVER () AS n_pre FROM vec), "
+        "vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS r "
+        "FROM vec_all WHERE 1 - dist >= %(min_sim)s)"
+    ).format(join=join, scope=scope, filt=filt)
+    if hybrid:
+        fts = sql.SQL(
+            ", q AS (SELECT {tsq} AS query), "
+            "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
+            "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT %(fts_cap)s), "
+            "fts AS (SELECT m.id, ts_rank_cd(m.tsv, q.query) AS s, "
+            "row_number() OVER (ORDER BY ts_rank_cd(m.tsv, q.query) DESC, m.id) AS r "
+            "FROM fts_m m, q ORDER BY r LIMIT %(kc)s), "
+            "fused AS (SELECT id, vec_r.r AS vector_rank, fts.r AS fts_rank, fts.s AS fts_score, "
+            "coalesce(%(wv)s / (%(rrf_k)s + vec_r.r), 0) + coalesce(%(wf)s / (%(rrf_k)s + fts.r), 0)"
+            " AS fused FROM vec_r FULL OUTER JOIN fts USING (id))"
+        ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt)
+        n_fts = sql.SQL("(SELECT count(*) FROM fts_m)")
+    else:
+        fts = sql.SQL(
+            ", fused AS (SELECT id, r AS vector_rank, NULL::bigint AS fts_rank, "
+            "NULL::real AS fts_score, %(wv)s / (%(rrf_k)s + r) AS fused FROM vec_r)"
+        )
+        n_fts = sql.SQL("0")
+    query = sql.SQL(
+        "WITH {vec}{fts} "
+        "SELECT {chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
+        "f.vector_rank, f.fts_rank, f.fts_score, f.fused, "
+        "coalesce((SELECT max(n_pre) FROM vec_all), 0) + {n_fts} AS n_pre "
+        "FROM fused f JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = f.id {docjoin} "
+        "ORDER BY f.fused DESC, c.id"
+    ).format(vec=vec, fts=fts, chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, n_fts=n_fts, docjoin=DOC_JOIN)
+    return query, p
+
+
+def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Composed, Params]:
+    """One hop of graph expansion from ``frontier`` (project, slug) pairs.
+
+    Per neighbour document: the strongest edge, and its chunk most similar to the query.
+    Params to add: tenant, projects, fp, fs (frontier projects/slugs), visited, types, qvec.
+    """
+    filt, p = doc_filter_sql(filters, with_doc_ids=False)
+    arms = []
+    if direction in ("outgoing", "both"):
+        arms.append(
+            "SELECT e.project_key, e.to_slug AS nbr, e.from_slug AS src, e.edge_type, e.weight, "
+            "'outgoing' AS direction FROM kb_edges e JOIN frontier f "
+            "ON e.project_key = f.p AND e.from_slug = f.s WHERE e.tenant_id = %(tenant)s "
+            "AND e.edge_type = ANY(%(types)s)"
+        )
+    if direction in ("incoming", "both"):
+        arms.append(
+            "SELECT e.project_key, e.from_slug AS nbr, e.to_slug AS src, e.edge_type, e.weight, "
+            "'incoming' AS direction FROM kb_edges e JOIN frontier f "
+            "ON e.project_key = f.p AND e.to_slug = f.s WHERE e.tenant_id = %(tenant)s "
+            "AND e.edge_type = ANY(%(types)s)"
+        )
+    query = sql.SQL(
+        "WITH frontier AS (SELECT * FROM unnest(%(fp)s::text[], %(fs)s::text[]) AS t(p, s)), "
+        "edges AS (SELECT DISTINCT ON (x.project_key, x.nbr) x.* FROM ({arms}) x "
+        "WHERE x.project_key = ANY(%(projects)s) "
+        "AND NOT (x.project_key || chr(31) || x.nbr) = ANY(%(visited)s) "
+        "ORDER BY x.project_key, x.nbr, x.weight DESC, x.src) "
+        "SELECT DISTINCT ON (d.id) {chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
+        "e.src AS from_slug, e.edge_type, e.weight AS edge_weight, e.direction "
+        "FROM edges e JOIN kb_documents d ON d.tenant_id = %(tenant)s "
+        "AND d.project_key = e.project_key AND d.slug = e.nbr "
+        "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
+        "WHERE d.is_canonical AND d.canonical_status IN ('accepted', 'review'){filt} "
+        "ORDER BY d.id, c.embedding <=> %(qvec)s, c.id"
+    ).format(arms=sql.SQL(" UNION ALL ").join(sql.SQL(a) for a in arms), chunk=CHUNK_COLUMNS,
+             doc=DOC_COLUMNS, filt=filt)
+    return query, p
+
+
+def rejected_sql() -> sql.Composed:
+    """Accepted rejected-approach docs by their best chunk's similarity, computed by pgvector.
+
+    Params: tenant, projects, qvec, min_sim, max_docs.
+    """
+    return sql.SQL(
+        "SELECT * FROM (SELECT DISTINCT ON (d.id) {chunk}, {doc}, "
+        "1 - (c.embedding <=> %(qvec)s) AS similarity "
+        "FROM kb_documents d JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
+        "WHERE d.tenant_id = %(tenant)s AND d.project_key = ANY(%(projects)s) AND d.is_canonical "
+        "AND d.canonical_type = 'rejected-approach' AND d.canonical_status = 'accepted' "
+        "ORDER BY d.id, c.embedding <=> %(qvec)s, c.id) r "
+        "WHERE r.similarity >= %(min_sim)s ORDER BY r.similarity DESC, r.chunk_id LIMIT %(max_docs)s"
+    ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
+
+
+def synonyms_sql() -> sql.Composed:
+    return sql.SQL(
+        "SELECT term, synonyms FROM kb_synonyms WHERE tenant_id = %(tenant)s "
+        "AND project_key = ANY(%(projects)s) AND enabled ORDER BY project_key, term"
+    ).format()

@@ -1,0 +1,177 @@
+"""Writing documents: one transaction per document, so readers see the old or the new version.
+
+The chunk rows go in with binary COPY; the embedding cache is filled beforehand (its own
+transactions: it only ever holds vectors that are correct for their text and model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from ..models import DocumentDraft
+
+logger = logging.getLogger(__name__)
+
+_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+_COPY_CHUNKS = (
+    "COPY kb_chunks (tenant_id, document_id, project_key, chunk_order, heading_path, text, "
+    "text_hash, search_prefix, metadata, embedding) FROM STDIN WITH (FORMAT BINARY)"
+)
+_COPY_TYPES = ["text", "int8", "text", "int4", "text", "text", "text", "text", "jsonb", "vector"]
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def doc_lock_key(tenant: str, project: str, source_path: str) -> str:
+    return "\x1f".join(("kb-doc", tenant, project, source_path))
+
+
+def existing_hash(conn: psycopg.Connection, tenant: str, project: str, source_path: str) -> str | None:
+    row = conn.execute(
+        "SELECT content_hash FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
+        "AND source_path = %s",
+        [tenant, project, source_path],
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def cached_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,
+                      hashes: Sequence[str]) -> dict[str, Any]:
+    rows = conn.execute(
+        "SELECT text_hash, embedding FROM kb_embedding_cache WHERE tenant_id = %s "
+        "AND model_id = %s AND text_hash = ANY(%s)",
+        [tenant, model_id, list(hashes)],
+    ).fetchall()
+    # pgvector returns Vector objects; callers want numpy arrays
+    return {h: (e.to_numpy() if hasattr(e, "to_numpy") else e) for h, e in rows}
+
+
+def store_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,
+                     items: Sequence[tuple[str, Any]]) -> None:
+    if not items:
+        return
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO kb_embedding_cache (tenant_id, model_id, text_hash, embedding) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            [(tenant, model_id, h, e) for h, e in items],
+        )
+
+
+def _doc_values(draft: DocumentDraft) -> dict[str, Any]:
+    return {
+        "doc_key": draft.doc_key, "title": draft.title, "source_type": draft.source_type,
+        "content_hash": draft.content_hash, "doc_id": draft.doc_id, "slug": draft.slug,
+        "is_canonical": draft.is_canonical, "canonical_type": draft.canonical_type,
+        "canonical_status": draft.canonical_status,
+        "retrieval_priority": draft.retrieval_priority,
+        "generation_source": draft.generation_source, "evidence_tier": draft.evidence_tier,
+        "tags": list(draft.tags), "owners": list(draft.owners), "summary": draft.summary,
+        "language": draft.language, "doc_date": draft.doc_date,
+        "frontmatter": Jsonb(json.loads(json.dumps(dict(draft.frontmatter), default=str))),
+    }
+
+
+def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
+                   embeddings: Sequence[Any]) -> str:
+    """Insert or replace one document atomically. Returns ``added``/``updated``/``unchanged``.
+
+    Concurrent writers of the same document are serialised by an advisory lock, and the hash
+    is re-checked under it, so two processes ingesting one folder leave one version.
+    """
+    values = _doc_values(draft)
+    with conn.transaction():
+        conn.execute(_LOCK_SQL, [doc_lock_key(tenant, project, draft.source_path)])
+        row = conn.execute(
+            "SELECT id, content_hash FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
+            "AND source_path = %s FOR UPDATE",
+            [tenant, project, draft.source_path],
+        ).fetchone()
+        if row is not None and row[1] == draft.content_hash:
+            return "unchanged"
+        if draft.slug:
+            # Another file in the project may already own the slug: fail this file only.
+            clash = conn.execute(
+                "SELECT source_path FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
+                "AND slug = %s AND source_path <> %s",
+                [tenant, project, draft.slug, draft.source_path],
+            ).fetchone()
+            if clash is not None:
+                from ..errors import IngestError
+
+                raise IngestError(
+                    f"{draft.source_path}: slug {draft.slug!r} is already used by {clash[0]}"
+                )
+        cols = list(values)
+        if row is None:
+            doc_pk = conn.execute(
+                sql.SQL(
+                    "INSERT INTO kb_documents (tenant_id, project_key, source_path, {cols}) "
+                    "VALUES (%(tenant)s, %(project)s, %(path)s, {vals}) RETURNING id"
+                ).format(
+                    cols=sql.SQL(", ").join(map(sql.Identifier, cols)),
+                    vals=sql.SQL(", ").join(sql.Placeholder(c) for c in cols),
+                ),
+                {**values, "tenant": tenant, "project": project, "path": draft.source_path},
+            ).fetchone()[0]
+            status = "added"
+        else:
+            doc_pk = row[0]
+            conn.execute(
+                sql.SQL(
+                    "UPDATE kb_documents SET {sets}, indexed_at = now() "
+                    "WHERE tenant_id = %(tenant)s AND id = %(id)s"
+                ).format(
+                    sets=sql.SQL(", ").join(
+                        sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder(c))
+                        for c in cols
+                    )
+                ),
+                {**values, "tenant": tenant, "id": doc_pk},
+            )
+            conn.execute("DELETE FROM kb_chunks WHERE tenant_id = %s AND document_id = %s",
+                         [tenant, doc_pk])
+            conn.execute("DELETE FROM kb_edges WHERE tenant_id = %s AND source_document_id = %s",
+                         [tenant, doc_pk])
+            status = "updated"
+        prefix = draft.title
+        with conn.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:
+            copy.set_types(_COPY_TYPES)
+            for chunk, emb in zip(draft.chunks, embeddings, strict=True):
+                copy.write_row((
+                    tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
+                    text_hash(chunk.text), f"{prefix} {chunk.heading_path}".strip(),
+                    Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb,
+                ))
+        if draft.slug and draft.edges:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO kb_edges (tenant_id, project_key, from_slug, to_slug, edge_type, "
+                    "weight, provenance, source_document_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (tenant_id, project_key, from_slug, to_slug, edge_type) DO NOTHING",
+                    [(tenant, project, draft.slug, e.to_slug, e.edge_type, e.weight, e.provenance,
+                      doc_pk) for e in draft.edges],
+                )
+    return status
+
+
+def delete_missing(conn: psycopg.Connection, *, tenant: str, project: str, prefix: str,
+                   keep: Sequence[str]) -> int:
+    """Delete documents under ``prefix`` whose source file is gone; return how many."""
+    with conn.transaction():
+        cur = conn.execute(
+            "DELETE FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
+            "AND (source_path = %s OR starts_with(source_path, %s)) AND NOT source_path = ANY(%s)",
+            [tenant, project, prefix, prefix.rstrip("/") + "/" if prefix else "", list(keep)],
+        )
+        return cur.rowcount

@@ -1,0 +1,88 @@
+"""Shared fixtures: a real PostgreSQL + pgvector (embedded unless KB_TEST_DATABASE_URL is set).
+
+Every knowledge base a test opens gets a database of its own (the embedding dimension is
+fixed per database), created on the session's server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from kb_retriever import HashingEmbedder, KnowledgeBase, MiniLMEmbedder, Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_KB = ROOT / "examples" / "kb"
+
+# Tests never read the developer's environment: only explicit settings.
+for _key in [k for k in os.environ if k.startswith("KB_") and k != "KB_TEST_DATABASE_URL"]:
+    del os.environ[_key]
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = os.environ.get("KB_TEST_DATABASE_URL")
+    if url:
+        return url
+    from kb_retriever.store.server import start_embedded
+
+    return start_embedded(tmp_path_factory.mktemp("kbhome"))
+
+
+@pytest.fixture(scope="session")
+def new_database(pg_server_url: str) -> Iterator[Callable[[], str]]:
+    """A factory of fresh, empty databases on the session's server; returns their URLs."""
+    created: list[str] = []
+
+    def make() -> str:
+        name = f"kbtest_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        created.append(name)
+        return make_conninfo(pg_server_url, dbname=name)
+
+    yield make
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        for name in created:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(scope="session")
+def minilm() -> MiniLMEmbedder:
+    return MiniLMEmbedder()
+
+
+@pytest.fixture
+def make_kb(new_database: Callable[[], str]) -> Iterator[Callable[..., KnowledgeBase]]:
+    """Open a KnowledgeBase on a fresh database (hashing embedder unless one is given)."""
+    opened: list[KnowledgeBase] = []
+
+    def make(embedder: Any = None, settings: Settings | None = None, **kw: Any) -> KnowledgeBase:
+        kb = KnowledgeBase(settings or Settings(), embedder=embedder or HashingEmbedder(256),
+                           database_url=new_database(), **kw)
+        opened.append(kb.open())
+        return kb
+
+    yield make
+    for kb in opened:
+        kb.close()
+
+
+@pytest.fixture(scope="session")
+def example_kb(new_database: Callable[[], str], minilm: MiniLMEmbedder) -> Iterator[KnowledgeBase]:
+    """examples/kb/ ingested with the default embedder, shared read-only by many tests."""
+    kb = KnowledgeBase(Settings(), embedder=minilm, database_url=new_database()).open()
+    report = kb.ingest([EXAMPLE_KB])
+    assert not report.failed, report.failed
+    yield kb
+    kb.close()

@@ -1,0 +1,137 @@
+"""The store against a real PostgreSQL: migrations, fixed choices, ingest semantics."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from kb_retriever import HashingEmbedder, KnowledgeBase, SchemaError, Settings
+from kb_retriever.store import schema
+
+pytestmark = pytest.mark.db
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+DOC_A = """
+---
+slug: dec-alpha
+type: decision
+status: accepted
+tags: [alpha]
+related: ["[[dec-beta]]"]
+---
+# Alpha
+
+## Context
+Alpha explains the first decision about queues.
+
+## Decision
+We use a durable queue for alpha events.
+"""
+
+
+def _counts(kb: KnowledgeBase) -> tuple[int, int, int]:
+    with psycopg.connect(kb.url) as conn:
+        return tuple(  # type: ignore[return-value]
+            conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("kb_documents", "kb_chunks", "kb_edges")
+        )
+
+
+def test_migrations_are_idempotent(make_kb):
+    kb = make_kb()
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        first = schema.migrate(conn)
+        second = schema.migrate(conn)
+        assert first == second == max(v for v, _, _ in schema.migration_files())
+        tables = {r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        assert {"kb_documents", "kb_chunks", "kb_edges", "kb_synonyms"} <= tables
+        # every tenant table's primary key starts with tenant_id
+        for table in ("kb_documents", "kb_chunks", "kb_edges", "kb_synonyms", "kb_embedding_cache"):
+            cols = conn.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = i.indkey[0] WHERE i.indrelid = %s::regclass AND i.indisprimary",
+                [table]).fetchone()
+            assert cols[0] == "tenant_id", table
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
+        assert {"kb_chunks_hnsw_ix", "kb_chunks_tsv_ix"} <= indexes
+
+
+def test_reopen_with_other_dimension_is_a_clear_error(new_database):
+    url = new_database()
+    KnowledgeBase(Settings(), embedder=HashingEmbedder(64), database_url=url).open().close()
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url)
+    with pytest.raises(SchemaError, match="64-d embeddings"):
+        kb.open()
+
+
+def test_ingest_is_idempotent_and_replaces_changed_content(make_kb, tmp_path):
+    kb = make_kb()
+    _write(tmp_path / "dec-alpha.md", DOC_A)
+    _write(tmp_path / "notes.txt", "plain notes about alpha queues")
+    r1 = kb.ingest([tmp_path])
+    assert sorted(r1.added) == ["dec-alpha.md", "notes.txt"] and not r1.failed
+    docs, chunks, edges = _counts(kb)
+    assert (docs, edges) == (2, 1) and chunks >= 3
+    r2 = kb.ingest([tmp_path])
+    assert sorted(r2.unchanged) == ["dec-alpha.md", "notes.txt"] and r2.chunks_embedded == 0
+    assert _counts(kb) == (docs, chunks, edges)
+    _write(tmp_path / "dec-alpha.md", DOC_A.replace("durable queue", "replicated log"))
+    r3 = kb.ingest([tmp_path])
+    assert r3.updated == ["dec-alpha.md"]
+    # only the changed chunk is re-embedded; unchanged chunk texts come from the cache
+    assert r3.chunks_embedded == 1
+    assert _counts(kb) == (docs, chunks, edges)
+    hit = kb.search("replicated log alpha").primary[0]
+    assert "replicated log" in hit.text
+
+
+def test_prune_deletes_missing_files(make_kb, tmp_path):
+    kb = make_kb()
+    _write(tmp_path / "a.md", "# A\n\nalpha text")
+    _write(tmp_path / "b.md", "# B\n\nbeta text")
+    kb.ingest([tmp_path])
+    (tmp_path / "b.md").unlink()
+    report = kb.ingest([tmp_path], prune=True)
+    assert report.deleted == 1
+    assert _counts(kb)[0] == 1
+
+
+def test_bad_file_fails_alone_and_keeps_previous_version(make_kb, tmp_path):
+    kb = make_kb()
+    good = _write(tmp_path / "good.md", "# Good\n\nthe original good text")
+    kb.ingest([tmp_path])
+    good.write_bytes(b"\xff\xfe\x00binary\x00garbage")
+    _write(tmp_path / "other.md", "# Other\n\nanother document")
+    report = kb.ingest([tmp_path])
+    assert [p for p, _ in report.failed] == ["good.md"]
+    assert report.added == ["other.md"]
+    texts = [h.text for h in kb.search("original good text", limit=5).primary]
+    assert any("original good text" in t for t in texts)
+
+
+def test_duplicate_slug_fails_that_file_only(make_kb, tmp_path):
+    kb = make_kb()
+    _write(tmp_path / "one.md", DOC_A)
+    _write(tmp_path / "two.md", DOC_A.replace("Alpha", "Other"))
+    report = kb.ingest([tmp_path])
+    assert len(report.added) == 1 and len(report.failed) == 1
+    assert "already used" in report.failed[0][1]
+
+
+def test_invalid_frontmatter_is_ingested_as_non_canonical_with_warning(make_kb, tmp_path):
+    kb = make_kb()
+    _write(tmp_path / "bad.md", "---\nslug: Not A Slug\ntype: decision\nstatus: accepted\n---\n# T\n\nbody text here")
+    report = kb.ingest([tmp_path])
+    assert report.added == ["bad.md"] and report.warnings
+    hit = kb.search("body text here").primary[0]
+    assert hit.document.is_canonical is False
