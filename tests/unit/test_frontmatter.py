@@ -172,7 +172,8 @@ def test_related_accepts_every_spelling_dedupes_and_drops_invalid() -> None:
 
 
 def test_flow_list_of_unquoted_wikilinks() -> None:
-    result = fm(CANONICAL + "supersedes: [[[old-auth]], [[older-auth]]]\nsuperseded_by: \"[[new]]\"\n")
+    result = fm(CANONICAL + "supersedes: [[[old-auth]], [[older-auth]]]\n"
+                "superseded_by: \"[[new]]\"\n")
     assert result.supersedes == ("old-auth", "older-auth")
     assert result.superseded_by == ("new",)
 
@@ -259,7 +260,8 @@ def test_language(raw: str, expected: str | None) -> None:
 
 
 def test_data_is_json_safe() -> None:
-    result = fm(CANONICAL + 'when: 2024-01-01\nnul: "a\\0b"\nnan: .nan\n1: one\nnested: {d: 2024-02-02}\n')
+    result = fm(CANONICAL + 'when: 2024-01-01\nnul: "a\\0b"\nnan: .nan\n1: one\n'
+                "nested: {d: 2024-02-02}\n")
     json.dumps(result.data, allow_nan=False)  # must not raise
     assert result.data["when"] == "2024-01-01"
     assert result.data["nul"] == "ab"

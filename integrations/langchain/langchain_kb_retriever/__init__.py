@@ -1,0 +1,38 @@
+"""LangChain adapters for kb-retriever: thin converters over the framework-free core.
+
+* :class:`KBRetriever` — a ``BaseRetriever`` (per-call ``k``/``filters``, real async).
+* :class:`KBCompressor` — the core rerank + canonical trust gradient as a
+  ``BaseDocumentCompressor`` for documents of any retriever.
+* :class:`KBPromptComposer` — a runnable rendering the rejected / related / context blocks.
+* :func:`kb_search_tool` — a ``StructuredTool`` with typed filters, for agents.
+* :class:`KBEmbeddings` — any LangChain ``Embeddings`` as the core's embedder.
+
+Example::
+
+    from kb_retriever import KnowledgeBase
+    from langchain_kb_retriever import KBPromptComposer, KBRetriever
+
+    with KnowledgeBase() as kb:
+        kb.ingest(["examples/kb"])
+        retriever = KBRetriever(kb=kb, k=4)
+        print(KBPromptComposer(retriever=retriever).invoke("which cache do we use?"))
+"""
+
+from .compressors import KBCompressor
+from .embeddings import KBEmbeddings
+from .prompt import KBPromptComposer
+from .retrievers import KBRetriever
+from .tools import KBSearchFilters, KBSearchInput, kb_search_tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KBCompressor",
+    "KBEmbeddings",
+    "KBPromptComposer",
+    "KBRetriever",
+    "KBSearchFilters",
+    "KBSearchInput",
+    "__version__",
+    "kb_search_tool",
+]

@@ -82,7 +82,8 @@ class FrontmatterResult:
     related: tuple[str, ...] = ()
     supersedes: tuple[str, ...] = ()
     superseded_by: tuple[str, ...] = ()
-    typed_edges: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (edge_type, slugs), in key order
+    # (edge_type, slugs) for the typed lists present, in EDGE_TYPE_WEIGHTS order
+    typed_edges: tuple[tuple[str, tuple[str, ...]], ...] = ()
     tags: tuple[str, ...] = ()
     owners: tuple[str, ...] = ()
     summary: str | None = None

@@ -42,8 +42,9 @@ PARSER_VERSION = "kb-retriever-ingest/1"
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
 _HEADING_STYLE_RE = re.compile(r"^heading ([1-6])$", re.IGNORECASE)
-# DOCX body lines that the markdown chunker would misread as a heading or a code fence.
-_MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~))", re.MULTILINE)
+# DOCX body lines that the markdown chunker would misread as a heading, a code fence or a
+# frontmatter delimiter; they get a backslash.
+_MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", re.MULTILINE)
 
 
 def parse_document(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
@@ -116,6 +117,16 @@ def build_edges(fm: FrontmatterResult, wikilinks: Sequence[str] = ()) -> tuple[E
     return tuple(edges)
 
 
+_H1 = re.compile(r"^#[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+
+
+def _first_h1(body: str) -> str | None:
+    """The first level-1 heading, as a title (the reference used the file name, which reads
+    poorly in prompts and citations: ``rej-memcached-2023`` vs its real title)."""
+    match = _H1.search(body)
+    return match.group(1).strip()[:300] if match else None
+
+
 def _markdown_draft(draft: DocumentDraft, fm: FrontmatterResult, chunks: tuple[ChunkDraft, ...],
                     *, canonical_enabled: bool) -> DocumentDraft:
     canonical = fm.is_canonical and canonical_enabled
@@ -132,7 +143,8 @@ def _markdown_draft(draft: DocumentDraft, fm: FrontmatterResult, chunks: tuple[C
         frontmatter = {**fm.data, "_derived": derived}  # reference frontmatter_json shape
     # Descriptive fields apply to every document; the canonical ones only when canonical.
     return replace(
-        draft, source_type="markdown", chunks=chunks, title=fm.title or draft.title,
+        draft, source_type="markdown", chunks=chunks,
+        title=fm.title or _first_h1(fm.body) or draft.title,
         tags=fm.tags, owners=fm.owners, summary=fm.summary, language=fm.language,
         doc_date=fm.doc_date, generation_source=fm.generation_source,
         evidence_tier=fm.evidence_tier, frontmatter=MappingProxyType(frontmatter),

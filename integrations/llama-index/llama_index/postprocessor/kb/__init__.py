@@ -1,0 +1,12 @@
+"""LlamaIndex node postprocessor for kb-retriever (distribution ``llama-index-kb-retriever``).
+
+Example::
+
+    from llama_index.postprocessor.kb import KBNodePostprocessor
+
+    nodes = KBNodePostprocessor(top_n=5).postprocess_nodes(nodes, query_str="cache layer?")
+"""
+
+from .base import KBNodePostprocessor
+
+__all__ = ["KBNodePostprocessor"]

@@ -1,0 +1,82 @@
+"""``KBEmbeddings``: any LangChain ``Embeddings`` as a kb-retriever ``Embedder``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from kb_retriever import ConfigError
+from langchain_core.embeddings import Embeddings
+
+__all__ = ["KBEmbeddings"]
+
+_PROBE = "kb-retriever dimension probe"
+
+
+class KBEmbeddings:
+    """Wrap a LangChain ``Embeddings`` so a :class:`~kb_retriever.KnowledgeBase` can use it.
+
+    The core needs a ``model_id`` (it keys the embedding cache, so two models never share
+    vectors) and a fixed ``dimension``. ``model_id`` defaults to the wrapped class name plus
+    its ``model``/``model_name`` attribute; ``dimension``, unless given, is found by embedding
+    one probe string the first time it is read (the knowledge base reads it when it opens).
+
+    Example::
+
+        from kb_retriever import KnowledgeBase
+        from langchain_core.embeddings import DeterministicFakeEmbedding
+        from langchain_kb_retriever import KBEmbeddings
+
+        embedder = KBEmbeddings(DeterministicFakeEmbedding(size=256))
+        with KnowledgeBase(embedder=embedder) as kb:
+            kb.ingest(["examples/kb"])
+    """
+
+    def __init__(self, embeddings: Embeddings, *, model_id: str | None = None,
+                 dimension: int | None = None) -> None:
+        if not isinstance(embeddings, Embeddings):
+            raise ConfigError(
+                f"KBEmbeddings wraps a langchain_core Embeddings, got {type(embeddings).__name__}"
+            )
+        if dimension is not None and (isinstance(dimension, bool) or dimension < 1):
+            raise ConfigError(f"dimension must be a positive integer, got {dimension!r}")
+        self.embeddings = embeddings
+        self._model_id = model_id or _default_model_id(embeddings)
+        self._dimension = dimension
+        self._lock = threading.Lock()
+
+    @property
+    def provider_name(self) -> str:
+        """The wrapped class name (what LangSmith shows as the embedding provider)."""
+        return type(self.embeddings).__name__
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            with self._lock:
+                if self._dimension is None:
+                    self._dimension = len(self.embeddings.embed_query(_PROBE))
+        return self._dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.embeddings.embed_documents(list(texts))
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embeddings.embed_query(text)
+
+    def __repr__(self) -> str:
+        return f"KBEmbeddings({self.provider_name}, model_id={self._model_id!r})"
+
+
+def _default_model_id(embeddings: Embeddings) -> str:
+    name = type(embeddings).__name__
+    for attr in ("model", "model_name", "model_id"):
+        value = getattr(embeddings, attr, None)
+        if isinstance(value, str) and value:
+            return f"langchain:{name}:{value}"
+    size = getattr(embeddings, "size", None)  # the fake embeddings of langchain_core
+    return f"langchain:{name}" + (f":{size}" if isinstance(size, int) else "")

@@ -1,0 +1,130 @@
+"""``kb_search_tool``: a ``StructuredTool`` an agent can call with a query, k and filters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+from typing import Any, Literal
+
+from kb_retriever import KbError, KnowledgeBase
+from langchain_core.documents import Document
+from langchain_core.tools import StructuredTool, ToolException
+from pydantic import BaseModel, ConfigDict, Field
+
+from .prompt import KBPromptComposer
+from .retrievers import KBRetriever
+
+__all__ = ["KBSearchFilters", "KBSearchInput", "kb_search_tool"]
+
+# The literals mirror kb_retriever.models.SOURCE_TYPES / CANONICAL_TYPES, so the model sees
+# the valid values in the JSON schema instead of learning them from an error.
+SourceType = Literal["markdown", "text", "pdf", "docx"]
+CanonicalType = Literal[
+    "project-index", "module-kb", "decision", "runbook", "standard", "incident",
+    "integration", "domain-concept", "rejected-approach",
+]
+
+DEFAULT_DESCRIPTION = (
+    "Search the engineering knowledge base (decisions, runbooks, standards, incidents, module "
+    "docs). Returns context blocks: rejected approaches (never propose them), related "
+    "documents, and the matching chunks with their title and path to cite."
+)
+
+
+class KBSearchFilters(BaseModel):
+    """Optional narrowing of a knowledge-base search (values OR-ed, dimensions AND-ed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source_types: list[SourceType] | None = Field(None, description="File kinds to search.")
+    canonical_types: list[CanonicalType] | None = Field(
+        None, description="Canonical document types to search.")
+    tags: list[str] | None = Field(None, description="Frontmatter tags; any of them matches.")
+    folder_globs: list[str] | None = Field(
+        None, description="Path globs such as 'runbooks/**'.")
+    date_from: date | None = Field(None, description="Only documents dated on/after (ISO).")
+    date_to: date | None = Field(None, description="Only documents dated on/before (ISO).")
+
+
+class KBSearchInput(BaseModel):
+    """The arguments of the knowledge-base search tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(description="What to look for, in natural language.")
+    k: int | None = Field(None, ge=1, le=50, description="How many chunks to return.")
+    filters: KBSearchFilters | None = Field(None, description="Optional filters.")
+    project: str | None = Field(None, description="Project to search; default: the usual one.")
+
+
+def kb_search_tool(source: KnowledgeBase | KBRetriever, *, name: str = "kb_search",
+                   description: str = DEFAULT_DESCRIPTION,
+                   composer: KBPromptComposer | None = None,
+                   allowed_projects: Sequence[str] | None = None, **retriever_fields: Any,
+                   ) -> StructuredTool:
+    """A ``StructuredTool`` over a knowledge base, for agents.
+
+    Arguments the model fills in: ``query``, ``k``, ``filters`` (typed: source_types,
+    canonical_types, tags, folder_globs, date_from, date_to) and ``project``. The tool
+    returns the composed context (the three blocks of :func:`kb_retriever.compose_prompt`)
+    as content and, with ``response_format="content_and_artifact"``, the ``Document`` list
+    (primary, then graph and rejected) as the ``ToolMessage`` artifact. Bad arguments come
+    back to the model as a ``ToolException`` message instead of crashing the agent.
+
+    ``source`` is a :class:`KnowledgeBase` (``retriever_fields`` such as ``k`` or ``tenant``
+    build the retriever) or a ready :class:`KBRetriever`. ``allowed_projects`` restricts
+    which projects the model may name; the tenant is never the model's choice.
+
+    Example::
+
+        tool = kb_search_tool(kb, k=4)
+        msg = tool.invoke({"type": "tool_call", "id": "1", "name": "kb_search",
+                           "args": {"query": "cache layer", "filters": {"tags": ["cache"]}}})
+        print(msg.content)        # the composed context
+        print(msg.artifact[0].id) # the chunk ids, for citations
+    """
+    retriever = (source if isinstance(source, KBRetriever)
+                 else KBRetriever(kb=source, **retriever_fields))
+    render = composer or KBPromptComposer(retriever=retriever)
+    allowed = None if allowed_projects is None else frozenset(allowed_projects)
+
+    def options(k: int | None, filters: KBSearchFilters | dict[str, Any] | None,
+                project: str | None) -> dict[str, Any]:
+        if allowed is not None and project is not None and project not in allowed:
+            raise ToolException(
+                f"project {project!r} is not available; choose one of {sorted(allowed)}")
+        opts: dict[str, Any] = {"include_context": True}
+        if k is not None:
+            opts["k"] = k
+        if isinstance(filters, KBSearchFilters):
+            filters = filters.model_dump(exclude_none=True)
+        if filters:
+            opts["filters"] = {key: (v.isoformat() if isinstance(v, date) else v)
+                               for key, v in filters.items()}
+        if project is not None:
+            opts["project"] = project
+        return opts
+
+    def run(query: str, k: int | None = None, filters: Any = None,
+            project: str | None = None) -> tuple[str, list[Document]]:
+        opts = options(k, filters, project)
+        try:
+            result = retriever.search(query, **opts)
+        except KbError as exc:
+            raise ToolException(str(exc)) from exc
+        return render.render(result), retriever.to_documents(result, **opts)
+
+    async def arun(query: str, k: int | None = None, filters: Any = None,
+                   project: str | None = None) -> tuple[str, list[Document]]:
+        opts = options(k, filters, project)
+        try:
+            result = await retriever.asearch(query, **opts)
+        except KbError as exc:
+            raise ToolException(str(exc)) from exc
+        return render.render(result), retriever.to_documents(result, **opts)
+
+    return StructuredTool.from_function(
+        func=run, coroutine=arun, name=name, description=description,
+        args_schema=KBSearchInput, response_format="content_and_artifact",
+        handle_tool_error=True,
+    )

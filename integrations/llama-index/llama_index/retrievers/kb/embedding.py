@@ -1,0 +1,118 @@
+"""Embedding bridges, both directions.
+
+* :class:`KBLlamaEmbedding`: any LlamaIndex ``BaseEmbedding`` as a kb-retriever ``Embedder``
+  (to ingest and search a knowledge base with, say, ``OpenAIEmbedding``).
+* :class:`KBCoreEmbedding`: a kb-retriever ``Embedder`` (e.g. the default MiniLM) as a LlamaIndex
+  ``BaseEmbedding`` (to build a ``VectorStoreIndex`` with the same model as the knowledge base).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import PrivateAttr
+
+from kb_retriever import Embedder
+
+__all__ = ["KBCoreEmbedding", "KBLlamaEmbedding"]
+
+_PROBE = "dimension probe"
+
+
+class KBLlamaEmbedding:
+    """A LlamaIndex ``BaseEmbedding`` as a kb-retriever :class:`~kb_retriever.Embedder`.
+
+    ``model_id`` (it keys the embedding cache) defaults to the embedding's ``model_name``, or
+    its class name when that is ``"unknown"``. ``dimension`` is probed lazily with one
+    embedding call unless given, so constructing does no I/O.
+
+    Example::
+
+        from kb_retriever import KnowledgeBase
+        from llama_index.embeddings.openai import OpenAIEmbedding
+
+        embedder = KBLlamaEmbedding(OpenAIEmbedding(model="text-embedding-3-small"),
+                                    dimension=1536)
+        with KnowledgeBase(embedder=embedder) as kb:
+            kb.ingest(["docs/"])
+    """
+
+    def __init__(self, embedding: BaseEmbedding, *, dimension: int | None = None,
+                 model_id: str | None = None) -> None:
+        if not isinstance(embedding, BaseEmbedding):
+            raise TypeError("embedding must be a llama_index BaseEmbedding, "
+                            f"not {type(embedding).__name__}")
+        if dimension is not None and (isinstance(dimension, bool) or dimension < 1):
+            raise ValueError(f"dimension must be a positive integer, got {dimension!r}")
+        self.embedding = embedding
+        name = embedding.model_name
+        self._model_id = model_id or (name if name and name != "unknown"
+                                      else f"llama-index:{embedding.class_name()}")
+        self._dimension = dimension
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            with self._lock:
+                if self._dimension is None:
+                    self._dimension = len(self.embedding.get_text_embedding(_PROBE))
+        return self._dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return [list(v) for v in self.embedding.get_text_embedding_batch(list(texts))]
+
+    def embed_query(self, text: str) -> list[float]:
+        return list(self.embedding.get_query_embedding(text))
+
+
+class KBCoreEmbedding(BaseEmbedding):
+    """A kb-retriever :class:`~kb_retriever.Embedder` as a LlamaIndex ``BaseEmbedding``.
+
+    Example::
+
+        from kb_retriever import MiniLMEmbedder
+        from llama_index.core import VectorStoreIndex
+
+        index = VectorStoreIndex(nodes, embed_model=KBCoreEmbedding(MiniLMEmbedder()))
+    """
+
+    _embedder: Embedder = PrivateAttr()
+
+    def __init__(self, embedder: Embedder, **kwargs: object) -> None:
+        if not isinstance(embedder, Embedder):
+            raise TypeError("embedder must provide model_id, dimension, embed_documents, "
+                            "embed_query")
+        kwargs.setdefault("model_name", embedder.model_id)
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._embedder = embedder
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "KBCoreEmbedding"
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return list(self._embedder.embed_query(query))
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return list(self._embedder.embed_documents([text])[0])
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return [list(v) for v in self._embedder.embed_documents(texts)]
+
+    # The core embedders are synchronous CPU work: run them off the event loop.
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return await asyncio.to_thread(self._get_query_embedding, query)
+
+    async def _aget_text_embedding(self, text: str) -> list[float]:
+        return await asyncio.to_thread(self._get_text_embedding, text)
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self._get_text_embeddings, texts)
