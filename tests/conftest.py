@@ -7,6 +7,7 @@ fixed per database), created on the session's server.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,13 +29,18 @@ for _key in [k for k in os.environ if k.startswith("KB_") and k != "KB_TEST_DATA
 
 
 @pytest.fixture(scope="session")
-def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def pg_server_url() -> Iterator[str]:
     url = os.environ.get("KB_TEST_DATABASE_URL")
     if url:
-        return url
+        yield url
+        return
     from kb_retriever.store.server import start_embedded
 
-    return start_embedded(tmp_path_factory.mktemp("kbhome"))
+    # Not under pytest's basetemp: concurrent pytest runs rotate (delete) old basetemps.
+    home = Path(tempfile.mkdtemp(prefix="kb-test-home-"))
+    yield start_embedded(home)
+    # The server stops when this process exits (pgserver's atexit handler); the data directory
+    # is removed by the OS temp cleaner or on the next run.
 
 
 @pytest.fixture(scope="session")

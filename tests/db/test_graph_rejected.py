@@ -1,0 +1,149 @@
+"""Graph expansion and rejected-approach injection (reference §12–13 cases, plus our fixes)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kb_retriever import Origin, Settings
+
+pytestmark = pytest.mark.db
+
+
+def doc(slug: str, *, type_: str = "decision", status: str = "accepted", body: str,
+        edges: dict[str, list[str]] | None = None, summary: str | None = None) -> str:
+    lines = [f"slug: {slug}", f"type: {type_}", f"status: {status}"]
+    if summary:
+        lines.append(f"summary: {summary}")
+    for kind, targets in (edges or {}).items():
+        lines.append(f"{kind}: [{', '.join(repr('[[' + t + ']]') for t in targets)}]")
+    fm = "\n".join(lines)
+    return f"---\n{fm}\n---\n# {slug}\n\n{textwrap.dedent(body).strip()}\n"
+
+
+def write_kb(root: Path, docs: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for slug, text in docs.items():
+        (root / f"{slug}.md").write_text(text)
+    return root
+
+
+GRAPH = {
+    "seed": doc("seed", body="alpha beta gamma seed decision about widgets and widget caching",
+                edges={"depends_on": ["hop1"], "implements": ["draft-target"],
+                       "uses": ["not-allowed"], "related": ["superseded-target", "missing"]}),
+    "hop1": doc("hop1", type_="module-kb", body="the hop one module.\n\n## Widgets\n\nwidget"
+                " caching internals and widget eviction", edges={"depends_on": ["hop2"]}),
+    "hop2": doc("hop2", type_="module-kb", body="the hop two module stores delta records"),
+    "draft-target": doc("draft-target", status="draft", body="a draft about widgets"),
+    "superseded-target": doc("superseded-target", status="superseded", body="old widgets"),
+    "not-allowed": doc("not-allowed", body="reached only through a uses edge"),
+    "child": doc("child", type_="runbook", body="a runbook that depends on the seed",
+                 edges={"depends_on": ["seed"]}),
+    "rej-one": doc("rej-one", type_="rejected-approach", summary="We rejected widget sharding.",
+                   body="widget sharding across regions was rejected for widget caching"),
+    "rej-draft": doc("rej-draft", type_="rejected-approach", status="draft",
+                     body="widget caching rejected draft approach"),
+    "rej-far": doc("rej-far", type_="rejected-approach", body="completely unrelated zebra tax"),
+}
+QUERY = "widget caching seed decision"
+
+
+@pytest.fixture
+def graph_kb(make_kb, tmp_path):
+    def make(**settings):
+        kb = make_kb(settings=Settings(**{"rejected_min_similarity": 0.2, **settings}))
+        kb.ingest([write_kb(tmp_path / "kb", GRAPH)])
+        return kb
+    return make
+
+
+def slugs(hits):
+    return [h.document.slug for h in hits]
+
+
+def test_one_hop_outgoing_over_allowed_types_only(graph_kb):
+    result = graph_kb().search(QUERY, limit=1)
+    assert slugs(result.primary) == ["seed"]
+    assert slugs(result.expanded) == ["hop1"]  # draft, superseded, dangling, `uses` dropped
+    hit = result.expanded[0]
+    assert (hit.origin, hit.edge_type, hit.from_slug, hit.hop) == (
+        Origin.GRAPH_EXPANSION, "depends_on", "seed", 1)
+    # the neighbour's chunk most similar to the query, not its first chunk
+    assert "widget" in hit.text and hit.heading_path.endswith("Widgets")
+    assert hit.score == pytest.approx(hit.similarity * 0.8)
+
+
+def test_multi_hop_with_decay(graph_kb):
+    result = graph_kb(graph_expansion_hops=2).search(QUERY, limit=1)
+    by_slug = {h.document.slug: h for h in result.expanded}
+    assert set(by_slug) == {"hop1", "hop2"}
+    assert by_slug["hop2"].hop == 2 and by_slug["hop2"].from_slug == "hop1"
+    assert by_slug["hop2"].scores.hop_decay == pytest.approx(0.5)
+
+
+def test_incoming_direction(graph_kb):
+    result = graph_kb(graph_expansion_direction="incoming").search(QUERY, limit=1)
+    assert slugs(result.expanded) == ["child"]
+    result = graph_kb(graph_expansion_direction="both").search(QUERY, limit=1)
+    assert set(slugs(result.expanded)) == {"hop1", "child"}
+
+
+def test_node_cap_disabled_and_filters(graph_kb):
+    assert len(graph_kb(graph_expansion_hops=3, graph_expansion_max_nodes=1)
+               .search(QUERY, limit=1).expanded) == 1
+    assert graph_kb(graph_expansion_enabled=False).search(QUERY, limit=1).expanded == ()
+    kb = graph_kb()
+    filtered = kb.search(QUERY, limit=1, filters={"canonical_types": ["decision"]})
+    assert filtered.expanded == ()  # hop1 is a module-kb: the user's filter applies to neighbours
+
+
+def test_no_primary_document_is_repeated(graph_kb):
+    result = graph_kb(graph_expansion_direction="both").search(QUERY, limit=5)
+    primary_docs = {h.document.id for h in result.primary}
+    assert not primary_docs & {h.document.id for h in result.expanded}
+    uids = [h.uid for h in result.primary + result.expanded + result.rejected]
+    assert len(uids) == len(set(uids))
+
+
+def test_non_canonical_kb_degrades_to_empty(make_kb, tmp_path):
+    root = tmp_path / "plain"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nwidget caching notes, see [[b]]")
+    (root / "b.md").write_text("# B\n\nmore widget caching")
+    kb = make_kb()
+    kb.ingest([root])
+    out = kb.search("widget caching")
+    assert out.primary and out.expanded == () and out.rejected == ()
+
+
+def test_rejected_threshold_cap_status_and_summary(graph_kb):
+    kb = graph_kb()
+    result = kb.search(QUERY)
+    assert slugs(result.rejected) == ["rej-one"]  # draft and far-off ones are not injected
+    rej = result.rejected[0]
+    assert rej.origin is Origin.REJECTED and rej.similarity >= 0.2
+    assert rej.document.summary == "We rejected widget sharding."
+    assert graph_kb(rejected_min_similarity=0.99).search(QUERY).rejected == ()
+    assert graph_kb(rejected_injection_enabled=False).search(QUERY).rejected == ()
+
+
+def test_channels_are_tenant_and_project_isolated(make_kb, tmp_path):
+    kb = make_kb(settings=Settings(rejected_min_similarity=0.2))
+    root = write_kb(tmp_path / "kb", GRAPH)
+    kb.ingest([root], tenant="t1", project="p1")
+    other = dict(GRAPH)
+    other["hop1"] = other["hop1"].replace("hop one module", "OTHER TENANT hop one")
+    other["rej-one"] = other["rej-one"].replace("widget sharding", "OTHER TENANT sharding")
+    kb.ingest([write_kb(tmp_path / "other", other)], tenant="t2", project="p1")
+    kb.ingest([write_kb(tmp_path / "other2", other)], tenant="t1", project="p2")
+    for tenant, project, marker_expected in (("t1", "p1", False), ("t2", "p1", True),
+                                             ("t1", "p2", True)):
+        result = kb.search(QUERY, limit=1, tenant=tenant, project=project)
+        texts = [h.text for h in result.primary + result.expanded + result.rejected]
+        assert result.expanded and result.rejected
+        assert all(h.document.tenant_id == tenant and h.document.project_key == project
+                   for h in result.primary + result.expanded + result.rejected + result.runner_up)
+        assert any("OTHER TENANT" in t for t in texts) is marker_expected
