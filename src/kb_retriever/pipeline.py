@@ -106,9 +106,13 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     with_doc_ids = settings.mentions_mode == "filter"
     hybrid = settings.hybrid_search_enabled
     mode = settings.fts_query_mode
+    # In boost mode @mentioned doc ids (the argument, or filters.doc_ids as in the reference) boost
+    # instead of filtering.
+    mentions = (req.mention_doc_ids | frozenset(req.filters.doc_ids)
+                if settings.mentions_mode == "boost" else frozenset())
     cand_sql, fparams = q.candidates_sql(
         hybrid=hybrid, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
-        filters=req.filters, with_doc_ids=with_doc_ids,
+        filters=req.filters, with_doc_ids=with_doc_ids, with_mentions=bool(mentions),
     )
     params = {
         **scope_p, **fparams, "qvec": qvec, "kc": kc, "min_sim": settings.default_min_similarity,
@@ -117,6 +121,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         "fts_lang": settings.fts_language,
         "fts_text": " ".join([req.query, *phrases]) if mode == "or" else req.query,
         **{f"phrase{i}": p for i, p in enumerate(phrases)},
+        "mention_ids": sorted(mentions),
     }
     t = time.perf_counter()
     rows = yield Fetch(cand_sql, params, "candidates")
@@ -125,7 +130,6 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     n_pre = int(rows[0]["n_pre"]) if rows else 0
 
     t = time.perf_counter()
-    mentions = req.mention_doc_ids if settings.mentions_mode == "boost" else frozenset()
     ranked = rerank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now)
     top, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     runner_up = tuple(

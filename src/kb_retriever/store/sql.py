@@ -150,7 +150,7 @@ def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
 
 
 def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: SearchFilters,
-                   with_doc_ids: bool) -> tuple[sql.Composed, Params]:
+                   with_doc_ids: bool, with_mentions: bool = False) -> tuple[sql.Composed, Params]:
     """One statement for both legs (reference/postgres-performance.md §3.1).
 
     Params to add: qvec, kc, min_sim, rrf_k, wv, wf, fts_cap, fts_lang, fts_text, phrase{i}.
@@ -187,14 +187,28 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
             "NULL::real AS fts_score, %(wv)s / (%(rrf_k)s + r) AS fused FROM vec_r)"
         )
         n_fts = sql.SQL("0")
+    if with_mentions:
+        # @mentioned documents join the pool with their best chunk even when neither leg found
+        # them, so the mention boost can act (fix of reference §24.11). Param: mention_ids.
+        fts = fts + sql.SQL(
+            ", ment AS (SELECT DISTINCT ON (c.document_id) c.id FROM kb_chunks c {join} "
+            "WHERE {scope}{filt} AND c.document_id = ANY(%(mention_ids)s) "
+            "ORDER BY c.document_id, c.embedding <=> %(qvec)s, c.id), "
+            "pool AS (SELECT * FROM fused UNION ALL SELECT id, NULL, NULL, NULL, 0.0 FROM ment "
+            "WHERE id NOT IN (SELECT id FROM fused))"
+        ).format(join=join, scope=scope, filt=filt)
+        pool = sql.SQL("pool")
+    else:
+        pool = sql.SQL("fused")
     query = sql.SQL(
         "WITH {vec}{fts} "
         "SELECT {chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
         "f.vector_rank, f.fts_rank, f.fts_score, f.fused, "
         "coalesce((SELECT max(n_pre) FROM vec_all), 0) + {n_fts} AS n_pre "
-        "FROM fused f JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = f.id {docjoin} "
+        "FROM {pool} f JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = f.id {docjoin} "
         "ORDER BY f.fused DESC, c.id"
-    ).format(vec=vec, fts=fts, chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, n_fts=n_fts, docjoin=DOC_JOIN)
+    ).format(vec=vec, fts=fts, chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, n_fts=n_fts, docjoin=DOC_JOIN,
+             pool=pool)
     return query, p
 
 

@@ -1,0 +1,142 @@
+"""Search features against PostgreSQL: filters, projects, mentions, synonyms, async, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kb_retriever import FilterError, InputError, Settings
+from kb_retriever.cli import main as cli_main
+
+pytestmark = pytest.mark.db
+
+DOCS = {
+    "hr/leave.md": "---\ntitle: Leave policy\nupdated: 2024-01-10\ntags: [hr]\nteam: people\n---\n"
+                   "# Leave policy\n\nEmployees get 25 days of annual leave per year.",
+    "hr/deep/parental.md": "---\nupdated: 2026-06-01\ntags: [hr, family]\nteam: people\n---\n"
+                           "# Parental leave\n\nParental leave is 20 weeks at full pay.",
+    "eng/deploys.md": "---\nupdated: 2026-10-01\ntags: [eng]\nteam: platform\nlevel: 3\n---\n"
+                      "# Deploys\n\nDeploys run every weekday through the release train.",
+    "eng/zebra.md": "# Zebra\n\nAn unrelated note about striped animals in the savanna.",
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("features")
+    for rel, text in DOCS.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.fixture
+def kb(make_kb, corpus):
+    kb = make_kb()
+    kb.ingest([corpus])
+    return kb
+
+
+def keys(result):
+    return [h.document.doc_key for h in result.primary]
+
+
+def test_folder_globs_dates_tags_metadata(kb):
+    q = "leave deploys policy"
+    assert set(keys(kb.search(q, filters={"folder_globs": ["hr/**"]}))) == {"leave", "parental"}
+    assert set(keys(kb.search(q, filters={"folder_globs": ["hr/*"]}))) == {"leave"}
+    assert "leave" not in keys(kb.search(q, filters={"date_from": "2025-01-01"}))
+    assert set(keys(kb.search(q, filters={"tags": ["family", "eng"]}))) == {"parental", "deploys"}
+    assert keys(kb.search(q, filters={"metadata": {"team": "platform"}})) == ["deploys"]
+    assert keys(kb.search(q, filters={"metadata": {"level": {"$gte": 3}}})) == ["deploys"]
+    assert keys(kb.search(q, filters={"metadata": {"level": {"$gt": 3}}})) == []
+    assert "deploys" not in keys(kb.search(q, filters={"metadata": {"team": {"$ne": "platform"}}}))
+    assert keys(kb.search("striped zebra deploys", filters={
+        "metadata": {"level": {"$exists": False}}, "folder_globs": ["eng/**"]})) == ["zebra"]
+    assert kb.search(q, filters={"source_types": ["pdf"]}).primary == ()
+
+
+def test_bad_input_is_typed(kb):
+    with pytest.raises(FilterError):
+        kb.search("x", filters={"nope": 1})
+    with pytest.raises(InputError):
+        kb.search("   ")
+    with pytest.raises(InputError):
+        kb.search("x", limit=0)
+
+
+def test_several_projects_really_search_all(make_kb, corpus, tmp_path):
+    kb = make_kb()
+    kb.ingest([corpus], project="a")
+    other = tmp_path / "b"
+    other.mkdir()
+    (other / "b-only.md").write_text("# Leave in B\n\nProject B grants leave on birthdays.")
+    kb.ingest([other], project="b")
+    assert "b-only" not in keys(kb.search("leave birthdays", project="a"))
+    both = kb.search("leave birthdays", project=["a", "b"])
+    assert {"b-only", "leave"} <= set(keys(both))
+    assert both.meta["projects"] == ["a", "b"]
+
+
+def test_mention_pulls_a_document_outside_the_pool(kb):
+    plain = kb.search("annual leave days", limit=3)
+    assert "zebra" not in keys(plain) + [h.document.doc_key for h in plain.runner_up]
+    zebra_id = next(h.document.id for h in kb.search("striped animals savanna").primary
+                    if h.document.doc_key == "zebra")
+    boosted = kb.search("annual leave days", limit=3, mention_doc_ids=[zebra_id])
+    assert "zebra" in keys(boosted)
+    zebra = next(h for h in boosted.primary if h.document.doc_key == "zebra")
+    assert zebra.scores.mention_boost == pytest.approx(0.5)
+
+
+def test_synonyms_expand_the_query(make_kb, tmp_path):
+    kb = make_kb()
+    (tmp_path / "pto.md").write_text("# Time off\n\nRequest PTO in the HR portal two weeks ahead.")
+    (tmp_path / "other.md").write_text("# Holidays\n\nThe office closes on public holidays.")
+    kb.ingest([tmp_path])
+    without = kb.search("vacation request", limit=1)
+    kb.add_synonyms("vacation", ["pto", "time off"])
+    with_syn = kb.search("vacation request", limit=1)
+    assert with_syn.meta["search_strategy"]["synonym_phrases"] == ["pto", "time off"]
+    assert keys(with_syn) == ["pto"]
+    assert without.meta["search_strategy"]["synonym_phrases"] == []
+
+
+async def test_async_matches_sync(kb):
+    sync = kb.search("parental leave weeks", limit=3)
+    result = await kb.asearch("parental leave weeks", limit=3)
+    assert [(h.chunk_id, round(h.score, 9)) for h in result.primary] == [
+        (h.chunk_id, round(h.score, 9)) for h in sync.primary]
+    await kb.aclose()
+
+
+def test_cli_search_json_contract_and_errors(example_kb, capsys):
+    kb = example_kb
+    code = cli_main(["--database-url", kb.url, "search", "what cache layer did we standardise on?", "--json", "--limit", "2"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert set(out) == {"primary", "expanded", "rejected", "runner_up", "meta"}
+    chunk = out["primary"][0]
+    assert {"chunk_id", "text", "heading_path", "score", "scores", "origin", "document"} <= set(chunk)
+    assert {"slug", "title", "source_path", "doc_key", "is_canonical", "canonical_type",
+            "canonical_status", "retrieval_priority", "evidence_tier"} <= set(chunk["document"])
+    assert cli_main(["--database-url", kb.url, "search", " "]) == 2
+    err = capsys.readouterr().err
+    assert "query is empty" in err and "Traceback" not in err
+    assert cli_main(["--database-url", kb.url, "search", "cache layer", "--explain"]) == 0
+    assert "canonical_boost=" in capsys.readouterr().out
+    assert cli_main(["--database-url", kb.url, "prompt", "cache layer"]) == 0
+    assert "## Context" in capsys.readouterr().out
+
+
+def test_search_sql_is_printable(kb):
+    text = kb.search_sql("leave", filters={"tags": ["hr"]})
+    assert "vec AS MATERIALIZED" in text and "'{hr}'" not in text  # parameters stay parameters
+
+
+def test_settings_mutation_does_not_leak(make_kb):
+    base = Settings()
+    kb = make_kb(settings=base.model_copy(update={"default_limit": 2}))
+    assert kb.settings.default_limit == 2 and base.default_limit == 8
