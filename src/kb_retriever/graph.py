@@ -60,8 +60,14 @@ def expand_graph(primary: Sequence[Hit], req: SearchRequest, settings: Settings,
                 continue
             hop_hits.append(_graph_hit(row, hop, decay))
         hop_hits.sort(key=lambda h: (-h.score, h.chunk_id))
+        per_seed: dict[str | None, int] = {}
+        capped = []
+        for h in hop_hits:
+            if per_seed.get(h.from_slug, 0) < settings.graph_expansion_max_per_seed:
+                per_seed[h.from_slug] = per_seed.get(h.from_slug, 0) + 1
+                capped.append(h)
         room = settings.graph_expansion_max_nodes - len(out)
-        hop_hits = hop_hits[:room]
+        hop_hits = capped[:room]
         out.extend(hop_hits)
         frontier = [(h.document.project_key, h.document.slug or "") for h in hop_hits]
         visited |= {f"{p}{_SEP}{s}" for p, s in frontier}

@@ -159,6 +159,11 @@ class Settings(BaseSettings):
     graph_expansion_max_nodes: int = _field(
         20, "KB_GRAPH_EXPANSION_MAX_NODES", ge=1, le=500
     )
+    # Hubs (a project index links to everything) would flood the related block: each seed
+    # contributes at most this many neighbours, its best by score.
+    graph_expansion_max_per_seed: int = _field(
+        3, "KB_GRAPH_EXPANSION_MAX_PER_SEED", ge=1, le=100
+    )
     graph_expansion_edge_types: CommaList = _field(
         DEFAULT_EDGE_TYPES, "KB_GRAPH_EXPANSION_EDGE_TYPES"
     )

@@ -147,3 +147,17 @@ def test_channels_are_tenant_and_project_isolated(make_kb, tmp_path):
         assert all(h.document.tenant_id == tenant and h.document.project_key == project
                    for h in result.primary + result.expanded + result.rejected + result.runner_up)
         assert any("OTHER TENANT" in t for t in texts) is marker_expected
+
+
+def test_hub_seed_contributes_at_most_max_per_seed(make_kb, tmp_path):
+    targets = [f"t{i}" for i in range(6)]
+    docs = {"hub": doc("hub", type_="project-index", body="widget caching hub index",
+                       edges={"related": targets})}
+    for t in targets:
+        docs[t] = doc(t, type_="module-kb", body=f"module {t} about widget caching")
+    kb = make_kb(settings=Settings(graph_expansion_max_per_seed=2))
+    kb.ingest([write_kb(tmp_path / "hub", docs)])
+    result = kb.search("widget caching hub index", limit=1)
+    assert slugs(result.primary) == ["hub"]
+    assert len(result.expanded) == 2
+    assert all(h.from_slug == "hub" for h in result.expanded)

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # Part of every content hash: bump it when parsing or chunking changes so files re-ingest.
-PARSER_VERSION = "kb-retriever-ingest/1"
+PARSER_VERSION = "kb-retriever-ingest/2"  # 2: titles from the first H1
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
 MAX_FILE_BYTES = 20 * 1024 * 1024
