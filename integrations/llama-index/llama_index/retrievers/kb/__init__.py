@@ -13,7 +13,10 @@ The node postprocessor lives in :mod:`llama_index.postprocessor.kb`.
 
 from .base import KBQueryBundle, KBRetriever
 from .convert import (
-    HIDDEN_METADATA_KEYS, VISIBLE_METADATA_KEYS, node_to_candidate, nodes_to_result,
+    HIDDEN_METADATA_KEYS,
+    VISIBLE_METADATA_KEYS,
+    node_to_candidate,
+    nodes_to_result,
     result_to_nodes,
 )
 from .embedding import KBCoreEmbedding, KBLlamaEmbedding

@@ -58,7 +58,7 @@ class KBRetriever(BaseRetriever):
         with KnowledgeBase(project="docs") as kb:
             retriever = KBRetriever(kb, k=5)
             for n in retriever.retrieve("what cache layer did we standardise on?"):
-                print(n.score, n.metadata["kb_origin"], n.metadata["slug"])
+                print(n.score, n.metadata["kb_origin"], n.metadata["source_path"])
     """
 
     def __init__(

@@ -21,7 +21,12 @@ from types import MappingProxyType
 from typing import Any
 
 from llama_index.core.schema import (
-    MetadataMode, NodeRelationship, NodeWithScore, ObjectType, RelatedNodeInfo, TextNode,
+    MetadataMode,
+    NodeRelationship,
+    NodeWithScore,
+    ObjectType,
+    RelatedNodeInfo,
+    TextNode,
 )
 
 from kb_retriever import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult

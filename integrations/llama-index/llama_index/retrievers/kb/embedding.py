@@ -91,6 +91,7 @@ class KBCoreEmbedding(BaseEmbedding):
             raise TypeError("embedder must provide model_id, dimension, embed_documents, "
                             "embed_query")
         kwargs.setdefault("model_name", embedder.model_id)
+        kwargs.setdefault("embed_batch_size", 32)  # the MiniLM embedder batches 32 at a time
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._embedder = embedder
 

@@ -17,7 +17,8 @@ from llama_index.core.base.response.schema import Response
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.synthesis import (
-    SynthesizeEndEvent, SynthesizeStartEvent,
+    SynthesizeEndEvent,
+    SynthesizeStartEvent,
 )
 from llama_index.core.llms import LLM
 from llama_index.core.response_synthesizers import BaseSynthesizer

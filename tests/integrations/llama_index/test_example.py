@@ -1,0 +1,47 @@
+"""examples/llamaindex_query_engine.py runs against a test database and answers correctly."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from kb_retriever import MiniLMEmbedder
+
+from .conftest import ROOT
+
+
+class MemoEmbedder:
+    """The session's MiniLM, remembering vectors: the example embeds every chunk twice (the
+    knowledge base and the in-memory index), and the second pass need not cost a second."""
+
+    def __init__(self, inner: MiniLMEmbedder) -> None:
+        self.inner = inner
+        self.model_id, self.dimension = inner.model_id, inner.dimension
+        self.memo: dict[str, list[float]] = {}
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        missing = list(dict.fromkeys(t for t in texts if t not in self.memo))
+        if missing:
+            self.memo.update(zip(missing, self.inner.embed_documents(missing), strict=True))
+        return [self.memo[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
+def test_example_runs(new_database: Callable[[], str], minilm: MiniLMEmbedder,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "examples" / "llamaindex_query_engine.py"
+    spec = importlib.util.spec_from_file_location("llamaindex_query_engine", path)
+    assert spec and spec.loader
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+
+    assert example.main(new_database(), embedder=MemoEmbedder(minilm)) == 0
+    out = capsys.readouterr().out
+    assert "=== KBRetriever + KBSynthesizer ===" in out
+    assert "=== VectorStoreIndex retriever + KBNodePostprocessor ===" in out
+    assert "## Context" in out and "(retrieval score " in out
+    assert "answer sources: ['dec-cache-v2', 'dec-cache-v2']" in out
