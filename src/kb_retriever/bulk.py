@@ -10,7 +10,8 @@ Example::
     from kb_retriever.bulk import bulk_load
 
     with KnowledgeBase(embedder=my_embedder) as kb:
-        report = bulk_load(kb.url, items, tenant="acme", project="docs", defer_indexes=True)
+        items = ((project, draft, vectors) for draft, vectors in prepared)
+        report = bulk_load(kb.url, items, tenant="acme", defer_indexes=True)
         print(report.chunks_per_second, report.index_build_s)
 """
 
@@ -67,16 +68,25 @@ def _json(value: Any) -> Jsonb:
     return Jsonb(json.loads(json.dumps(dict(value), default=str)))
 
 
-def _batches(items: Iterable[tuple[DocumentDraft, Sequence[Any]]],
-             size: int) -> Iterator[list[tuple[DocumentDraft, Sequence[Any]]]]:
-    batch: list[tuple[DocumentDraft, Sequence[Any]]] = []
+def _batches(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]],
+             size: int) -> Iterator[dict[str, list[tuple[DocumentDraft, Sequence[Any]]]]]:
+    """Consecutive runs of ``size`` documents, grouped by project."""
+    batch: list[tuple[str, DocumentDraft, Sequence[Any]]] = []
     for item in items:
         batch.append(item)
         if len(batch) >= size:
-            yield batch
+            yield _by_project(batch)
             batch = []
     if batch:
-        yield batch
+        yield _by_project(batch)
+
+
+def _by_project(batch: list[tuple[str, DocumentDraft, Sequence[Any]]],
+                ) -> dict[str, list[tuple[DocumentDraft, Sequence[Any]]]]:
+    out: dict[str, list[tuple[DocumentDraft, Sequence[Any]]]] = {}
+    for project, draft, vectors in batch:
+        out.setdefault(project, []).append((draft, vectors))
+    return out
 
 
 def _maintenance_mem_mb(conn: psycopg.Connection) -> int:
@@ -144,9 +154,9 @@ def _write_batch(conn: psycopg.Connection, tenant: str, project: str,
         report.documents += len(fresh)
 
 
-def bulk_load(url: str, items: Iterable[tuple[DocumentDraft, Sequence[Any]]], *, tenant: str,
-              project: str, batch_docs: int = 500, defer_indexes: bool = False) -> BulkReport:
-    """Write ``(draft, chunk_vectors)`` pairs, ``batch_docs`` documents per transaction.
+def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], *,
+              tenant: str, batch_docs: int = 500, defer_indexes: bool = False) -> BulkReport:
+    """Write ``(project, draft, chunk_vectors)`` items, ``batch_docs`` documents per transaction.
 
     The database must have been opened once by :class:`KnowledgeBase` (schema and dimension
     fixed). Documents already present go through the normal atomic replace path.
@@ -167,8 +177,10 @@ def bulk_load(url: str, items: Iterable[tuple[DocumentDraft, Sequence[Any]]], *,
             for name, _ in saved:  # name comes from the catalog and our allow-list
                 conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
         t0 = time.perf_counter()
-        for batch in _batches(items, batch_docs):
-            _write_batch(conn, tenant, project, batch, report)
+        for groups in _batches(items, batch_docs):
+            with conn.transaction():
+                for project, batch in groups.items():
+                    _write_batch(conn, tenant, project, batch, report)
         report.load_s = time.perf_counter() - t0
         if saved:
             conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(

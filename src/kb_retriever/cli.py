@@ -19,8 +19,8 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own usage errors: exit 2, one line
-        self.print_usage(sys.stderr)
-        print(f"kb-retriever: error: {message}", file=sys.stderr)
+        # The contract is one line on stderr; argparse's wrapped usage block would add more.
+        print(f"kb-retriever: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     scope(sp)
     sp.add_argument("--samples", type=int, default=20)
     sp.add_argument("--k", type=int, default=10)
+    sp.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import psycopg
 
 from .embedding import Embedder, check_vectors
-from .errors import IngestError, InputError, KbError
+from .errors import EmbeddingError, IngestError, InputError, KbError
 from .ingest import SUPPORTED_SUFFIXES, parse_document
 from .models import DocumentDraft
 from .settings import Settings
@@ -70,10 +70,14 @@ def embed_chunks(conn: psycopg.Connection, embedder: Embedder, tenant: str,
     missing = list(dict.fromkeys(h for h in hashes if h not in cached))
     if missing:
         by_hash = {h: t for h, t in zip(hashes, texts)}
-        new = check_vectors(
-            embedder.embed_documents([by_hash[h] for h in missing]), count=len(missing),
-            dimension=embedder.dimension, model_id=embedder.model_id,
-        )
+        try:
+            raw = embedder.embed_documents([by_hash[h] for h in missing])
+        except KbError:
+            raise
+        except Exception as exc:  # any embedder (LangChain, LlamaIndex, ...) raises its own types
+            raise EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}") from exc
+        new = check_vectors(raw, count=len(missing), dimension=embedder.dimension,
+                            model_id=embedder.model_id)
         arrays = [np.asarray(v, dtype=np.float32) for v in new]
         with conn.transaction():
             writer.store_embeddings(conn, tenant, embedder.model_id, list(zip(missing, arrays)))

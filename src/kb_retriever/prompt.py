@@ -229,8 +229,11 @@ def _neutralise(text: str) -> str:
 
 def _looks_structural(line: str) -> bool:
     # NFKC folds look-alikes (fullwidth "＃") to ASCII; leading blanks and invisible format
-    # characters (zero-width space, BOM) would not stop a model from reading a header.
-    probe = unicodedata.normalize("NFKC", line)
+    # characters (zero-width space, BOM) would not stop a model from reading a header, and
+    # neither would format characters inside a word ("Ch<ZWSP>unk 3", "Doc<SHY>ument:").
+    probe = "".join(
+        ch for ch in unicodedata.normalize("NFKC", line) if unicodedata.category(ch) != "Cf"
+    )
     start = 0
     while start < len(probe) and (
         probe[start].isspace() or unicodedata.category(probe[start]) == "Cf"

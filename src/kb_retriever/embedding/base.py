@@ -31,13 +31,25 @@ class Embedder(Protocol):
 def check_vectors(vectors: Sequence[Sequence[float]], *, count: int, dimension: int,
                   model_id: str) -> list[list[float]]:
     """Validate an embedder's output: right count, right dimension, finite, non-zero."""
+    if vectors is None or isinstance(vectors, (str, bytes)) or not hasattr(vectors, "__len__"):
+        raise EmbeddingError(
+            f"embedder {model_id!r} returned {type(vectors).__name__}, not a list of vectors"
+        )
     if len(vectors) != count:
         raise EmbeddingError(
             f"embedder {model_id!r} returned {len(vectors)} vectors for {count} texts"
         )
     out: list[list[float]] = []
     for i, vec in enumerate(vectors):
-        values = [float(x) for x in vec]
+        try:
+            if isinstance(vec, (str, bytes)):
+                raise TypeError(type(vec).__name__)
+            values = [float(x) for x in vec]
+        except (TypeError, ValueError):
+            # None, strings or nested lists: a broken embedder, not bad user input.
+            raise EmbeddingError(
+                f"embedder {model_id!r} returned a non-numeric vector (item {i})"
+            ) from None
         if len(values) != dimension:
             raise EmbeddingError(
                 f"embedder {model_id!r} returned a {len(values)}-d vector (item {i}); "

@@ -20,7 +20,14 @@ from typing import Any, NamedTuple
 from kb_retriever.models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown
 from kb_retriever.settings import Settings
 
-from .text import keyword_score, normalize_tags, pool_idf, query_tags, tokenize_query
+from .text import (
+    normalize_tags,
+    pool_idf,
+    query_tags,
+    score_vocabulary,
+    tokenize_query,
+    words,
+)
 
 __all__ = ["RECENCY_BUCKETS", "rerank"]
 
@@ -111,20 +118,25 @@ def rerank(
             asks_property=any(p.search(query) for p in _PREAMBLE_PATTERNS),
             now=_aware(now) if now is not None else datetime.now(UTC),
             mention_doc_ids=mention_doc_ids,
-            idf=(
-                pool_idf(tokens, [f"{c.heading_path} {c.text}" for c in candidates])
-                if settings.keyword_idf
-                else None
-            ),
+            idf=None,
         )
+        # Tokenise every candidate once: the IDF pool and both keyword signals share it.
+        texts = [frozenset(words(c.text)) for c in candidates]
+        heads = [frozenset(words(c.heading_path)) for c in candidates]
+        if settings.keyword_idf:
+            q = q._replace(idf=pool_idf(tokens, [t | h for t, h in zip(texts, heads)]))
         vectors = _vector_signals(candidates, settings.normalize_scores)
-        hits = [_score(c, v, q, settings) for c, v in zip(candidates, vectors, strict=True)]
+        hits = [
+            _score(c, v, q, settings, text_words, head_words)
+            for c, v, text_words, head_words in zip(candidates, vectors, texts, heads, strict=True)
+        ]
     return sorted(hits, key=lambda h: -h.score)  # sorted() is stable
 
 
-def _score(c: Candidate, vector: float, q: _Query, s: Settings) -> Hit:
-    keyword = keyword_score(q.tokens, c.text, q.idf)
-    heading = keyword_score(q.tokens, c.heading_path, q.idf)
+def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: frozenset[str],
+           head_words: frozenset[str]) -> Hit:
+    keyword = score_vocabulary(q.tokens, text_words, q.idf)
+    heading = score_vocabulary(q.tokens, head_words, q.idf)
     base = s.vector_weight * vector + s.keyword_weight * keyword + s.heading_weight * heading
 
     tag_overlap = _jaccard(q.tags, _chunk_tags(c))

@@ -11,7 +11,7 @@ import math
 import re
 import unicodedata
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 __all__ = [
     "STOP_WORDS",
@@ -87,23 +87,31 @@ def keyword_score(
     >>> keyword_score(["oauth", "deploy"], "OAuth deployment guide")
     0.75
     """
+    if not text:
+        return 0.0
+    return score_vocabulary(tokens, frozenset(words(text)), weights)
+
+
+def score_vocabulary(
+    tokens: Sequence[str], vocabulary: Collection[str], weights: Mapping[str, float] | None = None
+) -> float:
+    """:func:`keyword_score` over a text's precomputed word set (``set(words(text))``).
+
+    The reranker tokenises each candidate once and scores it against this set.
+    """
     unique = list(dict.fromkeys(_fold(t) for t in tokens if t))
-    if not unique or not text:
+    if not unique or not vocabulary:
         return 0.0
-    vocab = words(text)
-    if not vocab:
-        return 0.0
-    whole = set(vocab)
     ordered: list[str] | None = None  # sorted lazily: most calls never need a prefix lookup
     total = 0.0
     norm = 0.0
     for token in unique:
         w = 1.0 if weights is None else weights.get(token, 1.0)
         norm += w
-        if token in whole:
+        if token in vocabulary:
             total += w
         elif len(token) >= _MIN_PREFIX_LEN:
-            ordered = ordered if ordered is not None else sorted(whole)
+            ordered = ordered if ordered is not None else sorted(vocabulary)
             # The first word >= token in sort order is the only candidate that can start with it.
             i = bisect_left(ordered, token)
             if i < len(ordered) and ordered[i].startswith(token):
@@ -111,7 +119,7 @@ def keyword_score(
     return total / norm if norm > 0 else 0.0
 
 
-def pool_idf(tokens: Sequence[str], texts: Sequence[str]) -> dict[str, float]:
+def pool_idf(tokens: Sequence[str], texts: Sequence[str | Collection[str]]) -> dict[str, float]:
     """BM25-style inverse document frequency of each token over a candidate pool.
 
     ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` (Robertson/Sparck Jones, as in BM25; always
@@ -124,7 +132,8 @@ def pool_idf(tokens: Sequence[str], texts: Sequence[str]) -> dict[str, float]:
     True
     """
     unique = list(dict.fromkeys(_fold(t) for t in tokens if t))
-    vocabularies = [set(words(t)) for t in texts]
+    # Each item is a text or an already computed word set (the reranker passes word sets).
+    vocabularies = [set(words(t)) if isinstance(t, str) else t for t in texts]
     n = len(vocabularies)
     out = {}
     for token in unique:

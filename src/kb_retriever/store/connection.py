@@ -117,6 +117,8 @@ async def atranslated() -> AsyncIterator[None]:
 
 def is_retryable(exc: BaseException) -> bool:
     """A dropped connection (not a query error): safe to retry an idempotent read once."""
+    # PoolTimeout is an OperationalError too, but it already waited the pool's whole timeout
+    # for a connection: a retry would only double the wait on an unreachable server.
     return isinstance(exc, psycopg.OperationalError) and not isinstance(
-        exc, psycopg.errors.QueryCanceled
+        exc, psycopg.errors.QueryCanceled | PoolTimeout
     )

@@ -1,0 +1,177 @@
+"""``kb-retriever doctor``: is the approximate index returning what exact search would?
+
+For ``samples`` chunk embeddings drawn from the scope, compare HNSW top-k (the library's
+GUCs: ``hnsw.ef_search``, ``iterative_scan = relaxed_order``) with exact top-k (a transaction
+with ``SET LOCAL enable_indexscan = off``, same tenant/project filter) — pgvector README,
+"Monitoring". Also reports index validity, sizes and the ef_search in force.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector
+
+from .errors import InputError
+from .settings import Settings, load_settings
+from .store.connection import translated
+
+__all__ = ["DoctorReport", "check_index", "run_doctor"]
+
+RECALL_HINT_BELOW = 0.95  # below this, more ef_search usually buys recall cheaply (§2.4)
+
+_APPROX = (
+    "WITH v AS MATERIALIZED (SELECT id, embedding <=> %(q)s AS d FROM kb_chunks "
+    "WHERE tenant_id = %(tenant)s AND project_key = %(project)s ORDER BY d LIMIT %(k)s) "
+    "SELECT id FROM v ORDER BY d + 0, id"
+)
+_EXACT = (
+    "SELECT id FROM kb_chunks WHERE tenant_id = %(tenant)s AND project_key = %(project)s "
+    "ORDER BY embedding <=> %(q)s, id LIMIT %(k)s"
+)
+_INDEXES = (
+    "SELECT c.relname AS name, am.amname AS method, i.indisvalid AS valid, "
+    "i.indisready AS ready, pg_relation_size(c.oid) AS bytes "
+    "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam "
+    "WHERE i.indrelid = 'kb_chunks'::regclass ORDER BY c.relname"
+)
+
+
+@dataclass
+class DoctorReport:
+    tenant: str
+    project: str
+    k: int
+    samples: int
+    chunks_in_scope: int
+    ef_search: int
+    recall_at_k: float | None
+    min_recall: float | None
+    approx_rows_mean: float | None
+    approx_ms_p50: float | None
+    exact_ms_p50: float | None
+    indexes: list[dict[str, Any]] = field(default_factory=list)
+    sizes_mb: dict[str, float] = field(default_factory=dict)
+    hints: list[str] = field(default_factory=list)
+
+
+def _ids(conn: psycopg.Connection, stmt: str, params: dict[str, Any],
+         local: list[tuple[str, str]]) -> tuple[list[int], float]:
+    t = time.perf_counter()
+    with conn.transaction():
+        for name, value in local:  # SET LOCAL: gone when the transaction ends
+            conn.execute("SELECT set_config(%s, %s, true)", [name, value])
+        rows = conn.execute(stmt, params).fetchall()
+    return [int(r[0]) for r in rows], (time.perf_counter() - t) * 1000
+
+
+def check_index(conn: psycopg.Connection, *, tenant: str, project: str, samples: int = 20,
+                k: int = 10, ef_search: int = 100) -> DoctorReport:
+    """Measure recall@k of HNSW against exact search on ``samples`` embeddings of the scope."""
+    if samples < 1 or k < 1:
+        raise InputError("samples and k must be at least 1")
+    scope = {"tenant": tenant, "project": project}
+    n = conn.execute("SELECT count(*) FROM kb_chunks WHERE tenant_id = %(tenant)s "
+                     "AND project_key = %(project)s", scope).fetchone()
+    count = int(n[0]) if n else 0
+    indexes = [dict(zip(("name", "method", "valid", "ready", "bytes"), r, strict=True))
+               for r in conn.execute(_INDEXES).fetchall()]
+    report = DoctorReport(tenant=tenant, project=project, k=k, samples=0, chunks_in_scope=count,
+                          ef_search=ef_search, recall_at_k=None, min_recall=None,
+                          approx_rows_mean=None, approx_ms_p50=None, exact_ms_p50=None)
+    report.indexes = [{**i, "size_mb": round(i.pop("bytes") / 2**20, 2)} for i in indexes]
+    for rel in ("kb_chunks", "kb_documents", "kb_edges"):
+        size = conn.execute("SELECT pg_total_relation_size(%s::regclass)", [rel]).fetchone()
+        report.sizes_mb[rel] = round(int(size[0]) / 2**20, 2) if size else 0.0
+    methods = {i["method"]: i for i in report.indexes}
+    for method, what in (("hnsw", "vector"), ("gin", "full-text")):
+        if method not in methods:
+            report.hints.append(f"no {method.upper()} index on kb_chunks: {what} search scans "
+                                "every row (a bulk load with defer_indexes may have stopped early)")
+        elif not methods[method]["valid"]:
+            report.hints.append(f"{methods[method]['name']} is INVALID (a failed CREATE INDEX "
+                                f"CONCURRENTLY?): REINDEX INDEX {methods[method]['name']}")
+    if count == 0:
+        report.hints.append(f"no chunks in tenant {tenant!r}, project {project!r}")
+        return report
+    conn.execute("SELECT setseed(0.42)")  # the same sample on every run
+    queries = conn.execute(
+        "SELECT id, embedding FROM kb_chunks WHERE tenant_id = %(tenant)s "
+        "AND project_key = %(project)s ORDER BY random() LIMIT %(n)s", {**scope, "n": samples},
+    ).fetchall()
+    approx_gucs = [("hnsw.ef_search", str(ef_search)), ("hnsw.iterative_scan", "relaxed_order")]
+    recalls, rows, t_approx, t_exact = [], [], [], []
+    for qid, vec in queries:
+        # k + 1 and drop the sample itself: it is trivially its own nearest neighbour.
+        params = {**scope, "q": vec, "k": k + 1}
+        approx, ta = _ids(conn, _APPROX, params, approx_gucs)
+        exact, te = _ids(conn, _EXACT, params, [("enable_indexscan", "off")])
+        approx = [i for i in approx if i != qid][:k]
+        exact = [i for i in exact if i != qid][:k]
+        if exact:
+            recalls.append(len(set(approx) & set(exact)) / len(exact))
+        rows.append(len(approx))
+        t_approx.append(ta)
+        t_exact.append(te)
+    report.samples = len(queries)
+    if recalls:
+        report.recall_at_k = round(statistics.fmean(recalls), 4)
+        report.min_recall = round(min(recalls), 4)
+    report.approx_rows_mean = round(statistics.fmean(rows), 2)
+    report.approx_ms_p50 = round(statistics.median(t_approx), 3)
+    report.exact_ms_p50 = round(statistics.median(t_exact), 3)
+    if report.recall_at_k is not None and report.recall_at_k < RECALL_HINT_BELOW:
+        report.hints.append(
+            f"recall@{k} {report.recall_at_k:.3f} < {RECALL_HINT_BELOW}: raise KB_HNSW_EF_SEARCH "
+            f"(now {ef_search}, e.g. to {min(ef_search * 2, 1000)}) and run doctor again; each "
+            "doubling costs roughly 1.5-2x vector-arm latency"
+        )
+    return report
+
+
+def format_report(r: DoctorReport) -> str:
+    lines = [f"scope: tenant {r.tenant!r}, project {r.project!r}: {r.chunks_in_scope} chunks"]
+    if r.recall_at_k is not None:
+        lines.append(
+            f"recall@{r.k}: {r.recall_at_k:.3f} (min {r.min_recall:.3f}) over {r.samples} "
+            f"sampled chunks, hnsw.ef_search={r.ef_search}, iterative_scan=relaxed_order; "
+            f"approx {r.approx_ms_p50} ms vs exact {r.exact_ms_p50} ms (p50), "
+            f"{r.approx_rows_mean} rows per approximate query"
+        )
+    for i in r.indexes:
+        state = "valid" if i["valid"] else "INVALID"
+        lines.append(f"index {i['name']} ({i['method']}): {state}, {i['size_mb']} MB")
+    lines.append("sizes (MB, incl. indexes and TOAST): "
+                 + ", ".join(f"{k} {v}" for k, v in r.sizes_mb.items()))
+    lines += [f"hint: {h}" for h in r.hints]
+    return "\n".join(lines)
+
+
+def run_doctor(args: Any) -> int:
+    """CLI entry: print the report (JSON with ``--json``); exit 0 whatever the recall."""
+    settings: Settings = load_settings()
+    url = getattr(args, "database_url", None) or settings.database_url
+    if not url:
+        from pathlib import Path
+
+        from .store.server import start_embedded
+
+        home = getattr(args, "home", None)
+        url = start_embedded(Path(home) if home else settings.home)
+    with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        has = conn.execute("SELECT to_regclass('kb_chunks') IS NOT NULL").fetchone()
+        if not has or not has[0]:
+            raise InputError("this database has no kb-retriever schema yet (run ingest first)")
+        register_vector(conn)
+        report = check_index(conn, tenant=args.tenant, project=args.project,
+                             samples=args.samples, k=args.k, ef_search=settings.hnsw_ef_search)
+    if getattr(args, "json", False):
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print(format_report(report))
+    return 0

@@ -1,0 +1,106 @@
+"""The benchmark runner on a tiny corpus written by the test (hashing embedder, real database).
+
+The hashing embedder and PostgreSQL are deterministic, so the ranking is pinned first; every
+metric is then computed by hand from that ranking.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kb_retriever.bench import parse_queries, run_benchmark
+from kb_retriever.bench.runner import score
+from kb_retriever.errors import InputError
+
+pytestmark = pytest.mark.db
+
+DOCS = {
+    "kafka-topics": "# Kafka topics\n\nOrders are published on the kafka topic orders-v2 with "
+                    "twelve partitions and a retention of seven days.\n",
+    "postgres-backups": "# Postgres backups\n\nPostgres backups run nightly with pgbackrest "
+                        "and are kept for thirty days in cold storage.\n",
+    "redis-cache": "# Redis cache\n\nThe session cache is Redis with a ttl of fifteen minutes "
+                   "and eviction policy allkeys-lru.\n",
+    "release-notes": "# Release notes\n\nRelease notes are written by the release captain "
+                     "and published every friday.\n",
+}
+QUERIES = {"queries": [
+    {"id": "kafka", "query": "kafka topic orders partitions retention",
+     "relevance": {"kafka-topics": 3, "redis-cache": 1},
+     "expect_citation": "kafka-topics", "expect_answer": "twelve  PARTITIONS"},
+    {"id": "backup", "query": "how long are postgres backups kept",
+     "relevance": {"postgres-backups": 2, "release-notes": 1},
+     "expect_citation": "release-notes", "expect_answer": "ninety days"},
+    {"id": "offtopic", "query": "zqxv plorbic frumious", "relevance": {},
+     "expect_refusal": True},
+]}
+K = 3
+LOG3 = math.log2(3)
+
+
+@pytest.fixture(scope="module")
+def report(new_database, tmp_path_factory):
+    from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+
+    corpus = tmp_path_factory.mktemp("corpus")
+    for key, text in DOCS.items():
+        (corpus / f"{key}.md").write_text(text, encoding="utf-8")
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=new_database(),
+                       project="benchmark").open()
+    try:
+        first = run_benchmark(kb, corpus, parse_queries(QUERIES), k=K)
+        again = run_benchmark(kb, corpus, parse_queries(QUERIES), k=K)
+    finally:
+        kb.close()
+    assert len(first.ingest.added) == 4
+    assert len(again.ingest.unchanged) == 4 and not again.ingest.added  # re-ingest: no-op
+    return again
+
+
+def test_pinned_ranking(report):
+    rows = {r["id"]: r for r in report.per_query}
+    assert rows["kafka"]["ranked_doc_keys"][0] == "kafka-topics"
+    assert "redis-cache" not in rows["kafka"]["ranked_doc_keys"]
+    assert rows["backup"]["ranked_doc_keys"][0] == "postgres-backups"
+    assert "release-notes" not in rows["backup"]["ranked_doc_keys"]
+    assert rows["offtopic"]["refused"] and rows["offtopic"]["ranked_doc_keys"] == []
+    assert not rows["kafka"]["refused"] and not rows["backup"]["refused"]
+
+
+def test_metrics_by_hand(report):
+    rows = {r["id"]: r for r in report.per_query}
+    # kafka: grade-3 doc first, the grade-1 doc not retrieved.
+    kafka_ndcg = 7 / (7 + 1 / LOG3)
+    # backup: grade-2 doc first, the grade-1 doc not retrieved.
+    backup_ndcg = 3 / (3 + 1 / LOG3)
+    assert rows["kafka"]["ndcg"] == pytest.approx(kafka_ndcg, abs=1e-4)
+    assert rows["backup"]["ndcg"] == pytest.approx(backup_ndcg, abs=1e-4)
+    assert rows["offtopic"]["ndcg"] is None  # refusal queries are not ranked
+    agg = report.aggregates
+    assert agg["ndcg_at_k"] == pytest.approx((kafka_ndcg + backup_ndcg) / 2, abs=1e-4)
+    assert agg["mrr"] == 1.0
+    assert agg["precision_at_k"] == pytest.approx(1 / K, abs=1e-4)  # 1 relevant of k, each
+    assert agg["recall_at_k"] == 0.5  # 1 of 2 relevant docs, each
+    assert rows["kafka"]["answer_contained"] is True  # whitespace and case normalised
+    assert rows["backup"]["answer_contained"] is False
+    assert agg["answer_containment_at_k"] == 0.5
+    assert agg["citation_precision"] == 0.5  # release-notes is nowhere in the result
+    assert agg["refusal_accuracy"] == 1.0
+    assert agg["graph_recall"] == 1.0 and agg["rejected_recall"] == 1.0  # empty subsets
+    assert agg["latency_p50_ms"] > 0 and agg["latency_p95_ms"] >= agg["latency_p50_ms"]
+    assert report.to_dict()["queries"] == 3 and report.to_dict()["k"] == K
+
+
+def test_rescoring_is_pure(report):
+    assert score(report.runs, K).aggregates["ndcg_at_k"] == report.aggregates["ndcg_at_k"]
+
+
+def test_labels_must_name_corpus_docs(make_kb, tmp_path):
+    (tmp_path / "only.md").write_text("# Only\n\nsome text\n", encoding="utf-8")
+    queries = parse_queries({"queries": [{"id": "q", "query": "x", "relevance": {"typo": 3}}]})
+    with pytest.raises(InputError, match="not in the corpus.*typo"):
+        run_benchmark(make_kb(), tmp_path, queries)
+    with pytest.raises(InputError, match="must be a directory"):
+        run_benchmark(make_kb(), tmp_path / "nope", queries)

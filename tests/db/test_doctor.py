@@ -1,0 +1,133 @@
+"""The doctor (recall probe), the bulk loader and the statement timeout, on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector
+
+from kb_retriever import HashingEmbedder, Settings, StoreError
+from kb_retriever.bulk import bulk_load
+from kb_retriever.doctor import check_index, run_doctor
+from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
+
+pytestmark = pytest.mark.db
+
+DIM = 32
+
+
+def _items(n_docs: int, *, project: str = "default", words: int = 30, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    vocab = [f"word{i}" for i in range(400)]
+    for j in range(n_docs):
+        chunks = tuple(
+            ChunkDraft(order=k, text=" ".join(rng.choice(vocab, words)), heading_path=f"H{k}")
+            for k in range(5)
+        )
+        vecs = rng.standard_normal((5, DIM)).astype(np.float32)
+        edges = (EdgeDraft("doc-1", "depends_on", 1.0, "frontmatter"),) if j == 0 else ()
+        yield project, DocumentDraft(
+            source_path=f"d/{j}.md", doc_key=str(j), title=f"Doc {j}", source_type="markdown",
+            content_hash=f"h{j}", chunks=chunks, edges=edges, slug=f"doc-{j}",
+            is_canonical=j < 2, canonical_type="decision" if j < 2 else None,
+            canonical_status="accepted" if j < 2 else None,
+        ), vecs
+
+
+def _loaded(make_kb, n_docs: int = 60, **kw):
+    kb = make_kb(embedder=HashingEmbedder(DIM), **kw)
+    report = bulk_load(kb.url, _items(n_docs), tenant="default", batch_docs=25,
+                       defer_indexes=True)
+    return kb, report
+
+
+def test_bulk_load_writes_documents_chunks_edges_and_rebuilds_indexes(make_kb):
+    kb, report = _loaded(make_kb)
+    assert (report.documents, report.chunks) == (60, 300)
+    assert {"kb_chunks_hnsw_ix", "kb_chunks_tsv_ix"} <= set(report.index_build_s)
+    with psycopg.connect(kb.url) as conn:
+        assert conn.execute("SELECT count(*) FROM kb_chunks").fetchone()[0] == 300
+        assert conn.execute("SELECT count(*) FROM kb_edges").fetchone()[0] == 1
+        valid = conn.execute(
+            "SELECT bool_and(i.indisvalid) FROM pg_index i JOIN pg_class c "
+            "ON c.oid = i.indexrelid WHERE c.relname IN ('kb_chunks_hnsw_ix', 'kb_chunks_tsv_ix')"
+        ).fetchone()[0]
+        assert valid
+    again = bulk_load(kb.url, _items(60), tenant="default")
+    assert (again.documents, again.unchanged) == (0, 60)
+    hits = kb.search("word1 word2", limit=5)
+    assert hits.primary
+
+
+def test_doctor_reports_recall_indexes_and_sizes(make_kb):
+    kb, _ = _loaded(make_kb)
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        register_vector(conn)
+        r = check_index(conn, tenant="default", project="default", samples=8, k=5,
+                        ef_search=100)
+    assert r.samples == 8 and r.chunks_in_scope == 300
+    assert r.recall_at_k is not None and 0.0 <= r.recall_at_k <= 1.0
+    assert r.approx_rows_mean == 5
+    methods = {i["method"]: i for i in r.indexes}
+    assert methods["hnsw"]["valid"] and methods["gin"]["valid"]
+    assert r.sizes_mb["kb_chunks"] > 0
+
+
+def test_doctor_hints_when_recall_is_low_or_index_missing(make_kb, monkeypatch):
+    import kb_retriever.doctor as doctor
+
+    kb, _ = _loaded(make_kb)
+    monkeypatch.setattr(doctor, "RECALL_HINT_BELOW", 1.01)  # any recall counts as low
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        register_vector(conn)
+        conn.execute("DROP INDEX kb_chunks_tsv_ix")
+        r = check_index(conn, tenant="default", project="default", samples=5, k=10,
+                        ef_search=40)
+    text = " ".join(r.hints)
+    assert "KB_HNSW_EF_SEARCH" in text and "GIN" in text
+
+
+def test_doctor_cli_prints_json_and_exits_zero(make_kb, capsys):
+    kb, _ = _loaded(make_kb, n_docs=10)
+    args = Namespace(database_url=kb.url, home=None, tenant="default", project="default",
+                     samples=3, k=5, json=True)
+    assert run_doctor(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples"] == 3 and "recall_at_k" in out and out["indexes"]
+
+
+def test_doctor_on_an_empty_scope_says_so(make_kb):
+    kb, _ = _loaded(make_kb, n_docs=3)
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        register_vector(conn)
+        r = check_index(conn, tenant="default", project="nope", samples=3, k=5)
+    assert r.recall_at_k is None and any("no chunks" in h for h in r.hints)
+
+
+def test_statement_timeout_fails_fast_with_a_store_error(make_kb, new_database):
+    """A 1 ms statement_timeout must surface as StoreError naming the timeout.
+
+    Whether a statement outlives 1 ms depends on the machine, so the query is made heavy (a
+    long OR query over a few hundred long chunks); if no attempt times out, the test skips
+    rather than pass vacuously.
+    """
+    kb, _ = _loaded(make_kb, n_docs=80)
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        conn.execute("UPDATE kb_chunks SET text = repeat(text || ' ', 40)")
+    slow = type(kb)(Settings(statement_timeout_ms=1), embedder=HashingEmbedder(DIM),
+                    database_url=kb.url).open()
+    try:
+        query = " ".join(f"word{i}" for i in range(400))
+        for _ in range(5):
+            try:
+                slow.search(query, limit=20)
+            except StoreError as exc:
+                assert "statement_timeout" in str(exc) or "timeout" in str(exc).lower()
+                return
+        pytest.skip("no statement outlived a 1 ms timeout on this machine")
+    finally:
+        slow.close()
