@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -77,6 +78,9 @@ class KnowledgeBase:
         self._pool: Any = None
         self._apool: Any = None
         self._alock: asyncio.Lock | None = None
+        # Synonym groups change rarely: cache them per scope for KB_SYNONYM_CACHE_TTL_SECONDS,
+        # saving one round trip per search (reference §5 caches them too).
+        self._synonyms: dict[tuple[str, tuple[str, ...]], tuple[float, list[dict[str, Any]]]] = {}
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -167,6 +171,7 @@ class KnowledgeBase:
                      tenant: str | None = None) -> None:
         """Add or replace a synonym group for a project (reference §5)."""
         pool = self._require_pool()
+        self._synonyms.clear()
         with translated(), pool.connection() as conn:
             conn.execute(
                 "INSERT INTO kb_synonyms (tenant_id, project_key, term, synonyms) "
@@ -223,13 +228,33 @@ class KnowledgeBase:
         except Exception as exc:
             raise EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}") from exc
 
+    def _synonym_key(self, req: Fetch) -> tuple[str, tuple[str, ...]] | None:
+        if req.stage != "synonyms" or self.settings.synonyms_cache_ttl_seconds <= 0:
+            return None
+        return (req.params["tenant"], tuple(req.params["projects"]))
+
+    def _cached(self, req: Fetch) -> list[dict[str, Any]] | None:
+        key = self._synonym_key(req)
+        hit = self._synonyms.get(key) if key else None
+        return hit[1] if hit and hit[0] > time.monotonic() else None
+
+    def _remember(self, req: Fetch, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        key = self._synonym_key(req)
+        if key:
+            self._synonyms[key] = (
+                time.monotonic() + self.settings.synonyms_cache_ttl_seconds, rows)
+        return rows
+
     def _fetch(self, req: Fetch) -> list[dict[str, Any]]:
+        cached = self._cached(req)
+        if cached is not None:
+            return cached
         pool = self._require_pool()
         for attempt in (1, 2):
             try:
                 with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                     cur.execute(req.query, req.params)
-                    return cur.fetchall()
+                    return self._remember(req, cur.fetchall())
             except psycopg.Error as exc:
                 # Reads are idempotent: a dropped connection is retried once on a fresh one.
                 if attempt == 1 and is_retryable(exc):
@@ -240,12 +265,15 @@ class KnowledgeBase:
         raise AssertionError("unreachable")
 
     async def _afetch(self, req: Fetch) -> list[dict[str, Any]]:
+        cached = self._cached(req)
+        if cached is not None:
+            return cached
         pool = await self._async_pool()
         for attempt in (1, 2):
             try:
                 async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                     await cur.execute(req.query, req.params)
-                    return await cur.fetchall()
+                    return self._remember(req, await cur.fetchall())
             except psycopg.Error as exc:
                 if attempt == 1 and is_retryable(exc):
                     logger.warning("retrying %s after a dropped connection", req.stage)
