@@ -70,6 +70,7 @@ class Settings(BaseSettings):
     )
     pool_min_size: int = _field(1, "KB_POOL_MIN_SIZE", ge=0, le=64)
     pool_max_size: int = _field(4, "KB_POOL_MAX_SIZE", ge=1, le=256)
+    pool_timeout_s: float = _field(10.0, "KB_POOL_TIMEOUT_S", gt=0, le=600)
     statement_timeout_ms: int = _field(
         10_000, "KB_STATEMENT_TIMEOUT_MS", ge=0
     )

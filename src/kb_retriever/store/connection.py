@@ -50,6 +50,7 @@ def make_pool(url: str, settings: Settings, *, vector_ready: bool) -> Connection
         max_size=settings.pool_max_size,
         configure=configure,
         check=ConnectionPool.check_connection,
+        timeout=settings.pool_timeout_s,  # how long a caller waits for a connection
         kwargs={"connect_timeout": _CONNECT_TIMEOUT_S},
         open=False,
         name="kb-retriever",
@@ -72,6 +73,7 @@ def make_async_pool(url: str, settings: Settings) -> AsyncConnectionPool:
         max_size=settings.pool_max_size,
         configure=configure,
         check=AsyncConnectionPool.check_connection,
+        timeout=settings.pool_timeout_s,
         kwargs={"connect_timeout": _CONNECT_TIMEOUT_S},
         open=False,
         name="kb-retriever-async",

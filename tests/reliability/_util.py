@@ -1,0 +1,58 @@
+"""Helpers shared by the reliability tests: table checksums and corpus writers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+HELPERS = Path(__file__).resolve().parent / "helpers"
+PYTHON = sys.executable
+
+# Row counts and an order-independent digest of every table that holds tenant data.
+_TABLES = ("kb_documents", "kb_chunks", "kb_edges", "kb_synonyms", "kb_embedding_cache")
+
+
+def snapshot(url: str, tenant: str | None = None) -> dict[str, tuple[int, str]]:
+    """(row count, md5 of all rows) per table, of one tenant or all: equal = unchanged."""
+    out = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in _TABLES:
+            row = conn.execute(
+                f"SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') "
+                f"FROM {table} t WHERE %(t)s::text IS NULL OR t.tenant_id = %(t)s",
+                {"t": tenant},  # table names come from the constant above
+            ).fetchone()
+            assert row is not None
+            out[table] = (int(row[0]), str(row[1]))
+    return out
+
+
+def doc_chunks(url: str) -> dict[tuple[str, str, str], list[str]]:
+    """(tenant, project, source_path) -> chunk texts in order."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT d.tenant_id, d.project_key, d.source_path, c.text FROM kb_documents d "
+            "LEFT JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
+            "ORDER BY d.tenant_id, d.project_key, d.source_path, c.chunk_order"
+        ).fetchall()
+    out: dict[tuple[str, str, str], list[str]] = {}
+    for tenant, project, path, text in rows:
+        texts = out.setdefault((tenant, project, path), [])
+        if text is not None:
+            texts.append(text)
+    return out
+
+
+def canonical(slug: str, kind: str, title: str, body: str, *, status: str = "accepted",
+              summary: str = "", extra: dict[str, Any] | None = None) -> str:
+    """A markdown file with canonical frontmatter."""
+    lines = ["---", f"slug: {slug}", f"type: {kind}", f"status: {status}"]
+    if summary:
+        lines.append(f'summary: "{summary}"')
+    for key, value in (extra or {}).items():
+        lines.append(f"{key}: {value}")
+    lines += ["---", f"# {title}", "", body, ""]
+    return "\n".join(lines)
