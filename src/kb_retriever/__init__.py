@@ -7,7 +7,13 @@ injection, and a prompt composer. Framework-free: adapters live in their own dis
 
 from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder
 from .errors import (
-    ConfigError, EmbeddingError, FilterError, IngestError, InputError, KbError, SchemaError,
+    ConfigError,
+    EmbeddingError,
+    FilterError,
+    IngestError,
+    InputError,
+    KbError,
+    SchemaError,
     StoreError,
 )
 from .filters import SearchFilters

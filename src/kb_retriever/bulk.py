@@ -127,7 +127,7 @@ def _write_batch(conn: psycopg.Connection, tenant: str, project: str,
                     d.evidence_tier, list(d.tags), list(d.owners), d.summary, d.language,
                     d.doc_date, _json(d.frontmatter),
                 ))
-        ids = dict(conn.execute(
+        ids: dict[str, int] = dict(conn.execute(
             "SELECT source_path, id FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
             "AND source_path = ANY(%s)", [tenant, project, [d.source_path for d, _ in fresh]]
         ).fetchall())

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import KbError
 
@@ -18,7 +18,7 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own usage errors: exit 2, one line
+    def error(self, message: str) -> NoReturn:  # argparse's own usage errors: exit 2, one line
         # The contract is one line on stderr; argparse's wrapped usage block would add more.
         print(f"kb-retriever: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)

@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timezone
+from datetime import UTC, date, datetime, time
 from typing import Any
 
 from .errors import FilterError
@@ -92,7 +92,7 @@ def _date(key: str, value: Any, *, end: bool) -> datetime | None:
             dt = datetime.combine(dt.date(), time.max)
     else:
         raise FilterError(f"filter {key!r} needs an ISO date, got {type(value).__name__}")
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def _scalar_ok(v: Any) -> bool:

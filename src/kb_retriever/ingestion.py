@@ -69,7 +69,7 @@ def embed_chunks(conn: psycopg.Connection, embedder: Embedder, tenant: str,
     cached = writer.cached_embeddings(conn, tenant, embedder.model_id, list(set(hashes)))
     missing = list(dict.fromkeys(h for h in hashes if h not in cached))
     if missing:
-        by_hash = {h: t for h, t in zip(hashes, texts)}
+        by_hash = {h: t for h, t in zip(hashes, texts, strict=True)}
         try:
             raw = embedder.embed_documents([by_hash[h] for h in missing])
         except KbError:
@@ -80,8 +80,8 @@ def embed_chunks(conn: psycopg.Connection, embedder: Embedder, tenant: str,
                             model_id=embedder.model_id)
         arrays = [np.asarray(v, dtype=np.float32) for v in new]
         with conn.transaction():
-            writer.store_embeddings(conn, tenant, embedder.model_id, list(zip(missing, arrays)))
-        cached.update(zip(missing, arrays))
+            writer.store_embeddings(conn, tenant, embedder.model_id, list(zip(missing, arrays, strict=True)))
+        cached.update(zip(missing, arrays, strict=True))
     return [np.asarray(cached[h], dtype=np.float32) for h in hashes], len(missing)
 
 

@@ -19,11 +19,24 @@ from .errors import ConfigError, InputError, StoreError
 from .filters import SearchFilters, parse_filters
 from .ingestion import IngestReport, Progress, ingest_paths
 from .models import SearchResult
-from .pipeline import Fetch, SearchRequest, arun_plan, run_plan, search_plan, validate_limit, validate_query
+from .pipeline import (
+    Fetch,
+    SearchRequest,
+    arun_plan,
+    run_plan,
+    search_plan,
+    validate_limit,
+    validate_query,
+)
 from .settings import Settings, load_settings
 from .store import schema
 from .store.connection import (
-    atranslated, is_retryable, make_async_pool, make_pool, translate, translated,
+    atranslated,
+    is_retryable,
+    make_async_pool,
+    make_pool,
+    translate,
+    translated,
 )
 from .store.server import start_embedded
 from .store.sql import Scope

@@ -10,7 +10,7 @@ embed → candidates (one SQL: HNSW + FTS + RRF) → rerank → diversify → gr
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Awaitable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -52,7 +52,7 @@ class SearchRequest:
     limit: int
     filters: SearchFilters
     mention_doc_ids: frozenset[int] = frozenset()
-    query_embedding: Sequence[float] | None = None
+    query_embedding: Any = None  # a vector (sequence of floats or numpy array)
     now: datetime | None = None
 
 
@@ -211,7 +211,7 @@ def _ms(t: float) -> float:
 
 
 def run_plan(plan: Plan, fetch: Callable[[Fetch], list[dict[str, Any]]],
-             embed: Callable[[str], Sequence[float]]) -> SearchResult:
+             embed: Callable[[str], Any]) -> SearchResult:
     """Drive a plan with blocking I/O."""
     try:
         request = next(plan)
@@ -223,15 +223,14 @@ def run_plan(plan: Plan, fetch: Callable[[Fetch], list[dict[str, Any]]],
 
 
 async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[list[dict[str, Any]]]],
-                    embed: Callable[[str], Awaitable[Sequence[float]]]) -> SearchResult:
+                    embed: Callable[[str], Awaitable[Any]]) -> SearchResult:
     """Drive a plan with async I/O."""
     try:
         request = next(plan)
         while True:
-            if isinstance(request, Fetch):
-                answer = await fetch(request)
-            else:
-                answer = await embed(request.text)
+            answer: Any = (
+                await fetch(request) if isinstance(request, Fetch) else await embed(request.text)
+            )
             request = plan.send(answer)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]

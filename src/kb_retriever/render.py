@@ -13,12 +13,13 @@ def _row(i: int, hit: Hit) -> str:
     status = f"{d.canonical_type}/{d.canonical_status}" if d.is_canonical else "-"
     sim = "" if hit.similarity is None else f"{hit.similarity:.3f}"
     name = d.slug or d.doc_key
-    return f"{i:>3}  {hit.score:7.4f}  {sim:>6}  {name[:34]:<34}  {status[:28]:<28}  {hit.heading_path[:40]}"
+    return (f"{i:>3}  {hit.score:7.4f}  {sim:>6}  {name[:34]:<34}  {status[:28]:<28}  "
+            f"{hit.heading_path[:40]}")
 
 
 def render_result(result: SearchResult, *, explain: bool = False) -> str:
-    lines = [f"query: {result.query}", "",
-             "  #    score     sim  document                            type/status                   heading"]
+    header = (f"  #    score     sim  {'document':<34}  {'type/status':<28}  heading")
+    lines = [f"query: {result.query}", "", header]
     for i, hit in enumerate(result.primary, 1):
         lines.append(_row(i, hit))
         if explain:

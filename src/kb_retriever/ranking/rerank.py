@@ -124,7 +124,7 @@ def rerank(
         texts = [frozenset(words(c.text)) for c in candidates]
         heads = [frozenset(words(c.heading_path)) for c in candidates]
         if settings.keyword_idf:
-            q = q._replace(idf=pool_idf(tokens, [t | h for t, h in zip(texts, heads)]))
+            q = q._replace(idf=pool_idf(tokens, [t | h for t, h in zip(texts, heads, strict=True)]))
         vectors = _vector_signals(candidates, settings.normalize_scores)
         hits = [
             _score(c, v, q, settings, text_words, head_words)

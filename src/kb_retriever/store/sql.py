@@ -44,7 +44,7 @@ def scope_params(scope: Scope) -> Params:
 
 def _meta_expr(i: int) -> sql.Composable:
     # chunk metadata wins over document frontmatter for the same key
-    return sql.SQL("coalesce(c.metadata -> %(mk{i})s, d.frontmatter -> %(mk{i})s)".format(i=i))
+    return sql.SQL(f"coalesce(c.metadata -> %(mk{i})s, d.frontmatter -> %(mk{i})s)")
 
 
 def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.Composable, Params]:
@@ -99,11 +99,16 @@ def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.C
         else:
             p[name] = value
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                left = sql.SQL("CASE WHEN jsonb_typeof({e}) = 'number' THEN ({e} #>> '{{}}')::numeric END").format(e=expr)
-                parts.append(sql.SQL("{} {} %({})s::numeric").format(left, sql.SQL(_JSON_OPS[op]), sql.SQL(name)))
+                # non-numbers compare as NULL (no match) instead of failing the cast
+                left = sql.SQL(
+                    "CASE WHEN jsonb_typeof({e}) = 'number' THEN ({e} #>> '{{}}')::numeric END"
+                ).format(e=expr)
+                cast = sql.SQL("numeric")
             else:
                 left = sql.SQL("({} #>> '{{}}')").format(expr)
-                parts.append(sql.SQL("{} {} %({})s::text").format(left, sql.SQL(_JSON_OPS[op]), sql.SQL(name)))
+                cast = sql.SQL("text")
+            parts.append(sql.SQL("{} {} %({})s::{}").format(
+                left, sql.SQL(_JSON_OPS[op]), sql.SQL(name), cast))
     if not parts:
         return sql.SQL(""), p
     return sql.SQL(" AND ") + sql.SQL(" AND ").join(parts), p
@@ -182,10 +187,10 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
         ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt)
         n_fts = sql.SQL("(SELECT count(*) FROM fts_m)")
     else:
-        fts = sql.SQL(
+        fts = sql.Composed([sql.SQL(
             ", fused AS (SELECT id, r AS vector_rank, NULL::bigint AS fts_rank, "
             "NULL::real AS fts_score, %(wv)s / (%(rrf_k)s + r) AS fused FROM vec_r)"
-        )
+        )])
         n_fts = sql.SQL("0")
     if with_mentions:
         # @mentioned documents join the pool with their best chunk even when neither leg found

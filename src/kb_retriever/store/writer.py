@@ -114,7 +114,7 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
                 )
         cols = list(values)
         if row is None:
-            doc_pk = conn.execute(
+            inserted = conn.execute(
                 sql.SQL(
                     "INSERT INTO kb_documents (tenant_id, project_key, source_path, {cols}) "
                     "VALUES (%(tenant)s, %(project)s, %(path)s, {vals}) RETURNING id"
@@ -123,7 +123,9 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
                     vals=sql.SQL(", ").join(sql.Placeholder(c) for c in cols),
                 ),
                 {**values, "tenant": tenant, "project": project, "path": draft.source_path},
-            ).fetchone()[0]
+            ).fetchone()
+            assert inserted is not None  # INSERT ... RETURNING always returns the row
+            doc_pk = inserted[0]
             status = "added"
         else:
             doc_pk = row[0]
