@@ -91,6 +91,7 @@ class KnowledgeBase:
         self._pool: Any = None
         self._apool: Any = None
         self._alock: asyncio.Lock | None = None
+        self._apool_loop: asyncio.AbstractEventLoop | None = None
         # Synonym groups change rarely: cache them per scope for KB_SYNONYM_CACHE_TTL_SECONDS,
         # saving one round trip per search (reference §5 caches them too).
         self._synonyms: dict[tuple[str, tuple[str, ...]], tuple[float, list[dict[str, Any]]]] = {}
@@ -151,6 +152,13 @@ class KnowledgeBase:
         return self._pool
 
     async def _async_pool(self) -> Any:
+        # An async pool belongs to the event loop that opened it. When called from another loop
+        # (a new asyncio.run(), a test framework's per-test loop) open a fresh pool for it; the
+        # old one is dropped (its loop is gone or not ours to drive).
+        loop = asyncio.get_running_loop()
+        if self._apool is not None and self._apool_loop is not loop:
+            logger.debug("event loop changed: opening a new async pool")
+            self._apool, self._alock = None, None
         if self._apool is None:
             if self._alock is None:
                 self._alock = asyncio.Lock()
@@ -159,7 +167,7 @@ class KnowledgeBase:
                     pool = make_async_pool(self.url, self.settings)
                     async with atranslated():
                         await pool.open(wait=True, timeout=30)
-                    self._apool = pool
+                    self._apool, self._apool_loop = pool, loop
         return self._apool
 
     # --- ingest --------------------------------------------------------------------------

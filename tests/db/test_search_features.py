@@ -140,3 +140,13 @@ def test_settings_mutation_does_not_leak(make_kb):
     base = Settings()
     kb = make_kb(settings=base.model_copy(update={"default_limit": 2}))
     assert kb.settings.default_limit == 2 and base.default_limit == 8
+
+
+def test_asearch_from_successive_event_loops(make_kb, corpus):
+    import asyncio
+
+    kb = make_kb()
+    kb.ingest([corpus])
+    first = asyncio.run(kb.asearch("parental leave", limit=2))
+    second = asyncio.run(kb.asearch("parental leave", limit=2))  # a new loop: a new async pool
+    assert [h.chunk_id for h in first.primary] == [h.chunk_id for h in second.primary]

@@ -12,8 +12,9 @@ from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
-from kb_retriever import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
 from langchain_core.documents import Document
+
+from kb_retriever import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
 
 __all__ = ["document_to_candidate", "documents_to_result", "hit_to_document", "result_to_documents"]
 
@@ -95,7 +96,7 @@ def document_to_candidate(doc: Document, position: int, doc_number: int, *,
         summary=_str_or_none(field("summary")),
         doc_date=_date(field("doc_date", "date")),
     )
-    kb = meta.get("kb") if isinstance(meta.get("kb"), Mapping) else {}
+    kb = _kb_dict(meta)
     return Candidate(
         chunk_id=position,
         text=doc.page_content,
@@ -117,7 +118,7 @@ def documents_to_result(docs: Sequence[Document], query: str = "") -> SearchResu
     groups: dict[Origin, list[Hit]] = {o: [] for o in Origin}
     sources: dict[str, int] = {}
     for i, doc in enumerate(docs):
-        kb = doc.metadata.get("kb") if isinstance(doc.metadata.get("kb"), Mapping) else {}
+        kb = _kb_dict(doc.metadata)
         cand = document_to_candidate(doc, i, _doc_number(doc, i, sources), similarity=None,
                                      rrf_k=0)
         try:
@@ -151,6 +152,11 @@ def _doc_number(doc: Document, position: int, seen: dict[str, int]) -> int:
 def doc_numbers(docs: Iterable[Document]) -> list[int]:
     seen: dict[str, int] = {}
     return [_doc_number(d, i, seen) for i, d in enumerate(docs)]
+
+
+def _kb_dict(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    kb = meta.get("kb")
+    return kb if isinstance(kb, Mapping) else {}
 
 
 def _reader(meta: Mapping[str, Any]) -> Any:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
-from kb_retriever import Hit, Settings, load_settings
-from kb_retriever.ranking import diversify, rerank
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.embeddings import Embeddings
 from pydantic import ConfigDict, Field
+
+from kb_retriever import Hit, Settings, load_settings
+from kb_retriever.ranking import diversify, rerank
 
 from ._convert import _float, doc_numbers, document_to_candidate
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from kb_retriever import ConfigError
 from langchain_core.embeddings import Embeddings
+
+from kb_retriever import ConfigError
 
 __all__ = ["KBEmbeddings"]
 

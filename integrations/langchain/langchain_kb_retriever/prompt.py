@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from kb_retriever import InputError, PromptTemplate, SearchResult, compose_prompt
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from pydantic import ConfigDict, Field
+
+from kb_retriever import InputError, PromptTemplate, SearchResult, compose_prompt
 
 from ._convert import documents_to_result
 from .retrievers import KBRetriever
@@ -60,11 +61,14 @@ class KBPromptComposer(RunnableSerializable[ComposerInput, str]):
 
     def invoke(self, input: ComposerInput, config: RunnableConfig | None = None,
                **kwargs: Any) -> str:
-        return self._call_with_config(self._compose, input, config, **kwargs)
+        # LangChain passes `config` by keyword to a function that declares it; its type hints
+        # only know the positional forms.
+        return self._call_with_config(self._compose, input, config, **kwargs)  # type: ignore[arg-type]
 
     async def ainvoke(self, input: ComposerInput, config: RunnableConfig | None = None,
                       **kwargs: Any) -> str:
-        return await self._acall_with_config(self._acompose, input, config, **kwargs)
+        return await self._acall_with_config(
+            self._acompose, input, config, **kwargs)  # type: ignore[arg-type]
 
     def render(self, result: SearchResult) -> str:
         """Render a :class:`SearchResult` with this composer's options (no run, no I/O)."""

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kb_retriever import InputError, KnowledgeBase, SearchResult, Settings
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -14,6 +13,8 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, LangSmithRetrieverParams
 from pydantic import ConfigDict, Field
+
+from kb_retriever import InputError, KnowledgeBase, SearchResult, Settings
 
 from ._convert import result_to_documents
 

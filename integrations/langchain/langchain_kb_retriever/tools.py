@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Any, Literal
 
-from kb_retriever import KbError, KnowledgeBase
 from langchain_core.documents import Document
 from langchain_core.tools import StructuredTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field
+
+from kb_retriever import KbError, KnowledgeBase
 
 from .prompt import KBPromptComposer
 from .retrievers import KBRetriever

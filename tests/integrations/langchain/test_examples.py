@@ -1,0 +1,42 @@
+"""The LangChain examples run end to end against the test database (examples/kb is ingested
+already, so their own ingest is a no-op)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from kb_retriever import KnowledgeBase
+
+pytestmark = pytest.mark.db
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_langchain_chain_example(example_kb: KnowledgeBase, capsys: pytest.CaptureFixture[str],
+                                 ) -> None:
+    out = _load("langchain_chain").main(database_url=example_kb.url)
+    assert out["answer"].startswith("No. Memcached was rejected")
+    assert "## Context" in out["context"] and "REJECTED APPROACHES" in out["context"]
+    assert "sources:" in capsys.readouterr().out
+
+
+def test_agent_tool_example(example_kb: KnowledgeBase) -> None:
+    message = _load("agent_tool").main(database_url=example_kb.url)
+    assert message.tool_call_id == "call_1"
+    assert "## Context" in message.content
+    primary = [d for d in message.artifact if d.metadata["kb"]["origin"] == "primary"]
+    assert len(primary) == 3
+    assert {d.metadata["kb"]["document"]["canonical_type"] for d in primary} <= {
+        "runbook", "standard"}
