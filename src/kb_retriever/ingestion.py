@@ -110,6 +110,10 @@ def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Setting
             report.failed.append((rel, f"{type(exc).__name__}: {exc}"))
     if progress:
         progress(len(files), len(files), "")
+    if report.chunks_written:
+        # Lexeme frequencies (pg_stats) feed the BM25 keyword signal's idf; refresh them now
+        # rather than waiting for autovacuum. ANALYZE samples, so this stays cheap at scale.
+        conn.execute("ANALYZE kb_chunks")
     if prune:
         # Paths are relative to their roots, so "missing" means: in the project, not seen now.
         keep = [rel for rels in seen_by_root.values() for rel in rels]

@@ -168,6 +168,10 @@ class Candidate:
     fts_score: float | None = None
     fused_score: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=_empty)
+    # Stemmed query lexemes present in the chunk with their counts, and the chunk's lexeme
+    # count (from the database's tsvector); None when unknown (e.g. framework documents).
+    lexeme_tf: Mapping[str, int] | None = None
+    lexeme_count: int | None = None
 
 
 @dataclass(frozen=True)

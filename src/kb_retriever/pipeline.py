@@ -130,7 +130,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     n_pre = int(rows[0]["n_pre"]) if rows else 0
 
     t = time.perf_counter()
-    ranked = rerank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now)
+    ranked = rerank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
+                    lexeme_stats=rows[0].get("lexeme_stats") if rows else None)
     top, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     runner_up = tuple(
         replace(h, origin=Origin.RUNNER_UP) for h in rest[: settings.runner_up_limit]

@@ -112,7 +112,7 @@ class Settings(BaseSettings):
         3, "KB_RERANK_CANDIDATE_MULTIPLIER", ge=1, le=100
     )
     vector_weight: float = _field(0.55, "KB_RERANK_VECTOR_WEIGHT")
-    keyword_weight: float = _field(0.25, "KB_RERANK_KEYWORD_WEIGHT")
+    keyword_weight: float = _field(0.70, "KB_RERANK_KEYWORD_WEIGHT")
     heading_weight: float = _field(0.05, "KB_RERANK_HEADING_WEIGHT")
     tag_overlap_weight: float = _field(
         0.05, "KB_RERANK_TAG_OVERLAP_WEIGHT"
@@ -124,7 +124,9 @@ class Settings(BaseSettings):
         0.50, "KB_RERANK_MENTION_BOOST_WEIGHT"
     )
     keyword_idf: bool = _field(True, "KB_RERANK_KEYWORD_IDF")
-    normalize_scores: bool = _field(True, "KB_RERANK_NORMALIZE_SCORES")
+    # "coverage": share of (IDF-weighted) query words present; "bm25": pool BM25 (tf + length).
+    keyword_scoring: Literal["coverage", "bm25"] = _field("bm25", "KB_RERANK_KEYWORD_SCORING")
+    normalize_scores: bool = _field(False, "KB_RERANK_NORMALIZE_SCORES")
     mentions_mode: Literal["boost", "filter"] = _field("boost", "KB_MENTIONS_MODE")
     max_chunks_per_doc: int = _field(
         3, "KB_DIVERSIFICATION_MAX_CHUNKS_PER_DOC", ge=0

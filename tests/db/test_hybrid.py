@@ -32,7 +32,8 @@ def corpus(tmp_path_factory):
 
 
 def test_vector_leg_alone_misses_identifier_that_hybrid_finds(make_kb, minilm, corpus):
-    semantic = make_kb(minilm, Settings(hybrid_search_enabled=False))
+    # the vector leg alone: no FTS leg, no reranking (pure cosine order)
+    semantic = make_kb(minilm, Settings(hybrid_search_enabled=False, reranking_enabled=False))
     semantic.ingest([corpus])
     top_semantic = semantic.search(QUERY, limit=1).primary[0]
     assert "E_QUOTA_7731" not in top_semantic.text

@@ -17,6 +17,7 @@ RANKING_DEFAULTS: dict[str, Any] = {
     "normalize_scores": True,
     "vector_weight": 0.55,
     "keyword_weight": 0.25,
+    "keyword_scoring": "coverage",  # the reference keyword score (ours defaults to bm25)
     "heading_weight": 0.05,
     "tag_overlap_weight": 0.05,
     "preamble_weight": 0.05,

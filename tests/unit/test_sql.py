@@ -31,7 +31,8 @@ def test_candidates_hybrid_is_one_statement_with_both_legs():
 def test_semantic_only_has_no_fts():
     stmt, _ = q.candidates_sql(hybrid=False, fts_mode="or", n_phrases=0,
                                filters=parse_filters(None), with_doc_ids=False)
-    assert "tsv" not in render(stmt)
+    text = render(stmt)
+    assert "fts_m" not in text and "@@" not in text  # no FTS leg (lexeme counts still read)
 
 
 @pytest.mark.parametrize("mode, needle", [

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from kb_retriever.models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown
 from kb_retriever.settings import Settings
 
+from .bm25 import lexeme_bm25, lexeme_idf, pool_bm25
 from .text import (
     normalize_tags,
     pool_idf,
@@ -81,6 +82,7 @@ def rerank(
     *,
     mention_doc_ids: frozenset[int] = frozenset(),
     now: datetime | None = None,
+    lexeme_stats: Mapping[str, Any] | None = None,
 ) -> list[Hit]:
     """Score every candidate and return them all as primary hits, best first.
 
@@ -126,16 +128,36 @@ def rerank(
         if settings.keyword_idf:
             q = q._replace(idf=pool_idf(tokens, [t | h for t, h in zip(texts, heads, strict=True)]))
         vectors = _vector_signals(candidates, settings.normalize_scores)
+        keywords = _bm25_keywords(tokens, candidates, settings, lexeme_stats)
         hits = [
-            _score(c, v, q, settings, text_words, head_words)
-            for c, v, text_words, head_words in zip(candidates, vectors, texts, heads, strict=True)
+            _score(c, v, q, settings, text_words, head_words, kw)
+            for c, v, text_words, head_words, kw in zip(
+                candidates, vectors, texts, heads, keywords, strict=True)
         ]
     return sorted(hits, key=lambda h: -h.score)  # sorted() is stable
 
 
+def _bm25_keywords(tokens: list[str], candidates: Sequence[Candidate], settings: Settings,
+                   stats: Mapping[str, Any] | None) -> list[float | None]:
+    """The BM25 keyword signal per candidate, or None per candidate for the coverage score.
+
+    Stemmed term counts from the database plus global idf when the candidates carry them
+    (``lexeme_tf``); otherwise word-level BM25 over the pool (framework documents).
+    """
+    if settings.keyword_scoring != "bm25":
+        return [None] * len(candidates)
+    if all(c.lexeme_tf is not None for c in candidates):
+        tfs = [c.lexeme_tf or {} for c in candidates]
+        lexemes = list((stats or {}).get("freqs") or {}) or sorted({k for t in tfs for k in t})
+        idf = lexeme_idf(lexemes, stats, tfs)
+        lengths = [c.lexeme_count or 0 for c in candidates]
+        return list(lexeme_bm25(tfs, lengths, idf))
+    return list(pool_bm25(tokens, [c.text for c in candidates]))
+
+
 def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: frozenset[str],
-           head_words: frozenset[str]) -> Hit:
-    keyword = score_vocabulary(q.tokens, text_words, q.idf)
+           head_words: frozenset[str], bm25: float | None) -> Hit:
+    keyword = score_vocabulary(q.tokens, text_words, q.idf) if bm25 is None else bm25
     heading = score_vocabulary(q.tokens, head_words, q.idf)
     base = s.vector_weight * vector + s.keyword_weight * keyword + s.heading_weight * heading
 

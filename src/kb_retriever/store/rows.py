@@ -48,4 +48,7 @@ def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
         fts_score=None if fts_score is None else float(fts_score),
         fused_score=float(row.get("fused") or 0.0),
         metadata=MappingProxyType(dict(row["metadata"] or {})),
+        lexeme_tf=(MappingProxyType(dict(row["lexeme_tf"]))
+                   if row.get("lexeme_tf") is not None else None),
+        lexeme_count=row.get("lexeme_count"),
     )

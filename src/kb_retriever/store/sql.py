@@ -178,8 +178,8 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
             ", q AS (SELECT {tsq} AS query), "
             "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
             "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT %(fts_cap)s), "
-            "fts AS (SELECT m.id, ts_rank_cd(m.tsv, q.query) AS s, "
-            "row_number() OVER (ORDER BY ts_rank_cd(m.tsv, q.query) DESC, m.id) AS r "
+            "fts AS (SELECT m.id, ts_rank(m.tsv, q.query, 1) AS s, "
+            "row_number() OVER (ORDER BY ts_rank(m.tsv, q.query, 1) DESC, m.id) AS r "
             "FROM fts_m m, q ORDER BY r LIMIT %(kc)s), "
             "fused AS (SELECT id, vec_r.r AS vector_rank, fts.r AS fts_rank, fts.s AS fts_score, "
             "coalesce(%(wv)s / (%(rrf_k)s + vec_r.r), 0) + coalesce(%(wf)s / (%(rrf_k)s + fts.r), 0)"
@@ -206,14 +206,20 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
     else:
         pool = sql.SQL("fused")
     query = sql.SQL(
-        "WITH {vec}{fts} "
+        "WITH {vec}{fts}{lexstats} "
         "SELECT {chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
         "f.vector_rank, f.fts_rank, f.fts_score, f.fused, "
-        "coalesce((SELECT max(n_pre) FROM vec_all), 0) + {n_fts} AS n_pre "
+        "coalesce((SELECT max(n_pre) FROM vec_all), 0) + {n_fts} AS n_pre, "
+        # The query's stemmed lexemes found in each candidate, with their counts, and the
+        # candidate's lexeme count: the inputs of the BM25 keyword signal (ranking/bm25.py).
+        "(SELECT coalesce(jsonb_object_agg(u.lexeme, coalesce(array_length(u.positions, 1), 1)),"
+        " '{{}}'::jsonb) FROM unnest(c.tsv) u WHERE u.lexeme = ANY(tsvector_to_array("
+        "to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s)))) AS lexeme_tf, "
+        "length(c.tsv) AS lexeme_count, (SELECT stats FROM lexstats) AS lexeme_stats "
         "FROM {pool} f JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = f.id {docjoin} "
         "ORDER BY f.fused DESC, c.id"
     ).format(vec=vec, fts=fts, chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, n_fts=n_fts, docjoin=DOC_JOIN,
-             pool=pool)
+             pool=pool, lexstats=LEXEME_STATS_CTE)
     return query, p
 
 
@@ -271,6 +277,21 @@ def rejected_sql() -> sql.Composed:
         "ORDER BY d.id, c.embedding <=> %(qvec)s, c.id) r "
         "WHERE r.similarity >= %(min_sim)s ORDER BY r.similarity DESC, r.chunk_id LIMIT %(max_docs)s"
     ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
+
+
+# Document frequencies of the query's lexemes, from the planner's statistics: pg_stats'
+# most_common_elems of kb_chunks.tsv lists the frequent lexemes with the fraction of rows that
+# contain each (ANALYZE keeps it current); a lexeme not listed is rarer than the listed minimum
+# (the element after the frequencies). One catalog row, evaluated once per statement.
+LEXEME_STATS_CTE = sql.SQL(
+    ", lexstats AS (SELECT jsonb_build_object('freqs', coalesce(jsonb_object_agg(q.lexeme, "
+    "st.freqs[array_position(st.elems, q.lexeme)]), '{}'::jsonb), "
+    "'min_freq', max(st.freqs[array_length(st.elems, 1) + 1])) AS stats "
+    "FROM unnest(tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s))) "
+    "AS q(lexeme) LEFT JOIN (SELECT most_common_elems::text::text[] AS elems, "
+    "most_common_elem_freqs AS freqs FROM pg_stats WHERE schemaname = current_schema() "
+    "AND tablename = 'kb_chunks' AND attname = 'tsv') st ON true)"
+)
 
 
 def synonyms_sql() -> sql.Composed:

@@ -1,0 +1,95 @@
+"""kb-retriever side of the BEIR benchmark: load the corpus through the store writer, search.
+
+One document per abstract, shaped like the Markdown file ``# {title}\\n\\n{text}`` would be
+(title and heading path = the title, chunk text = the abstract), doc_key = the BEIR ``_id``.
+The vector of each chunk is the cached MiniLM vector of ``title + " " + text`` (BEIR's usual
+document text), written with the chunk by :func:`kb_retriever.store.writer.write_document`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from kb_retriever import KnowledgeBase, Settings
+from kb_retriever.models import ChunkDraft, DocumentDraft
+from kb_retriever.store import sql as q
+from kb_retriever.store.writer import write_document
+
+logger = logging.getLogger("beir.kb")
+
+PROJECT = "scifact"
+
+
+def load_corpus(kb: KnowledgeBase, ids: Sequence[str], titles: Sequence[str],
+                bodies: Sequence[str], vectors: np.ndarray) -> dict[str, int]:
+    """Write every abstract as one document with its precomputed vector. Returns status counts."""
+    counts: dict[str, int] = {}
+    started = time.perf_counter()
+    with kb._require_pool().connection() as conn:
+        for n, (doc_id, title, body, vec) in enumerate(
+            zip(ids, titles, bodies, vectors, strict=True), start=1
+        ):
+            text = body if body.strip() else title
+            draft = DocumentDraft(
+                source_path=f"{doc_id}.md", doc_key=doc_id, title=title or doc_id,
+                source_type="markdown",
+                content_hash=hashlib.sha256(f"{title}\n{body}".encode()).hexdigest(),
+                chunks=(ChunkDraft(order=0, text=text, heading_path=title),),
+            )
+            status = write_document(conn, tenant=kb.tenant, project=PROJECT, draft=draft,
+                                    embeddings=[vec])
+            counts[status] = counts.get(status, 0) + 1
+            if n % 1000 == 0:
+                logger.info("kb-retriever: wrote %d/%d documents (%.0fs)", n, len(ids),
+                            time.perf_counter() - started)
+        conn.execute("ANALYZE kb_chunks")
+        conn.execute("ANALYZE kb_documents, kb_chunks")  # kb_chunks: lexeme stats for BM25 idf
+    return counts
+
+
+def kb_search(kb: KnowledgeBase):
+    """search(query, qvec, k) through the public API (the timed path)."""
+
+    def search(query: str, qvec: np.ndarray, k: int) -> list[str]:
+        res = kb.search(query, limit=k, project=PROJECT, query_embedding=qvec)
+        return [h.document.doc_key for h in res.primary]
+
+    return search
+
+
+# FTS-only: the FTS leg of candidates_sql alone, with a choosable ranking expression.
+FTS_RANKS = {
+    "ts_rank_cd": "ts_rank_cd(c.tsv, q.query)",
+    "ts_rank_cd/len(32)": "ts_rank_cd(c.tsv, q.query, 32)",
+    "ts_rank_cd/log-len(1)": "ts_rank_cd(c.tsv, q.query, 1)",
+    "ts_rank": "ts_rank(c.tsv, q.query)",
+    "ts_rank/log-len(1)": "ts_rank(c.tsv, q.query, 1)",  # what the hybrid leg uses
+    "ts_rank/len(2)": "ts_rank(c.tsv, q.query, 2)",
+}
+
+
+def fts_search(url: str, settings: Settings, *, rank: str = "ts_rank/log-len(1)",
+               mode: str = "or"):
+    """Rank the matching chunks by ``rank`` (a key of FTS_RANKS), tsquery form ``mode``."""
+    stmt = sql.SQL(
+        "WITH q AS (SELECT {tsq} AS query) "
+        "SELECT d.doc_key, {rank} AS s FROM kb_chunks c JOIN kb_documents d "
+        "ON d.tenant_id = c.tenant_id AND d.id = c.document_id, q "
+        "WHERE c.tsv @@ q.query AND c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
+        "ORDER BY s DESC, c.id LIMIT %(k)s"
+    ).format(tsq=q.tsquery_sql(mode, 0), rank=sql.SQL(FTS_RANKS[rank]))
+    conn = psycopg.connect(url, autocommit=True)
+
+    def search(query: str, _qvec: np.ndarray, k: int) -> list[str]:
+        rows = conn.execute(stmt, {"tenant": "default", "project": PROJECT, "k": k,
+                                   "fts_lang": settings.fts_language, "fts_text": query})
+        return [r[0] for r in rows]
+
+    return search, conn.close
