@@ -197,9 +197,20 @@ class ScoreBreakdown:
     vector_rank: int | None = None
     fts_rank: int | None = None
     hop_decay: float | None = None  # graph expansion only
+    # Lexical evidence behind the BM25 keyword signal: stemmed query lexemes found in the chunk
+    # with their counts, and the chunk's lexeme count.
+    lexeme_tf: Mapping[str, int] | None = None
+    lexeme_count: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        out: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            if isinstance(v, float):
+                v = round(v, 6)
+            elif isinstance(v, Mapping):
+                v = dict(v)
+            out[k] = v
+        return out
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         **scope_p, **fparams, "qvec": qvec, "kc": kc, "min_sim": settings.default_min_similarity,
         "rrf_k": float(settings.rrf_k), "wv": float(settings.hybrid_semantic_weight),
         "wf": float(settings.hybrid_fts_weight), "fts_cap": settings.fts_match_cap,
+        "fts_max_freq": settings.fts_max_lexeme_freq,
         "fts_lang": settings.fts_language,
         "fts_text": " ".join([req.query, *phrases]) if mode == "or" else req.query,
         **{f"phrase{i}": p for i, p in enumerate(phrases)},
@@ -130,8 +131,9 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     n_pre = int(rows[0]["n_pre"]) if rows else 0
 
     t = time.perf_counter()
+    lexeme_stats = rows[0].get("lexeme_stats") if rows else None
     ranked = rerank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
-                    lexeme_stats=rows[0].get("lexeme_stats") if rows else None)
+                    lexeme_stats=lexeme_stats)
     top, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     runner_up = tuple(
         replace(h, origin=Origin.RUNNER_UP) for h in rest[: settings.runner_up_limit]
@@ -189,6 +191,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
             "max_score_used": max(sims) if sims else None,
         },
         "should_refuse": should_refuse(top, settings),
+        # database frequencies of the query's lexemes (the BM25 idf inputs), for --explain
+        "lexeme_stats": lexeme_stats,
     }
     return SearchResult(
         primary=tuple(top), expanded=tuple(expanded), rejected=tuple(rejected),

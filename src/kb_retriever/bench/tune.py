@@ -46,6 +46,7 @@ class Pool:
 
     query: BenchQuery
     candidates: tuple[Candidate, ...]
+    lexeme_stats: Any = None  # the query's lexeme frequencies (BM25 idf), from the search meta
 
 
 def _candidate(h: Hit) -> Candidate:
@@ -54,6 +55,7 @@ def _candidate(h: Hit) -> Candidate:
         chunk_id=h.chunk_id, text=h.text, heading_path=h.heading_path, chunk_order=h.chunk_order,
         document=h.document, vector_similarity=h.similarity, vector_rank=s.vector_rank,
         fts_rank=s.fts_rank, fused_score=s.fused_score, metadata=h.metadata,
+        lexeme_tf=s.lexeme_tf, lexeme_count=s.lexeme_count,
     )
 
 
@@ -63,7 +65,7 @@ def pools_from_runs(runs: Sequence[QueryRun]) -> list[Pool]:
     for r in runs:
         hits = [*r.result.primary, *r.result.runner_up]
         cands = sorted((_candidate(h) for h in hits), key=lambda c: -c.fused_score)
-        pools.append(Pool(r.query, tuple(cands)))
+        pools.append(Pool(r.query, tuple(cands), r.result.meta.get("lexeme_stats")))
     return pools
 
 
@@ -81,7 +83,8 @@ def split(queries: Sequence[BenchQuery], train_fraction: float = 0.7,
 
 
 def _top(pool: Pool, settings: Settings, k: int, now: datetime) -> list[Hit]:
-    ranked = rerank(pool.query.query, pool.candidates, settings, now=now)
+    ranked = rerank(pool.query.query, pool.candidates, settings, now=now,
+                    lexeme_stats=pool.lexeme_stats)
     return diversify(ranked, k, settings.max_chunks_per_doc)[0]
 
 

@@ -220,6 +220,8 @@ def _evidence(c: Candidate) -> dict[str, Any]:
         "fused_score": c.fused_score,
         "vector_rank": c.vector_rank,
         "fts_rank": c.fts_rank,
+        "lexeme_tf": c.lexeme_tf,
+        "lexeme_count": c.lexeme_count,
     }
 
 

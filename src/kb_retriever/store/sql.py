@@ -134,12 +134,22 @@ def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
     ``or``: OR of the query's own lexemes (stemmed by the configured language, re-read with
     the ``simple`` config so they are not stemmed twice); long natural-language questions
     still match (reference §24.6: ``plainto`` ANDs every word and often matches nothing).
+    Lexemes in more than ``%(fts_max_freq)s`` of all chunks (per ``pg_stats``) are left out of
+    the OR unless nothing else remains: they match most of the table, cost a heap visit and a
+    rank computation per match, and carry almost no idf.
     """
     if mode == "or":
         base = sql.SQL(
-            "to_tsquery('simple', coalesce((SELECT string_agg(quote_literal(l), ' | ') "
-            "FROM unnest(tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s))) "
-            "AS l), ''))"
+            "to_tsquery('simple', coalesce((WITH ql AS (SELECT l FROM unnest(tsvector_to_array("
+            "to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s))) AS l), "
+            "common AS (SELECT x.e FROM pg_stats st, unnest(st.most_common_elems::text::text[], "
+            "st.most_common_elem_freqs) AS x(e, f) WHERE st.schemaname = current_schema() "
+            "AND st.tablename = 'kb_chunks' AND st.attname = 'tsv' AND x.e IS NOT NULL "
+            "AND x.f > %(fts_max_freq)s), "
+            "rare AS (SELECT l FROM ql WHERE l NOT IN (SELECT e FROM common)), "
+            "chosen AS (SELECT l FROM rare UNION ALL SELECT l FROM ql "
+            "WHERE NOT EXISTS (SELECT 1 FROM rare)) "
+            "SELECT string_agg(quote_literal(l), ' | ') FROM chosen), ''))"
         )
     elif mode == "websearch":
         base = sql.SQL("websearch_to_tsquery(%(fts_lang)s::regconfig, %(fts_text)s)")
