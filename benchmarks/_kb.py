@@ -90,7 +90,8 @@ def fts_search(url: str, settings: Settings, *, rank: str = "ts_rank/log-len(1)"
     def search(query: str, _qvec: np.ndarray, k: int) -> list[str]:
         rows = conn.execute(stmt, {"tenant": "default", "project": PROJECT, "k": k,
                                    "fts_lang": settings.fts_language, "fts_text": query,
-                                   "fts_max_freq": settings.fts_max_lexeme_freq})
+                                   "fts_max_freq": settings.fts_max_lexeme_freq,
+                                   "fts_cap": settings.fts_match_cap})
         return [r[0] for r in rows]
 
     return search, conn.close

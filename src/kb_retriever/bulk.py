@@ -18,6 +18,8 @@ Example::
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -154,15 +156,37 @@ def _write_batch(conn: psycopg.Connection, tenant: str, project: str,
         report.documents += len(fresh)
 
 
+def _writer(url: str, tenant: str, work: queue.Queue[Any], report: BulkReport,
+            errors: list[BaseException]) -> None:
+    """One COPY stream: its own connection, batches from ``work`` until a ``None``."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            register_vector(conn)
+            conn.execute("SET statement_timeout = 0")
+            while (groups := work.get()) is not None:
+                if errors:
+                    continue  # drain: another stream failed, stop writing
+                with conn.transaction():
+                    for project, batch in groups.items():
+                        _write_batch(conn, tenant, project, batch, report)
+    except BaseException as exc:  # reported to the caller by bulk_load
+        errors.append(exc)
+        while work.get() is not None:  # keep the producer from blocking
+            pass
+
+
 def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], *,
-              tenant: str, batch_docs: int = 500, defer_indexes: bool = False) -> BulkReport:
+              tenant: str, batch_docs: int = 500, defer_indexes: bool = False,
+              workers: int = 2) -> BulkReport:
     """Write ``(project, draft, chunk_vectors)`` items, ``batch_docs`` documents per transaction.
 
     The database must have been opened once by :class:`KnowledgeBase` (schema and dimension
     fixed). Documents already present go through the normal atomic replace path.
     ``defer_indexes=True`` drops the HNSW and GIN indexes first and rebuilds them at the end
     (their build times are in ``index_build_s``): meanwhile searches scan exactly, so use it
-    for first loads and maintenance windows, not on a live database.
+    for first loads and maintenance windows, not on a live database. ``workers`` parallel
+    COPY streams (one connection each) spread ``to_tsvector``, the dominant server-side cost,
+    over the cores (reference/postgres-performance.md §3.3).
     """
     report = BulkReport()
     with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
@@ -177,10 +201,31 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
             for name, _ in saved:  # name comes from the catalog and our allow-list
                 conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
         t0 = time.perf_counter()
-        for groups in _batches(items, batch_docs):
-            with conn.transaction():
-                for project, batch in groups.items():
-                    _write_batch(conn, tenant, project, batch, report)
+        n = max(1, workers)
+        work: queue.Queue[Any] = queue.Queue(maxsize=2 * n)
+        reports = [BulkReport() for _ in range(n)]
+        errors: list[BaseException] = []
+        threads = [threading.Thread(target=_writer, args=(url, tenant, work, r, errors),
+                                    daemon=True) for r in reports]
+        for th in threads:
+            th.start()
+        try:
+            for groups in _batches(items, batch_docs):
+                if errors:
+                    break
+                work.put(groups)
+        finally:
+            for _ in threads:
+                work.put(None)
+            for th in threads:
+                th.join()
+        if errors:
+            raise errors[0]
+        for r in reports:
+            report.documents += r.documents
+            report.chunks += r.chunks
+            report.updated += r.updated
+            report.unchanged += r.unchanged
         report.load_s = time.perf_counter() - t0
         if saved:
             conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(

@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     )
     # OR-mode lexemes found in more than this share of chunks are dropped from the FTS leg
     # (1.0 keeps all): bounded cost on broad queries, and they carry almost no idf anyway.
-    fts_max_lexeme_freq: float = _field(1.0, "KB_FTS_MAX_LEXEME_FREQ", gt=0, le=1)
+    fts_max_lexeme_freq: float = _field(0.1, "KB_FTS_MAX_LEXEME_FREQ", gt=0, le=1)
     fts_match_cap: int = _field(2000, "KB_FTS_MATCH_CAP", ge=10)
     rrf_k: int = _field(60, "KB_RRF_K", ge=1)
     hybrid_semantic_weight: float = _field(

@@ -122,9 +122,13 @@ def rerank(
             mention_doc_ids=mention_doc_ids,
             idf=None,
         )
-        # Tokenise every candidate once: the IDF pool and both keyword signals share it.
-        texts = [frozenset(words(c.text)) for c in candidates]
+        # Tokenise every candidate once: the IDF pool and both keyword signals share it. With
+        # the database's lexemes (BM25 mode) the body text needs no Python tokenising at all.
+        lexical = settings.keyword_scoring == "bm25" and all(
+            c.lexeme_tf is not None for c in candidates)
         heads = [frozenset(words(c.heading_path)) for c in candidates]
+        texts = ([frozenset()] * len(candidates) if lexical
+                 else [frozenset(words(c.text)) for c in candidates])
         if settings.keyword_idf:
             q = q._replace(idf=pool_idf(tokens, [t | h for t, h in zip(texts, heads, strict=True)]))
         vectors = _vector_signals(candidates, settings.normalize_scores)

@@ -134,9 +134,10 @@ def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
     ``or``: OR of the query's own lexemes (stemmed by the configured language, re-read with
     the ``simple`` config so they are not stemmed twice); long natural-language questions
     still match (reference §24.6: ``plainto`` ANDs every word and often matches nothing).
-    Lexemes in more than ``%(fts_max_freq)s`` of all chunks (per ``pg_stats``) are left out of
-    the OR unless nothing else remains: they match most of the table, cost a heap visit and a
-    rank computation per match, and carry almost no idf.
+    Lexemes in more than ``%(fts_max_freq)s`` of all chunks (per ``pg_stats``) *and* in more
+    chunks than the match cap ``%(fts_cap)s`` are left out of the OR unless nothing else remains:
+    they would fill the capped match set on their own, cost a heap visit and a rank computation
+    per match, and carry almost no idf. Small corpora are never affected.
     """
     if mode == "or":
         base = sql.SQL(
@@ -145,7 +146,8 @@ def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
             "common AS (SELECT x.e FROM pg_stats st, unnest(st.most_common_elems::text::text[], "
             "st.most_common_elem_freqs) AS x(e, f) WHERE st.schemaname = current_schema() "
             "AND st.tablename = 'kb_chunks' AND st.attname = 'tsv' AND x.e IS NOT NULL "
-            "AND x.f > %(fts_max_freq)s), "
+            "AND x.f > %(fts_max_freq)s AND x.f * (SELECT reltuples FROM pg_class "
+            "WHERE oid = 'kb_chunks'::regclass) > %(fts_cap)s), "
             "rare AS (SELECT l FROM ql WHERE l NOT IN (SELECT e FROM common)), "
             "chosen AS (SELECT l FROM rare UNION ALL SELECT l FROM ql "
             "WHERE NOT EXISTS (SELECT 1 FROM rare)) "
@@ -223,8 +225,8 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
         # The query's stemmed lexemes found in each candidate, with their counts, and the
         # candidate's lexeme count: the inputs of the BM25 keyword signal (ranking/bm25.py).
         "(SELECT coalesce(jsonb_object_agg(u.lexeme, coalesce(array_length(u.positions, 1), 1)),"
-        " '{{}}'::jsonb) FROM unnest(c.tsv) u WHERE u.lexeme = ANY(tsvector_to_array("
-        "to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s)))) AS lexeme_tf, "
+        " '{{}}'::jsonb) FROM unnest(c.tsv) u WHERE u.lexeme = ANY((SELECT lexemes FROM qlex)::text[])"
+        ") AS lexeme_tf, "
         "length(c.tsv) AS lexeme_count, (SELECT stats FROM lexstats) AS lexeme_stats "
         "FROM {pool} f JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = f.id {docjoin} "
         "ORDER BY f.fused DESC, c.id"
@@ -294,11 +296,13 @@ def rejected_sql() -> sql.Composed:
 # contain each (ANALYZE keeps it current); a lexeme not listed is rarer than the listed minimum
 # (the element after the frequencies). One catalog row, evaluated once per statement.
 LEXEME_STATS_CTE = sql.SQL(
+    # the query's stemmed lexemes, computed once (an InitPlan), not once per candidate row
+    ", qlex AS MATERIALIZED (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, "
+    "%(fts_text)s)) AS lexemes)"
     ", lexstats AS (SELECT jsonb_build_object('freqs', coalesce(jsonb_object_agg(q.lexeme, "
     "st.freqs[array_position(st.elems, q.lexeme)]), '{}'::jsonb), "
     "'min_freq', max(st.freqs[array_length(st.elems, 1) + 1])) AS stats "
-    "FROM unnest(tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s))) "
-    "AS q(lexeme) LEFT JOIN (SELECT most_common_elems::text::text[] AS elems, "
+    "FROM unnest((SELECT lexemes FROM qlex)) AS q(lexeme) LEFT JOIN (SELECT most_common_elems::text::text[] AS elems, "
     "most_common_elem_freqs AS freqs FROM pg_stats WHERE schemaname = current_schema() "
     "AND tablename = 'kb_chunks' AND attname = 'tsv') st ON true)"
 )
