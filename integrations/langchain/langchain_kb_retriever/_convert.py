@@ -5,9 +5,7 @@ Only shapes change here; scores and ranks are always the core's.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any
@@ -15,10 +13,15 @@ from typing import Any
 from langchain_core.documents import Document
 
 from kb_retriever import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
+from kb_retriever.coerce import as_date as _date
+from kb_retriever.coerce import as_flag as _flag
+from kb_retriever.coerce import as_float as _float
+from kb_retriever.coerce import as_int as _int
+from kb_retriever.coerce import as_opt_str as _str_or_none
+from kb_retriever.coerce import as_tags as _tags
 
 __all__ = ["document_to_candidate", "documents_to_result", "hit_to_document", "result_to_documents"]
 
-_FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
 def hit_to_document(hit: Hit) -> Document:
@@ -177,46 +180,6 @@ def _reader(meta: Mapping[str, Any]) -> Any:
     return field
 
 
-def _flag(value: Any) -> bool:
-    # Metadata often comes from JSON or YAML strings: "false" must not read as true.
-    if isinstance(value, str):
-        return value.strip().lower() not in _FALSE
-    return bool(value)
 
 
-def _int(value: Any, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
 
-
-def _float(value: Any, default: float | None) -> Any:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return default
-    return out if math.isfinite(out) else default
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value in (None, "") else str(value)
-
-
-def _tags(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = value.split(",")
-    if not isinstance(value, (list, tuple, set, frozenset)):
-        return ()
-    return tuple(str(t).strip() for t in value if str(t).strip())
-
-
-def _date(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.strip())
-        except ValueError:
-            return None
-    return None

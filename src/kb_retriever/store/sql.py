@@ -302,7 +302,8 @@ LEXEME_STATS_CTE = sql.SQL(
     ", lexstats AS (SELECT jsonb_build_object('freqs', coalesce(jsonb_object_agg(q.lexeme, "
     "st.freqs[array_position(st.elems, q.lexeme)]), '{}'::jsonb), "
     "'min_freq', max(st.freqs[array_length(st.elems, 1) + 1])) AS stats "
-    "FROM unnest((SELECT lexemes FROM qlex)) AS q(lexeme) LEFT JOIN (SELECT most_common_elems::text::text[] AS elems, "
+    "FROM unnest((SELECT lexemes FROM qlex)) AS q(lexeme) "
+    "LEFT JOIN (SELECT most_common_elems::text::text[] AS elems, "
     "most_common_elem_freqs AS freqs FROM pg_stats WHERE schemaname = current_schema() "
     "AND tablename = 'kb_chunks' AND attname = 'tsv') st ON true)"
 )

@@ -14,8 +14,7 @@ graph-expanded node has ``PARENT`` → the node of the document it was reached f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any
@@ -30,6 +29,12 @@ from llama_index.core.schema import (
 )
 
 from kb_retriever import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
+from kb_retriever.coerce import as_date as _date
+from kb_retriever.coerce import as_flag as _flag
+from kb_retriever.coerce import as_float as _float
+from kb_retriever.coerce import as_int as _int
+from kb_retriever.coerce import as_opt_str as _opt
+from kb_retriever.coerce import as_tags as _tags
 
 __all__ = [
     "HIDDEN_METADATA_KEYS", "VISIBLE_METADATA_KEYS", "document_node_id", "node_to_candidate",
@@ -46,7 +51,6 @@ HIDDEN_METADATA_KEYS = (
     "is_canonical", "retrieval_priority", "generation_source", "evidence_tier", "tags", "summary",
     "doc_date", "similarity", "edge_type", "from_slug", "hop", "retrieval_score",
 )
-_FALSE = frozenset({"", "0", "false", "no", "off", "none"})
 
 
 def document_node_id(doc: DocumentRef) -> str:
@@ -184,43 +188,6 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _opt(value: Any) -> str | None:
-    return None if value is None or value == "" else str(value)
 
 
-def _flag(value: Any) -> bool:
-    # Metadata often round-trips through JSON or a vector store as strings.
-    return value.strip().lower() not in _FALSE if isinstance(value, str) else bool(value)
 
-
-def _int(value: Any, default: int | None) -> Any:
-    try:
-        return int(float(value))
-    except (TypeError, ValueError, OverflowError):
-        return default
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _tags(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = value.split(",")
-    if not isinstance(value, Iterable):
-        return ()
-    return tuple(str(t).strip() for t in value if str(t).strip())
-
-
-def _date(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            return None
-    return None
