@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 from langchain_core.embeddings import Embeddings
 
 from kb_retriever import ConfigError
+from kb_retriever.embedding.wrapped import WrappedEmbedder
 
 __all__ = ["KBEmbeddings"]
 
-_PROBE = "kb-retriever dimension probe"
 
-
-class KBEmbeddings:
+class KBEmbeddings(WrappedEmbedder):
     """Wrap a LangChain ``Embeddings`` so a :class:`~kb_retriever.KnowledgeBase` can use it.
 
     The core needs a ``model_id`` (it keys the embedding cache, so two models never share
@@ -39,29 +37,16 @@ class KBEmbeddings:
             raise ConfigError(
                 f"KBEmbeddings wraps a langchain_core Embeddings, got {type(embeddings).__name__}"
             )
-        if dimension is not None and (isinstance(dimension, bool) or dimension < 1):
-            raise ConfigError(f"dimension must be a positive integer, got {dimension!r}")
+        super().__init__(model_id=model_id or _default_model_id(embeddings), dimension=dimension)
         self.embeddings = embeddings
-        self._model_id = model_id or _default_model_id(embeddings)
-        self._dimension = dimension
-        self._lock = threading.Lock()
 
     @property
     def provider_name(self) -> str:
         """The wrapped class name (what LangSmith shows as the embedding provider)."""
         return type(self.embeddings).__name__
 
-    @property
-    def model_id(self) -> str:
-        return self._model_id
-
-    @property
-    def dimension(self) -> int:
-        if self._dimension is None:
-            with self._lock:
-                if self._dimension is None:
-                    self._dimension = len(self.embeddings.embed_query(_PROBE))
-        return self._dimension
+    def _probe(self, text: str) -> list[float]:
+        return self.embeddings.embed_query(text)
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         return self.embeddings.embed_documents(list(texts))

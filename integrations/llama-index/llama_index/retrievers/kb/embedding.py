@@ -9,20 +9,19 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Sequence
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
 from kb_retriever import Embedder
+from kb_retriever.embedding.wrapped import WrappedEmbedder
 
 __all__ = ["KBCoreEmbedding", "KBLlamaEmbedding"]
 
-_PROBE = "dimension probe"
 
 
-class KBLlamaEmbedding:
+class KBLlamaEmbedding(WrappedEmbedder):
     """A LlamaIndex ``BaseEmbedding`` as a kb-retriever :class:`~kb_retriever.Embedder`.
 
     ``model_id`` (it keys the embedding cache) defaults to the embedding's ``model_name``, or
@@ -45,26 +44,14 @@ class KBLlamaEmbedding:
         if not isinstance(embedding, BaseEmbedding):
             raise TypeError("embedding must be a llama_index BaseEmbedding, "
                             f"not {type(embedding).__name__}")
-        if dimension is not None and (isinstance(dimension, bool) or dimension < 1):
-            raise ValueError(f"dimension must be a positive integer, got {dimension!r}")
-        self.embedding = embedding
         name = embedding.model_name
-        self._model_id = model_id or (name if name and name != "unknown"
-                                      else f"llama-index:{embedding.class_name()}")
-        self._dimension = dimension
-        self._lock = threading.Lock()
+        super().__init__(model_id=model_id or (name if name and name != "unknown"
+                                               else f"llama-index:{embedding.class_name()}"),
+                         dimension=dimension)
+        self.embedding = embedding
 
-    @property
-    def model_id(self) -> str:
-        return self._model_id
-
-    @property
-    def dimension(self) -> int:
-        if self._dimension is None:
-            with self._lock:
-                if self._dimension is None:
-                    self._dimension = len(self.embedding.get_text_embedding(_PROBE))
-        return self._dimension
+    def _probe(self, text: str) -> list[float]:
+        return list(self.embedding.get_text_embedding(text))
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         return [list(v) for v in self.embedding.get_text_embedding_batch(list(texts))]
