@@ -144,6 +144,19 @@ def _sa_urls(url: str) -> tuple[str, str]:
     return f"postgresql+psycopg://{auth}{tail}", f"postgresql+asyncpg://{auth}{tail}"
 
 
+def _llamaindex_store(url: str) -> Any:
+    """LlamaIndex's PGVectorStore on our server: hybrid, HNSW m16/efc64 like ours."""
+    from llama_index.vector_stores.postgres import PGVectorStore
+
+    sync_url, async_url = _sa_urls(url)
+    return PGVectorStore(connection_string=sync_url.replace("+psycopg", "+psycopg2"),
+                         async_connection_string=async_url, table_name="perf", embed_dim=384,
+                         hybrid_search=True, text_search_config="english",
+                         hnsw_kwargs={"hnsw_m": 16, "hnsw_ef_construction": 64,
+                                      "hnsw_ef_search": 40,
+                                      "hnsw_dist_method": "vector_cosine_ops"})
+
+
 def child_langchain(url: str, data: Path, warmup: int) -> dict[str, Any]:
     from dataclasses import replace
 
@@ -176,17 +189,10 @@ def child_langchain(url: str, data: Path, warmup: int) -> dict[str, Any]:
 
 def child_llama(url: str, data: Path, warmup: int) -> dict[str, Any]:
     from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
-    from llama_index.vector_stores.postgres import PGVectorStore
 
     qv = np.load(data / "qvec.npy")
     texts = json.loads((data / "queries.json").read_text())["texts"]
-    sync_url, async_url = _sa_urls(url)
-    store = PGVectorStore(connection_string=sync_url.replace("+psycopg", "+psycopg2"),
-                          async_connection_string=async_url, table_name="perf", embed_dim=384,
-                          hybrid_search=True, text_search_config="english",
-                          hnsw_kwargs={"hnsw_m": 16, "hnsw_ef_construction": 64,
-                                       "hnsw_ef_search": 40,
-                                       "hnsw_dist_method": "vector_cosine_ops"})
+    store = _llamaindex_store(url)
 
     def search(vec: np.ndarray, text: str) -> None:
         r = store.query(VectorStoreQuery(query_embedding=vec.tolist(), similarity_top_k=K,
@@ -295,14 +301,7 @@ def load_peers(url: str, corpus: Any) -> dict[str, Any]:
     except Exception as exc:  # a peer that cannot load is reported, not fatal
         out["langchain"] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
     try:
-        from llama_index.vector_stores.postgres import PGVectorStore
-
-        store = PGVectorStore(connection_string=sync_url.replace("+psycopg", "+psycopg2"),
-                              async_connection_string=async_url, table_name="perf", embed_dim=384,
-                              hybrid_search=True, text_search_config="english",
-                              hnsw_kwargs={"hnsw_m": 16, "hnsw_ef_construction": 64,
-                                           "hnsw_ef_search": 40,
-                                           "hnsw_dist_method": "vector_cosine_ops"})
+        store = _llamaindex_store(url)
         store._initialize()  # its own CREATE TABLE and indexes (no public hook for this)
         with psycopg.connect(url, autocommit=True) as conn:
             register_vector(conn)

@@ -26,20 +26,18 @@ def expand_graph(primary: Sequence[Hit], req: SearchRequest, settings: Settings,
     """Yield one fetch per hop; return expanded hits ordered by score (at most max_nodes)."""
     from .pipeline import Fetch
 
-    seeds = []
-    seen_seed = set()
-    for hit in primary:
-        d = hit.document
-        if d.is_canonical and d.slug and (d.project_key, d.slug) not in seen_seed:
-            seen_seed.add((d.project_key, d.slug))
-            seeds.append((d.project_key, d.slug, hit.score))
+    # canonical documents of the primary list, in rank order, once each
+    seeds = list(dict.fromkeys(
+        (h.document.project_key, h.document.slug) for h in primary
+        if h.document.is_canonical and h.document.slug
+    ))
     types = list(settings.graph_expansion_edge_types)
     if not seeds or not types:
         return []
     primary_docs = {h.document.id for h in primary}
-    visited = {f"{p}{_SEP}{s}" for p, s, _ in seeds}
-    visited |= {f"{h.document.project_key}{_SEP}{h.document.slug}" for h in primary if h.document.slug}
-    frontier = [(p, s) for p, s, _ in seeds]
+    # every primary document with a slug (the seeds included) is never a neighbour
+    visited = {f"{h.document.project_key}{_SEP}{h.document.slug}" for h in primary if h.document.slug}
+    frontier: list[tuple[str, str]] = [(p, s or "") for p, s in seeds]
     out: list[Hit] = []
     query, fparams = q.neighbours_sql(direction=settings.graph_expansion_direction,
                                       filters=req.filters)
