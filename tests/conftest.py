@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -92,3 +93,21 @@ def example_kb(new_database: Callable[[], str], minilm: MiniLMEmbedder) -> Itera
     assert not report.failed, report.failed
     yield kb
     kb.close()
+
+
+def fk_lookups_by_path_index(url: str, *, documents: int) -> int:
+    """Index entries read through kb_documents' (tenant, project, source_path) index, once the
+    statistics of ``documents`` inserted documents have arrived (writers' statistics are flushed
+    when their backends exit or go idle, so close them first)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(100):
+            row = conn.execute(
+                "SELECT s.idx_tup_read, t.n_tup_ins FROM pg_stat_user_indexes s "
+                "JOIN pg_stat_user_tables t ON t.relid = s.relid "
+                "WHERE s.indexrelname = 'kb_documents_tenant_id_project_key_source_path_key'"
+            ).fetchone()
+            if row and row[1] >= documents:
+                return int(row[0])
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            time.sleep(0.1)
+    raise AssertionError("the writers' statistics did not arrive")

@@ -33,7 +33,13 @@ from psycopg.types.json import Jsonb
 from .errors import InputError
 from .models import DocumentDraft
 from .store.connection import translated
-from .store.writer import _COPY_CHUNKS, _COPY_TYPES, text_hash, write_document
+from .store.writer import (
+    _COPY_CHUNKS,
+    _COPY_TYPES,
+    refresh_document_stats,
+    text_hash,
+    write_document,
+)
 
 __all__ = ["BulkReport", "bulk_load"]
 
@@ -163,12 +169,16 @@ def _writer(url: str, tenant: str, work: queue.Queue[Any], report: BulkReport,
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
             register_vector(conn)
             conn.execute("SET statement_timeout = 0")
+            fresh_stats = False
             while (groups := work.get()) is not None:
                 if errors:
                     continue  # drain: another stream failed, stop writing
                 with conn.transaction():
                     for project, batch in groups.items():
                         _write_batch(conn, tenant, project, batch, report)
+                if not fresh_stats:  # after the first batch: see refresh_document_stats
+                    refresh_document_stats(conn)
+                    fresh_stats = True
     except BaseException as exc:  # reported to the caller by bulk_load
         errors.append(exc)
         while work.get() is not None:  # keep the producer from blocking

@@ -101,7 +101,10 @@ def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Setting
             draft = parse_document(file, root=root, settings=settings)
             for w in draft.canonical_warnings:
                 report.warnings.append((draft.source_path, w))
+            written = report.chunks_written
             _ingest_one(conn, embedder, tenant, project, draft, report)
+            if not written and report.chunks_written:  # the run's first write
+                writer.refresh_document_stats(conn)
         except IngestError as exc:
             report.failed.append((rel, str(exc)))
         except KbError:

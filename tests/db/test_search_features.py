@@ -114,7 +114,8 @@ async def test_async_matches_sync(kb):
 
 def test_cli_search_json_contract_and_errors(example_kb, capsys):
     kb = example_kb
-    code = cli_main(["--database-url", kb.url, "search", "what cache layer did we standardise on?", "--json", "--limit", "2"])
+    code = cli_main(["--database-url", kb.url, "search", "what cache layer did we standardise on?",
+                     "--json", "--limit", "2"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert set(out) == {"primary", "expanded", "rejected", "runner_up", "meta"}

@@ -10,6 +10,7 @@ import pytest
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, SchemaError, Settings
 from kb_retriever.store import schema
+from tests.conftest import fk_lookups_by_path_index
 
 pytestmark = pytest.mark.db
 
@@ -130,8 +131,23 @@ def test_duplicate_slug_fails_that_file_only(make_kb, tmp_path):
 
 def test_invalid_frontmatter_is_ingested_as_non_canonical_with_warning(make_kb, tmp_path):
     kb = make_kb()
-    _write(tmp_path / "bad.md", "---\nslug: Not A Slug\ntype: decision\nstatus: accepted\n---\n# T\n\nbody text here")
+    _write(tmp_path / "bad.md",
+           "---\nslug: Not A Slug\ntype: decision\nstatus: accepted\n---\n# T\n\nbody text here")
     report = kb.ingest([tmp_path])
     assert report.added == ["bad.md"] and report.warnings
     hit = kb.search("body text here").primary[0]
     assert hit.document.is_canonical is False
+
+
+def test_ingest_checks_chunk_foreign_keys_by_primary_key(make_kb, tmp_path):
+    """A first ingest stays linear: the run refreshes kb_documents' statistics after its first
+    write, so chunk inserts stop checking their foreign key through the source_path index."""
+    for i in range(150):
+        body = "\n\n".join(f"## Part {k}\nNote {i} part {k} about queues." for k in range(4))
+        _write(tmp_path / f"n{i:03}.md", f"# Note {i}\n\n{body}\n")
+    kb = make_kb()
+    report = kb.ingest([tmp_path])
+    assert len(report.added) == 150 and report.chunks_written >= 600
+    kb.close()  # its backends exit and flush their statistics
+    # Quadratic plan: ~600 inserts x ~75 documents each = ~45,000 entries read.
+    assert fk_lookups_by_path_index(kb.url, documents=150) < 5_000

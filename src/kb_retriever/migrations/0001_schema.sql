@@ -59,7 +59,6 @@ CREATE TABLE IF NOT EXISTS kb_chunks (
     FOREIGN KEY (tenant_id, document_id) REFERENCES kb_documents (tenant_id, id) ON DELETE CASCADE
 );
 CREATE INDEX IF NOT EXISTS kb_chunks_scope_ix ON kb_chunks (tenant_id, project_key);
-CREATE INDEX IF NOT EXISTS kb_chunks_doc_ix ON kb_chunks (tenant_id, document_id, chunk_order);
 
 CREATE TABLE IF NOT EXISTS kb_edges (
     tenant_id          text    NOT NULL,

@@ -32,6 +32,19 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def refresh_document_stats(conn: psycopg.Connection) -> None:
+    """``ANALYZE kb_documents``, early in a load, so chunk inserts check their foreign key by the
+    primary key.
+
+    Until ``kb_documents`` has statistics, PostgreSQL plans the foreign-key check that every
+    chunk insert runs (``tenant_id = $1 AND id = $2``) on the (tenant_id, project_key,
+    source_path) index, filtering on ``id``, and the connection keeps that plan: each insert then
+    reads every document of the tenant, so loading gets quadratically slower (100k chunks: 960
+    million index entries read, 60 s instead of 12 s). New statistics invalidate the cached plan.
+    """
+    conn.execute("ANALYZE kb_documents")
+
+
 def doc_lock_key(tenant: str, project: str, source_path: str) -> str:
     return "\x1f".join(("kb-doc", tenant, project, source_path))
 
