@@ -16,9 +16,11 @@ from collections.abc import Sequence
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from kb_retriever import KnowledgeBase, Settings
 from kb_retriever.models import ChunkDraft, DocumentDraft
+from kb_retriever.ranking.bm25 import CorpusLexemes
 from kb_retriever.store import sql as q
 from kb_retriever.store.writer import write_document
 
@@ -86,12 +88,14 @@ def fts_search(url: str, settings: Settings, *, rank: str = "ts_rank/log-len(1)"
         "ORDER BY s DESC, c.id LIMIT %(k)s"
     ).format(tsq=q.tsquery_sql(mode, 0), rank=sql.SQL(FTS_RANKS[rank]))
     conn = psycopg.connect(url, autocommit=True)
+    with conn.cursor(row_factory=dict_row) as cur:
+        corpus = CorpusLexemes.from_row(cur.execute(q.lexeme_stats_sql()).fetchone())
+    common = corpus.common(max_freq=settings.fts_max_lexeme_freq, cap=settings.fts_match_cap)
 
     def search(query: str, _qvec: np.ndarray, k: int) -> list[str]:
         rows = conn.execute(stmt, {"tenant": "default", "project": PROJECT, "k": k,
                                    "fts_lang": settings.fts_language, "fts_text": query,
-                                   "fts_max_freq": settings.fts_max_lexeme_freq,
-                                   "fts_cap": settings.fts_match_cap})
+                                   "fts_common": common})
         return [r[0] for r in rows]
 
     return search, conn.close

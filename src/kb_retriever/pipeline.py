@@ -22,6 +22,7 @@ from .filters import SearchFilters
 from .graph import expand_graph
 from .models import Hit, Origin, SearchResult
 from .ranking import diversify, expand_query_text, expansion_phrases, rerank, should_refuse
+from .ranking.bm25 import CorpusLexemes
 from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row, document_from_row
@@ -102,6 +103,10 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     qvec = req.query_embedding if req.query_embedding is not None else (yield Embed(embed_text))
     timings["embed"] = _ms(t)
 
+    # The database's lexeme statistics (BM25 idf, common lexemes): cached by the caller.
+    corpus = CorpusLexemes.from_row(next(iter((yield Fetch(q.lexeme_stats_sql(), {},
+                                                            "lexeme_stats"))), None))
+
     kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
     with_doc_ids = settings.mentions_mode == "filter"
     hybrid = settings.hybrid_search_enabled
@@ -118,7 +123,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         **scope_p, **fparams, "qvec": qvec, "kc": kc, "min_sim": settings.default_min_similarity,
         "rrf_k": float(settings.rrf_k), "wv": float(settings.hybrid_semantic_weight),
         "wf": float(settings.hybrid_fts_weight), "fts_cap": settings.fts_match_cap,
-        "fts_max_freq": settings.fts_max_lexeme_freq,
+        "fts_common": corpus.common(max_freq=settings.fts_max_lexeme_freq,
+                                    cap=settings.fts_match_cap),
         "fts_lang": settings.fts_language,
         "fts_text": " ".join([req.query, *phrases]) if mode == "or" else req.query,
         **{f"phrase{i}": p for i, p in enumerate(phrases)},
@@ -131,7 +137,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     n_pre = int(rows[0]["n_pre"]) if rows else 0
 
     t = time.perf_counter()
-    lexeme_stats = rows[0].get("lexeme_stats") if rows else None
+    lexeme_stats = corpus.for_query(rows[0]["query_lexemes"] or []) if rows else None
     ranked = rerank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
                     lexeme_stats=lexeme_stats)
     top, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)

@@ -99,6 +99,10 @@ class Settings(BaseSettings):
     # Matches ranked by the FTS leg at most (reference/postgres-performance.md §3.1: ranking reads
     # every match). 500 kept SciFact nDCG@10 (0.7266 vs 0.7267 at 2000) and bounds broad queries.
     fts_match_cap: int = _field(500, "KB_FTS_MATCH_CAP", ge=10)
+    # How long a process keeps the database's lexeme statistics (pg_stats of kb_chunks.tsv: the
+    # BM25 idf and the common lexemes above) before reading them again; 0 reads every search.
+    # ANALYZE changes them (after each ingest, or autovacuum); this process's ingests clear it.
+    lexeme_stats_cache_ttl_seconds: int = _field(300, "KB_LEXEME_STATS_CACHE_TTL_SECONDS", ge=0)
     rrf_k: int = _field(60, "KB_RRF_K", ge=1)
     hybrid_semantic_weight: float = _field(
         0.70, "KB_HYBRID_SEMANTIC_WEIGHT", ge=0

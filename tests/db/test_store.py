@@ -151,3 +151,29 @@ def test_ingest_checks_chunk_foreign_keys_by_primary_key(make_kb, tmp_path):
     kb.close()  # its backends exit and flush their statistics
     # Quadratic plan: ~600 inserts x ~75 documents each = ~45,000 entries read.
     assert fk_lookups_by_path_index(kb.url, documents=150) < 5_000
+
+
+def _storage_and_indexes(conn: psycopg.Connection) -> tuple[str, set[str]]:
+    storage = conn.execute("SELECT attstorage FROM pg_attribute WHERE attrelid = "
+                           "'kb_chunks'::regclass AND attname = 'tsv'").fetchone()[0]
+    indexes = {r[0] for r in conn.execute(
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'kb_chunks'")}
+    return storage, indexes
+
+
+def test_chunk_storage_keeps_tsvectors_inline_new_and_migrated(make_kb):
+    """tsv is STORAGE MAIN (ranked in the heap row, not fetched from TOAST) and the duplicate
+    (tenant_id, document_id, chunk_order) index is gone, in new databases and after migrating
+    a version-1 database."""
+    kb = make_kb()
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        storage, indexes = _storage_and_indexes(conn)
+        assert storage == "m" and "kb_chunks_doc_ix" not in indexes
+        # back to version 1's layout, then migrate
+        conn.execute("ALTER TABLE kb_chunks ALTER COLUMN tsv SET STORAGE EXTENDED")
+        conn.execute("CREATE INDEX kb_chunks_doc_ix ON kb_chunks "
+                     "(tenant_id, document_id, chunk_order)")
+        conn.execute("UPDATE kb_meta SET value = '1' WHERE key = 'schema_version'")
+        assert schema.migrate(conn) >= 2
+        storage, indexes = _storage_and_indexes(conn)
+        assert storage == "m" and "kb_chunks_doc_ix" not in indexes

@@ -18,7 +18,9 @@ def test_candidates_hybrid_is_one_statement_with_both_legs():
     stmt, params = q.candidates_sql(hybrid=True, fts_mode="or", n_phrases=0,
                                     filters=parse_filters(None), with_doc_ids=False)
     text = render(stmt)
-    assert text.startswith("WITH vec AS MATERIALIZED") and ";" not in text  # one statement
+    assert text.startswith("WITH qlex AS MATERIALIZED") and ";" not in text  # one statement
+    assert text.count("to_tsvector(") == 1  # the query is stemmed once
+    assert "pg_stats" not in text  # the lexeme statistics come cached, as parameters
     assert "vec AS MATERIALIZED" in text and "fts_m AS MATERIALIZED" in text
     assert "ORDER BY dist LIMIT %(kc)s" in text  # bare distance operator: HNSW usable
     assert "FULL OUTER JOIN" in text

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .text import words
 
-__all__ = ["lexeme_bm25", "lexeme_idf", "pool_bm25"]
+__all__ = ["CorpusLexemes", "lexeme_bm25", "lexeme_idf", "pool_bm25"]
 
 # Robertson & Zaragoza (2009) defaults; k1 saturates repeated terms, b normalises length.
 K1 = 1.2
@@ -71,9 +72,62 @@ _UNLISTED_SHARE = 0.5
 _MIN_FREQ = 1e-4  # floor: ~1 in 10,000 chunks, so idf stays finite
 
 
+# The last statistics row parsed and its result (see CorpusLexemes.from_row).
+_PARSED: list[tuple[Any, CorpusLexemes] | None] = [None]
+
+
+@dataclass(frozen=True)
+class CorpusLexemes:
+    """The database's lexeme statistics (``store.sql.lexeme_stats_sql``): the most common
+    lexemes of kb_chunks.tsv with the fraction of chunks holding each, the minimum listed
+    fraction, and the chunk count estimate. Empty before the first ANALYZE.
+
+    >>> s = CorpusLexemes.from_row({"reltuples": 1000.0, "elems": ["cach", "queue"],
+    ...                             "freqs": [0.4, 0.02, 0.02, 0.4, 0.0]})
+    >>> s.common(max_freq=0.1, cap=100), s.for_query(["queue", "redi"])["min_freq"]
+    (['cach'], 0.02)
+    """
+
+    freqs: Mapping[str, float] = field(default_factory=dict)
+    min_freq: float | None = None
+    rows: float = 0.0
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any] | None) -> CorpusLexemes:
+        """Parse the statistics row; the same (cached) row object is parsed once."""
+        last = _PARSED[0]
+        if last is not None and last[0] is row:
+            return last[1]
+        parsed = cls._parse(row)
+        _PARSED[0] = (row, parsed)  # keeps the row alive, so its identity stays unique
+        return parsed
+
+    @classmethod
+    def _parse(cls, row: Mapping[str, Any] | None) -> CorpusLexemes:
+        if not row or not row.get("elems") or not row.get("freqs"):
+            return cls(rows=float((row or {}).get("reltuples") or 0.0))
+        elems, freqs = list(row["elems"]), [float(f) for f in row["freqs"]]
+        # freqs = one per element, then the minimum, maximum and null fraction
+        return cls(freqs=dict(zip(elems, freqs[:len(elems)], strict=True)),
+                   min_freq=freqs[len(elems)] if len(freqs) > len(elems) else None,
+                   rows=float(row.get("reltuples") or 0.0))
+
+    def common(self, *, max_freq: float, cap: int) -> list[str]:
+        """Lexemes in more than ``max_freq`` of the chunks *and* in more chunks than ``cap``,
+        least common first: the OR tsquery leaves them out (``store.sql.tsquery_sql``). Small
+        corpora have none."""
+        return [lex for f, lex in sorted((f, lex) for lex, f in self.freqs.items()
+                                         if f > max_freq and f * self.rows > cap)]
+
+    def for_query(self, lexemes: Sequence[str]) -> dict[str, Any]:
+        """``{"freqs": {lexeme: fraction or None}, "min_freq": ...}`` for :func:`lexeme_idf`."""
+        return {"freqs": {lex: self.freqs.get(lex) for lex in lexemes},
+                "min_freq": self.min_freq}
+
+
 def lexeme_idf(query_lexemes: Sequence[str], stats: Mapping[str, Any] | None,
                pool_tfs: Sequence[Mapping[str, int]]) -> dict[str, float]:
-    """BM25 idf per stemmed query lexeme from database statistics (see ``LEXEME_STATS_CTE``).
+    """BM25 idf per stemmed query lexeme from database statistics (:class:`CorpusLexemes`).
 
     ``stats`` = ``{"freqs": {lexeme: fraction or None}, "min_freq": fraction or None}``.
     """

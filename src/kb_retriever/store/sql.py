@@ -128,31 +128,34 @@ def needs_doc_join(filters: SearchFilters, *, with_doc_ids: bool) -> bool:
     )
 
 
-def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
+# The query's stemmed lexemes (the configured language), as a text[] expression.
+QUERY_LEXEMES = sql.SQL("tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s))")
+# The same, read from the candidate statement's ``qlex`` CTE (computed once per statement).
+_QLEX = sql.SQL("(SELECT lexemes FROM qlex)")
+
+
+def tsquery_sql(mode: str, n_phrases: int, *,
+                lexemes: sql.Composable = QUERY_LEXEMES) -> sql.Composable:
     """The tsquery expression for the FTS leg; ``%(fts_text)s`` and ``%(phrase{i})s`` params.
 
-    ``or``: OR of the query's own lexemes (stemmed by the configured language, re-read with
-    the ``simple`` config so they are not stemmed twice); long natural-language questions
-    still match (reference §24.6: ``plainto`` ANDs every word and often matches nothing).
-    Lexemes in more than ``%(fts_max_freq)s`` of all chunks (per ``pg_stats``) *and* in more
-    chunks than the match cap ``%(fts_cap)s`` are left out of the OR unless nothing else remains:
-    they would fill the capped match set on their own, cost a heap visit and a rank computation
-    per match, and carry almost no idf. Small corpora are never affected.
+    ``or``: OR of the query's own ``lexemes`` (stemmed once by the configured language, and
+    read back with the ``simple`` config so they are not stemmed twice); long natural-language
+    questions still match (reference §24.6: ``plainto`` ANDs every word and often matches
+    nothing). Lexemes in ``%(fts_common)s`` (see :meth:`CorpusLexemes.common`: in more than
+    ``KB_FTS_MAX_LEXEME_FREQ`` of all chunks and in more chunks than the match cap, least common
+    first) are left out: they would fill the capped match set on their own, cost a heap visit and
+    a rank computation per match, and carry almost no idf. A query made only of such lexemes
+    keeps its least common one, so a broad query reads one posting list, not all of them.
     """
+    base: sql.Composable
     if mode == "or":
         base = sql.SQL(
-            "to_tsquery('simple', coalesce((WITH ql AS (SELECT l FROM unnest(tsvector_to_array("
-            "to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s))) AS l), "
-            "common AS (SELECT x.e FROM pg_stats st, unnest(st.most_common_elems::text::text[], "
-            "st.most_common_elem_freqs) AS x(e, f) WHERE st.schemaname = current_schema() "
-            "AND st.tablename = 'kb_chunks' AND st.attname = 'tsv' AND x.e IS NOT NULL "
-            "AND x.f > %(fts_max_freq)s AND x.f * (SELECT reltuples FROM pg_class "
-            "WHERE oid = 'kb_chunks'::regclass) > %(fts_cap)s), "
-            "rare AS (SELECT l FROM ql WHERE l NOT IN (SELECT e FROM common)), "
-            "chosen AS (SELECT l FROM rare UNION ALL SELECT l FROM ql "
-            "WHERE NOT EXISTS (SELECT 1 FROM rare)) "
-            "SELECT string_agg(quote_literal(l), ' | ') FROM chosen), ''))"
-        )
+            "to_tsquery('simple', coalesce((SELECT string_agg(quote_literal(l), ' | ') FROM ("
+            "SELECT l FROM unnest({lex}) AS l WHERE l <> ALL(%(fts_common)s::text[]) UNION ALL "
+            "(SELECT l FROM unnest({lex}) AS l WHERE NOT EXISTS (SELECT 1 FROM unnest({lex}) AS r "
+            "WHERE r <> ALL(%(fts_common)s::text[])) "
+            "ORDER BY array_position(%(fts_common)s::text[], l) LIMIT 1)) s), ''))"
+        ).format(lex=lexemes)
     elif mode == "websearch":
         base = sql.SQL("websearch_to_tsquery(%(fts_lang)s::regconfig, %(fts_text)s)")
     else:
@@ -170,8 +173,9 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
                    with_doc_ids: bool, with_mentions: bool = False) -> tuple[sql.Composed, Params]:
     """One statement for both legs (reference/postgres-performance.md §3.1).
 
-    Params to add: qvec, kc, min_sim, rrf_k, wv, wf, fts_cap, fts_lang, fts_text, phrase{i}.
-    Every returned row carries its true cosine similarity and both leg ranks (fix §24.6).
+    Params to add: qvec, kc, min_sim, rrf_k, wv, wf, fts_cap, fts_common, fts_lang, fts_text,
+    phrase{i}. Every returned row carries its true cosine similarity and both leg ranks (fix
+    §24.6), and the query's stemmed lexemes found in it with their counts (the BM25 inputs).
     """
     filt, p = doc_filter_sql(filters, with_doc_ids=with_doc_ids)
     join = DOC_JOIN if needs_doc_join(filters, with_doc_ids=with_doc_ids) else sql.SQL("")
@@ -179,12 +183,14 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
     # HNSW arm: the bare distance operator in ORDER BY with LIMIT is the only form that uses the
     # index; MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
     vec = sql.SQL(
+        # the query's stemmed lexemes, computed once (an InitPlan), not once per row
+        "qlex AS MATERIALIZED (SELECT {qlex} AS lexemes), "
         "vec AS MATERIALIZED (SELECT c.id, c.embedding <=> %(qvec)s AS dist FROM kb_chunks c {join} "
         "WHERE {scope}{filt} ORDER BY dist LIMIT %(kc)s), "
         "vec_all AS (SELECT id, dist, count(*) OVER () AS n_pre FROM vec), "
         "vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS r "
         "FROM vec_all WHERE 1 - dist >= %(min_sim)s)"
-    ).format(join=join, scope=scope, filt=filt)
+    ).format(qlex=QUERY_LEXEMES, join=join, scope=scope, filt=filt)
     if hybrid:
         fts = sql.SQL(
             ", q AS (SELECT {tsq} AS query), "
@@ -196,7 +202,8 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
             "fused AS (SELECT id, vec_r.r AS vector_rank, fts.r AS fts_rank, fts.s AS fts_score, "
             "coalesce(%(wv)s / (%(rrf_k)s + vec_r.r), 0) + coalesce(%(wf)s / (%(rrf_k)s + fts.r), 0)"
             " AS fused FROM vec_r FULL OUTER JOIN fts USING (id))"
-        ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt)
+        ).format(tsq=tsquery_sql(fts_mode, n_phrases, lexemes=_QLEX), join=join, scope=scope,
+                 filt=filt)
         n_fts = sql.SQL("(SELECT count(*) FROM fts_m)")
     else:
         fts = sql.Composed([sql.SQL(
@@ -218,20 +225,22 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
     else:
         pool = sql.SQL("fused")
     query = sql.SQL(
-        "WITH {vec}{fts}{lexstats} "
+        "WITH {vec}{fts} "
         "SELECT {chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
         "f.vector_rank, f.fts_rank, f.fts_score, f.fused, "
         "coalesce((SELECT max(n_pre) FROM vec_all), 0) + {n_fts} AS n_pre, "
         # The query's stemmed lexemes found in each candidate, with their counts, and the
         # candidate's lexeme count: the inputs of the BM25 keyword signal (ranking/bm25.py).
+        # setweight + ts_filter cut the tsvector down to the query's lexemes in C first; an
+        # unnest of the whole tsvector built every lexeme's positions (2 ms per 60 rows).
         "(SELECT coalesce(jsonb_object_agg(u.lexeme, coalesce(array_length(u.positions, 1), 1)),"
-        " '{{}}'::jsonb) FROM unnest(c.tsv) u WHERE u.lexeme = ANY((SELECT lexemes FROM qlex)::text[])"
+        " '{{}}'::jsonb) FROM unnest(ts_filter(setweight(c.tsv, 'A', {qlex}), '{{a}}')) u"
         ") AS lexeme_tf, "
-        "length(c.tsv) AS lexeme_count, (SELECT stats FROM lexstats) AS lexeme_stats "
+        "length(c.tsv) AS lexeme_count, {qlex} AS query_lexemes "
         "FROM {pool} f JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = f.id {docjoin} "
         "ORDER BY f.fused DESC, c.id"
     ).format(vec=vec, fts=fts, chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, n_fts=n_fts, docjoin=DOC_JOIN,
-             pool=pool, lexstats=LEXEME_STATS_CTE)
+             pool=pool, qlex=_QLEX)
     return query, p
 
 
@@ -278,35 +287,37 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
 def rejected_sql() -> sql.Composed:
     """Accepted rejected-approach docs by their best chunk's similarity, computed by pgvector.
 
+    The best chunk per document is chosen on ids and distances alone; the columns (the text is
+    stored out of line) are read only for the ``max_docs`` rows returned.
     Params: tenant, projects, qvec, min_sim, max_docs.
     """
     return sql.SQL(
-        "SELECT * FROM (SELECT DISTINCT ON (d.id) {chunk}, {doc}, "
-        "1 - (c.embedding <=> %(qvec)s) AS similarity "
+        "WITH best AS (SELECT DISTINCT ON (d.id) c.id, 1 - (c.embedding <=> %(qvec)s) AS sim "
         "FROM kb_documents d JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
         "WHERE d.tenant_id = %(tenant)s AND d.project_key = ANY(%(projects)s) AND d.is_canonical "
         "AND d.canonical_type = 'rejected-approach' AND d.canonical_status = 'accepted' "
-        "ORDER BY d.id, c.embedding <=> %(qvec)s, c.id) r "
-        "WHERE r.similarity >= %(min_sim)s ORDER BY r.similarity DESC, r.chunk_id LIMIT %(max_docs)s"
-    ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
+        "ORDER BY d.id, c.embedding <=> %(qvec)s, c.id), "
+        "top AS (SELECT id, sim FROM best WHERE sim >= %(min_sim)s "
+        "ORDER BY sim DESC, id LIMIT %(max_docs)s) "
+        "SELECT {chunk}, {doc}, t.sim AS similarity FROM top t "
+        "JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = t.id {docjoin} "
+        "ORDER BY t.sim DESC, c.id"
+    ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, docjoin=DOC_JOIN)
 
 
-# Document frequencies of the query's lexemes, from the planner's statistics: pg_stats'
-# most_common_elems of kb_chunks.tsv lists the frequent lexemes with the fraction of rows that
-# contain each (ANALYZE keeps it current); a lexeme not listed is rarer than the listed minimum
-# (the element after the frequencies). One catalog row, evaluated once per statement.
-LEXEME_STATS_CTE = sql.SQL(
-    # the query's stemmed lexemes, computed once (an InitPlan), not once per candidate row
-    ", qlex AS MATERIALIZED (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, "
-    "%(fts_text)s)) AS lexemes)"
-    ", lexstats AS (SELECT jsonb_build_object('freqs', coalesce(jsonb_object_agg(q.lexeme, "
-    "st.freqs[array_position(st.elems, q.lexeme)]), '{}'::jsonb), "
-    "'min_freq', max(st.freqs[array_length(st.elems, 1) + 1])) AS stats "
-    "FROM unnest((SELECT lexemes FROM qlex)) AS q(lexeme) "
-    "LEFT JOIN (SELECT most_common_elems::text::text[] AS elems, "
-    "most_common_elem_freqs AS freqs FROM pg_stats WHERE schemaname = current_schema() "
-    "AND tablename = 'kb_chunks' AND attname = 'tsv') st ON true)"
-)
+def lexeme_stats_sql() -> sql.Composed:
+    """The planner's statistics of kb_chunks.tsv, read once per cache period (not per search).
+
+    ``most_common_elems`` lists the frequent lexemes with the fraction of rows that contain each
+    (ANALYZE keeps it current); the element after the frequencies is the minimum listed
+    frequency. ``reltuples`` is the row estimate (-1 before the first ANALYZE). One row.
+    """
+    return sql.SQL(
+        "SELECT c.reltuples, st.elems, st.freqs FROM pg_class c LEFT JOIN LATERAL ("
+        "SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS freqs "
+        "FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'kb_chunks' "
+        "AND attname = 'tsv') st ON true WHERE c.oid = 'kb_chunks'::regclass"
+    ).format()
 
 
 def synonyms_sql() -> sql.Composed:

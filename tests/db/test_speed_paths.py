@@ -1,0 +1,82 @@
+"""The speed-minded paths of a search, on a real PostgreSQL: cached lexeme statistics, one pooled
+connection per search, and broad keyword queries bounded to one posting list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+
+pytestmark = pytest.mark.db
+
+
+def _notes(root: Path, texts: list[str], prefix: str = "n") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for i, text in enumerate(texts):
+        (root / f"{prefix}{i:03}.md").write_text(f"# {prefix.upper()} note {i}\n\n{text}\n")
+    return root
+
+
+def test_a_search_checks_out_one_pooled_connection(example_kb):
+    """Candidates, graph expansion and the rejected channel share one checkout (each checkout
+    costs a pool round trip)."""
+    q = "what cache layer did we standardise on?"
+    example_kb.search(q)  # warms the synonym and lexeme-statistics caches
+    pool = example_kb._require_pool()
+    before = pool.get_stats().get("requests_num", 0)
+    result = example_kb.search(q)
+    assert {"candidates", "graph", "rejected"} <= set(result.meta["timings_ms"])
+    assert result.expanded and result.rejected  # the graph and rejected reads really ran
+    assert pool.get_stats().get("requests_num", 0) - before == 1
+
+
+async def test_an_async_search_checks_out_one_pooled_connection(example_kb):
+    q = "what cache layer did we standardise on?"
+    await example_kb.asearch(q)
+    pool = await example_kb._async_pool()
+    before = pool.get_stats().get("requests_num", 0)
+    result = await example_kb.asearch(q)
+    assert result.expanded and result.rejected
+    assert pool.get_stats().get("requests_num", 0) - before == 1
+
+
+def _zebra_freq(kb: KnowledgeBase) -> float | None:
+    stats = kb.search("zebra crossing", limit=3).meta["lexeme_stats"]
+    return stats["freqs"].get("zebra")
+
+
+def test_lexeme_statistics_are_cached_until_their_ttl_or_an_ingest(new_database, tmp_path):
+    url = new_database()
+    cached = KnowledgeBase(Settings(), database_url=url, embedder=HashingEmbedder(64)).open()
+    fresh = KnowledgeBase(Settings(lexeme_stats_cache_ttl_seconds=0), database_url=url,
+                          embedder=HashingEmbedder(64)).open()
+    writer = KnowledgeBase(Settings(), database_url=url, embedder=HashingEmbedder(64)).open()
+    try:
+        cached.ingest([_notes(tmp_path / "a", [f"crossing road number {i}" for i in range(30)])])
+        assert _zebra_freq(cached) is None  # not in the corpus yet
+        # Another process adds 'zebra' to 20 of 50 chunks and re-analyses the table.
+        writer.ingest([_notes(tmp_path / "b", [f"zebra stripes {i}" for i in range(20)], "z")])
+        assert _zebra_freq(fresh) == pytest.approx(0.4, abs=0.05)  # TTL 0: read every search
+        assert _zebra_freq(cached) is None  # still this process's cached statistics
+        cached.ingest([_notes(tmp_path / "c", ["one more crossing"], "c")])  # clears the cache
+        assert _zebra_freq(cached) == pytest.approx(20 / 51, abs=0.05)
+    finally:
+        for kb in (cached, fresh, writer):
+            kb.close()
+
+
+def test_a_query_of_only_common_lexemes_keeps_its_least_common_one(make_kb, tmp_path):
+    """'alpha' is in every chunk and 'beta' in half: both are common (over 10 % of chunks and
+    over the match cap), so the FTS leg matches 'beta' alone instead of every chunk."""
+    texts = [f"alpha {'beta ' if i % 2 else ''}filler{i}" for i in range(40)]
+    kb = make_kb(settings=Settings(fts_match_cap=10, candidate_multiplier=10))
+    kb.ingest([_notes(tmp_path / "kb", texts)])
+    result = kb.search("alpha beta", limit=10)
+    common = result.meta["lexeme_stats"]["freqs"]
+    assert common["alpha"] > common["beta"] > 0.1
+    hits = [*result.primary, *result.runner_up]
+    fts_hits = [h for h in hits if h.scores.fts_rank is not None]
+    assert fts_hits and all("beta" in h.text for h in fts_hits)
+    assert any("beta" not in h.text for h in hits)  # the vector leg still brings the others
