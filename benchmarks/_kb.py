@@ -90,12 +90,13 @@ def fts_search(url: str, settings: Settings, *, rank: str = "ts_rank/log-len(1)"
     conn = psycopg.connect(url, autocommit=True)
     with conn.cursor(row_factory=dict_row) as cur:
         corpus = CorpusLexemes.from_row(cur.execute(q.lexeme_stats_sql()).fetchone())
-    common = corpus.common(max_freq=settings.fts_max_lexeme_freq, cap=settings.fts_match_cap)
 
     def search(query: str, _qvec: np.ndarray, k: int) -> list[str]:
-        rows = conn.execute(stmt, {"tenant": "default", "project": PROJECT, "k": k,
-                                   "fts_lang": settings.fts_language, "fts_text": query,
-                                   "fts_common": common})
+        stem = {"fts_lang": settings.fts_language, "fts_text": query}
+        lexemes = conn.execute(q.stem_sql(), stem).fetchone()[0] or []
+        rows = conn.execute(stmt, {"tenant": "default", "project": PROJECT, "k": k, **stem,
+                                   "fts_lexemes": corpus.select(
+                                       lexemes, budget=settings.fts_match_cap)})
         return [r[0] for r in rows]
 
     return search, conn.close

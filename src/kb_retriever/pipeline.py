@@ -115,6 +115,11 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     # instead of filtering.
     mentions = (req.mention_doc_ids | frozenset(req.filters.doc_ids)
                 if settings.mentions_mode == "boost" else frozenset())
+    t = time.perf_counter()
+    fts_text = " ".join([req.query, *phrases]) if mode == "or" else req.query
+    stemmed = yield Fetch(q.stem_sql(), {"fts_lang": settings.fts_language,
+                                         "fts_text": fts_text}, "stem")
+    lexemes: list[str] = list(stemmed[0]["lexemes"] or []) if stemmed else []
     cand_sql, fparams = q.candidates_sql(
         hybrid=hybrid, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
         filters=req.filters, with_doc_ids=with_doc_ids, with_mentions=bool(mentions),
@@ -123,21 +128,20 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         **scope_p, **fparams, "qvec": qvec, "kc": kc, "min_sim": settings.default_min_similarity,
         "rrf_k": float(settings.rrf_k), "wv": float(settings.hybrid_semantic_weight),
         "wf": float(settings.hybrid_fts_weight), "fts_cap": settings.fts_match_cap,
-        "fts_common": corpus.common(max_freq=settings.fts_max_lexeme_freq,
-                                    cap=settings.fts_match_cap),
+        "fts_lexemes": corpus.select(lexemes, budget=settings.fts_match_cap),
+        "query_lexemes": lexemes,
         "fts_lang": settings.fts_language,
-        "fts_text": " ".join([req.query, *phrases]) if mode == "or" else req.query,
+        "fts_text": fts_text,
         **{f"phrase{i}": p for i, p in enumerate(phrases)},
         "mention_ids": sorted(mentions),
     }
-    t = time.perf_counter()
     rows = yield Fetch(cand_sql, params, "candidates")
     timings["candidates"] = _ms(t)
     candidates = [candidate_from_row(r) for r in rows]
     n_pre = int(rows[0]["n_pre"]) if rows else 0
 
     t = time.perf_counter()
-    lexeme_stats = corpus.for_query(rows[0]["query_lexemes"] or []) if rows else None
+    lexeme_stats = corpus.for_query(lexemes) if rows else None
     ranked = rerank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
                     lexeme_stats=lexeme_stats)
     top, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)

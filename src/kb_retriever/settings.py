@@ -93,12 +93,10 @@ class Settings(BaseSettings):
     fts_query_mode: Literal["or", "websearch", "plain"] = _field(
         "or", "KB_FTS_QUERY_MODE"
     )
-    # OR-mode lexemes found in more than this share of chunks are dropped from the FTS leg
-    # (1.0 keeps all): bounded cost on broad queries, and they carry almost no idf anyway.
-    fts_max_lexeme_freq: float = _field(0.1, "KB_FTS_MAX_LEXEME_FREQ", gt=0, le=1)
     # Matches ranked by the FTS leg at most (reference/postgres-performance.md §3.1: ranking reads
-    # every match). 500 kept SciFact nDCG@10 (0.7266 vs 0.7267 at 2000) and bounds broad queries.
-    fts_match_cap: int = _field(500, "KB_FTS_MATCH_CAP", ge=10)
+    # every match), and the budget for the OR query's lexemes: rarest first while their
+    # estimated matches fit (CorpusLexemes.select). Decision 0003 has the measurements.
+    fts_match_cap: int = _field(300, "KB_FTS_MATCH_CAP", ge=10)
     # How long a process keeps the database's lexeme statistics (pg_stats of kb_chunks.tsv: the
     # BM25 idf and the common lexemes above) before reading them again; 0 reads every search.
     # ANALYZE changes them (after each ingest, or autovacuum); this process's ingests clear it.

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kb_retriever.ranking.bm25 import lexeme_bm25, lexeme_idf, pool_bm25
+from kb_retriever.ranking.bm25 import CorpusLexemes, lexeme_bm25, lexeme_idf, pool_bm25
 
 
 def test_lexeme_idf_uses_database_frequencies_then_unlisted_minimum():
@@ -55,3 +55,34 @@ def test_rerank_uses_database_lexemes_when_present():
     hits = rerank("E_QUOTA_7731 checkout error", [common, rare], s, lexeme_stats=stats)
     assert hits[0].chunk_id == 1  # the rare identifier outweighs two common words
     assert 0 < hits[0].scores.keyword <= 1
+
+
+STATS = CorpusLexemes.from_row({
+    "reltuples": 100_000.0, "elems": ["deploy", "error", "servic", "the"],
+    # one fraction per element, then the minimum, maximum and null fraction
+    "freqs": [0.004, 0.02, 0.05, 0.6, 0.004, 0.6, 0.0],
+})
+
+
+def test_select_keeps_the_rarest_lexemes_within_the_match_budget():
+    # unlisted 'e_quota_7731' ~ 200 chunks, deploy 400, error 2000, servic 5000, the 60000
+    assert STATS.select(["error", "e_quota_7731", "deploy", "servic"], budget=700) == [
+        "e_quota_7731", "deploy"]
+    assert STATS.select(["error", "servic"], budget=10_000) == ["error", "servic"]
+
+
+def test_select_keeps_at_least_the_least_common_lexeme():
+    assert STATS.select(["the", "servic", "the"], budget=10) == ["servic"]
+    assert STATS.select([], budget=10) == []
+
+
+def test_select_without_statistics_keeps_every_lexeme():
+    never_analysed = CorpusLexemes.from_row({"reltuples": -1.0, "elems": None, "freqs": None})
+    assert never_analysed.select(["b", "a", "b"], budget=1) == ["b", "a"]
+    assert never_analysed.for_query(["a"]) == {"freqs": {"a": None}, "min_freq": None}
+
+
+def test_parsed_statistics_are_reused_for_the_same_cached_row():
+    row = {"reltuples": 10.0, "elems": ["a"], "freqs": [0.5, 0.5, 0.5, 0.0]}
+    assert CorpusLexemes.from_row(row) is CorpusLexemes.from_row(row)
+    assert CorpusLexemes.from_row(dict(row)) == CorpusLexemes.from_row(row)

@@ -84,8 +84,8 @@ class CorpusLexemes:
 
     >>> s = CorpusLexemes.from_row({"reltuples": 1000.0, "elems": ["cach", "queue"],
     ...                             "freqs": [0.4, 0.02, 0.02, 0.4, 0.0]})
-    >>> s.common(max_freq=0.1, cap=100), s.for_query(["queue", "redi"])["min_freq"]
-    (['cach'], 0.02)
+    >>> s.select(["cach", "queue", "redi"], budget=100), s.for_query(["redi"])["min_freq"]
+    (['redi', 'queue'], 0.02)
     """
 
     freqs: Mapping[str, float] = field(default_factory=dict)
@@ -112,12 +112,35 @@ class CorpusLexemes:
                    min_freq=freqs[len(elems)] if len(freqs) > len(elems) else None,
                    rows=float(row.get("reltuples") or 0.0))
 
-    def common(self, *, max_freq: float, cap: int) -> list[str]:
-        """Lexemes in more than ``max_freq`` of the chunks *and* in more chunks than ``cap``,
-        least common first: the OR tsquery leaves them out (``store.sql.tsquery_sql``). Small
-        corpora have none."""
-        return [lex for f, lex in sorted((f, lex) for lex, f in self.freqs.items()
-                                         if f > max_freq and f * self.rows > cap)]
+    def chunks_with(self, lexeme: str) -> float | None:
+        """Estimated number of chunks holding ``lexeme`` (None without statistics). A lexeme
+        not listed is rarer than the listed minimum: half of it, as :func:`lexeme_idf` assumes."""
+        if self.rows <= 0 or self.min_freq is None:
+            return None
+        f = self.freqs.get(lexeme)
+        return (f if f is not None else self.min_freq * _UNLISTED_SHARE) * self.rows
+
+    def select(self, lexemes: Sequence[str], *, budget: int) -> list[str]:
+        """The query lexemes the FTS leg ORs together: rarest first, while the chunks they
+        match together (estimated) stay within ``budget``; at least the rarest one.
+
+        The FTS leg ranks at most the match cap's worth of matches, taken in table order, so a
+        frequent lexeme would fill that sample with weak matches and push out the chunks that
+        hold the rare, telling ones. Without statistics every lexeme is kept.
+        """
+        unique = list(dict.fromkeys(lexemes))
+        est = {lex: self.chunks_with(lex) for lex in unique}
+        if any(v is None for v in est.values()):
+            return unique
+        chosen: list[str] = []
+        total = 0.0
+        for lex in sorted(unique, key=lambda x: (est[x], x)):
+            n = float(est[lex] or 0.0)
+            if chosen and total + n > budget:
+                break
+            chosen.append(lex)
+            total += n
+        return chosen
 
     def for_query(self, lexemes: Sequence[str]) -> dict[str, Any]:
         """``{"freqs": {lexeme: fraction or None}, "min_freq": ...}`` for :func:`lexeme_idf`."""

@@ -128,34 +128,21 @@ def needs_doc_join(filters: SearchFilters, *, with_doc_ids: bool) -> bool:
     )
 
 
-# The query's stemmed lexemes (the configured language), as a text[] expression.
-QUERY_LEXEMES = sql.SQL("tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s))")
-# The same, read from the candidate statement's ``qlex`` CTE (computed once per statement).
-_QLEX = sql.SQL("(SELECT lexemes FROM qlex)")
-
-
-def tsquery_sql(mode: str, n_phrases: int, *,
-                lexemes: sql.Composable = QUERY_LEXEMES) -> sql.Composable:
+def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
     """The tsquery expression for the FTS leg; ``%(fts_text)s`` and ``%(phrase{i})s`` params.
 
-    ``or``: OR of the query's own ``lexemes`` (stemmed once by the configured language, and
-    read back with the ``simple`` config so they are not stemmed twice); long natural-language
-    questions still match (reference §24.6: ``plainto`` ANDs every word and often matches
-    nothing). Lexemes in ``%(fts_common)s`` (see :meth:`CorpusLexemes.common`: in more than
-    ``KB_FTS_MAX_LEXEME_FREQ`` of all chunks and in more chunks than the match cap, least common
-    first) are left out: they would fill the capped match set on their own, cost a heap visit and
-    a rank computation per match, and carry almost no idf. A query made only of such lexemes
-    keeps its least common one, so a broad query reads one posting list, not all of them.
+    ``or``: OR of ``%(fts_lexemes)s``, lexemes of the query already stemmed by the configured
+    language (:func:`stem_sql`) and chosen rarest first by
+    :meth:`~kb_retriever.ranking.bm25.CorpusLexemes.select`; they are read with the ``simple``
+    config so they are not stemmed twice. Long natural-language questions still match
+    (reference §24.6: ``plainto`` ANDs every word and often matches nothing).
     """
     base: sql.Composable
     if mode == "or":
         base = sql.SQL(
-            "to_tsquery('simple', coalesce((SELECT string_agg(quote_literal(l), ' | ') FROM ("
-            "SELECT l FROM unnest({lex}) AS l WHERE l <> ALL(%(fts_common)s::text[]) UNION ALL "
-            "(SELECT l FROM unnest({lex}) AS l WHERE NOT EXISTS (SELECT 1 FROM unnest({lex}) AS r "
-            "WHERE r <> ALL(%(fts_common)s::text[])) "
-            "ORDER BY array_position(%(fts_common)s::text[], l) LIMIT 1)) s), ''))"
-        ).format(lex=lexemes)
+            "to_tsquery('simple', coalesce((SELECT string_agg(quote_literal(l), ' | ') "
+            "FROM unnest(%(fts_lexemes)s::text[]) AS l), ''))"
+        )
     elif mode == "websearch":
         base = sql.SQL("websearch_to_tsquery(%(fts_lang)s::regconfig, %(fts_text)s)")
     else:
@@ -173,9 +160,9 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
                    with_doc_ids: bool, with_mentions: bool = False) -> tuple[sql.Composed, Params]:
     """One statement for both legs (reference/postgres-performance.md §3.1).
 
-    Params to add: qvec, kc, min_sim, rrf_k, wv, wf, fts_cap, fts_common, fts_lang, fts_text,
-    phrase{i}. Every returned row carries its true cosine similarity and both leg ranks (fix
-    §24.6), and the query's stemmed lexemes found in it with their counts (the BM25 inputs).
+    Params to add: qvec, kc, min_sim, rrf_k, wv, wf, fts_cap, fts_lexemes, query_lexemes,
+    fts_lang, fts_text, phrase{i}. Every returned row carries its true cosine similarity and both
+    leg ranks (fix §24.6), and the query's lexemes found in it with their counts (BM25 inputs).
     """
     filt, p = doc_filter_sql(filters, with_doc_ids=with_doc_ids)
     join = DOC_JOIN if needs_doc_join(filters, with_doc_ids=with_doc_ids) else sql.SQL("")
@@ -183,14 +170,12 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
     # HNSW arm: the bare distance operator in ORDER BY with LIMIT is the only form that uses the
     # index; MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
     vec = sql.SQL(
-        # the query's stemmed lexemes, computed once (an InitPlan), not once per row
-        "qlex AS MATERIALIZED (SELECT {qlex} AS lexemes), "
         "vec AS MATERIALIZED (SELECT c.id, c.embedding <=> %(qvec)s AS dist FROM kb_chunks c {join} "
         "WHERE {scope}{filt} ORDER BY dist LIMIT %(kc)s), "
         "vec_all AS (SELECT id, dist, count(*) OVER () AS n_pre FROM vec), "
         "vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS r "
         "FROM vec_all WHERE 1 - dist >= %(min_sim)s)"
-    ).format(qlex=QUERY_LEXEMES, join=join, scope=scope, filt=filt)
+    ).format(join=join, scope=scope, filt=filt)
     if hybrid:
         fts = sql.SQL(
             ", q AS (SELECT {tsq} AS query), "
@@ -202,8 +187,7 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
             "fused AS (SELECT id, vec_r.r AS vector_rank, fts.r AS fts_rank, fts.s AS fts_score, "
             "coalesce(%(wv)s / (%(rrf_k)s + vec_r.r), 0) + coalesce(%(wf)s / (%(rrf_k)s + fts.r), 0)"
             " AS fused FROM vec_r FULL OUTER JOIN fts USING (id))"
-        ).format(tsq=tsquery_sql(fts_mode, n_phrases, lexemes=_QLEX), join=join, scope=scope,
-                 filt=filt)
+        ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt)
         n_fts = sql.SQL("(SELECT count(*) FROM fts_m)")
     else:
         fts = sql.Composed([sql.SQL(
@@ -234,13 +218,14 @@ def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: Sear
         # setweight + ts_filter cut the tsvector down to the query's lexemes in C first; an
         # unnest of the whole tsvector built every lexeme's positions (2 ms per 60 rows).
         "(SELECT coalesce(jsonb_object_agg(u.lexeme, coalesce(array_length(u.positions, 1), 1)),"
-        " '{{}}'::jsonb) FROM unnest(ts_filter(setweight(c.tsv, 'A', {qlex}), '{{a}}')) u"
+        " '{{}}'::jsonb) FROM unnest(ts_filter(setweight(c.tsv, 'A', %(query_lexemes)s::text[]), "
+        "'{{a}}')) u"
         ") AS lexeme_tf, "
-        "length(c.tsv) AS lexeme_count, {qlex} AS query_lexemes "
+        "length(c.tsv) AS lexeme_count "
         "FROM {pool} f JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = f.id {docjoin} "
         "ORDER BY f.fused DESC, c.id"
     ).format(vec=vec, fts=fts, chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, n_fts=n_fts, docjoin=DOC_JOIN,
-             pool=pool, qlex=_QLEX)
+             pool=pool)
     return query, p
 
 
@@ -303,6 +288,12 @@ def rejected_sql() -> sql.Composed:
         "JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = t.id {docjoin} "
         "ORDER BY t.sim DESC, c.id"
     ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, docjoin=DOC_JOIN)
+
+
+def stem_sql() -> sql.Composed:
+    """The query's stemmed lexemes in the configured language. Params: fts_lang, fts_text."""
+    return sql.SQL("SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s)) "
+                   "AS lexemes").format()
 
 
 def lexeme_stats_sql() -> sql.Composed:
