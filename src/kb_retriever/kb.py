@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["KnowledgeBase"]
 
 _NAME_MAX = 120
+# A cached read holds at most this many rows (rejected-approach chunks of a huge scope are
+# read on every search instead).
+_CACHE_MAX_ROWS = 20_000
 
 
 def _name(kind: str, value: Any) -> str:
@@ -93,8 +96,9 @@ class KnowledgeBase:
         self._alock: asyncio.Lock | None = None
         self._apool_loop: asyncio.AbstractEventLoop | None = None
         # Reads that change rarely, cached for their TTL (see _cache_key): synonym groups per
-        # scope (reference §5 caches them too) and the database's lexeme statistics. Each saves
-        # work on every search; the statistics read alone cost ~3 ms at 100k chunks.
+        # scope (reference §5 caches them too), the database's lexeme statistics and the
+        # rejected-approach vectors per scope. Each saves work on every search (the statistics
+        # read alone cost ~3 ms at 100k chunks).
         self._cache: dict[tuple[Any, ...], tuple[float, list[dict[str, Any]]]] = {}
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -259,8 +263,11 @@ class KnowledgeBase:
         if req.stage == "synonyms" and self.settings.synonyms_cache_ttl_seconds > 0:
             return ((req.stage, req.params["tenant"], tuple(req.params["projects"])),
                     self.settings.synonyms_cache_ttl_seconds)
-        if req.stage == "lexeme_stats" and self.settings.lexeme_stats_cache_ttl_seconds > 0:
-            return (req.stage,), self.settings.lexeme_stats_cache_ttl_seconds
+        ttl = self.settings.catalog_cache_ttl_seconds
+        if req.stage == "lexeme_stats" and ttl > 0:
+            return (req.stage,), ttl
+        if req.stage == "rejected_vectors" and ttl > 0:
+            return (req.stage, req.params["tenant"], tuple(req.params["projects"])), ttl
         return None
 
     def _cached(self, req: Fetch) -> list[dict[str, Any]] | None:
@@ -270,7 +277,7 @@ class KnowledgeBase:
 
     def _remember(self, req: Fetch, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = self._cache_key(req)
-        if key:
+        if key and len(rows) <= _CACHE_MAX_ROWS:
             self._cache[key[0]] = (time.monotonic() + key[1], rows)
         return rows
 

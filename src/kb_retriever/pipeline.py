@@ -10,16 +10,18 @@ embed → candidates (one SQL: HNSW + FTS + RRF) → rerank → diversify → gr
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 from psycopg import sql
 
 from .errors import InputError
 from .filters import SearchFilters
 from .graph import expand_graph
+from .memo import parsed_once
 from .models import Hit, Origin, SearchResult
 from .ranking import diversify, expand_query_text, expansion_phrases, rerank, should_refuse
 from .ranking.bm25 import CorpusLexemes
@@ -159,13 +161,15 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     rejected: list[Hit] = []
     if settings.rejected_injection_enabled:
         t = time.perf_counter()
-        rows = yield Fetch(
-            q.rejected_sql(),
-            {**scope_p, "qvec": qvec, "min_sim": settings.rejected_min_similarity,
-             "max_docs": settings.rejected_injection_max_docs},
-            "rejected",
-        )
-        rejected = [_rejected_hit(r) for r in rows]
+        vectors = yield Fetch(q.rejected_vectors_sql(), scope_p, "rejected_vectors")  # cached
+        best = best_rejected(vectors, qvec, min_sim=settings.rejected_min_similarity,
+                             max_docs=settings.rejected_injection_max_docs)
+        if best:
+            rows = yield Fetch(q.chunks_by_id_sql(),
+                               {"tenant": req.scope.tenant, "ids": [c for c, _ in best]},
+                               "rejected")
+            by_id = {int(r["chunk_id"]): r for r in rows}
+            rejected = [_rejected_hit(by_id[c], sim) for c, sim in best if c in by_id]
         timings["rejected"] = _ms(t)
 
     total_ms = _ms(t_start)
@@ -210,10 +214,43 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     )
 
 
-def _rejected_hit(row: dict[str, Any]) -> Hit:
+def best_rejected(rows: Sequence[Mapping[str, Any]], qvec: Any, *, min_sim: float,
+                  max_docs: int) -> list[tuple[int, float]]:
+    """``(chunk_id, cosine)`` of each rejected document's best chunk at ``min_sim`` or above,
+    best first (ties: lower chunk id), at most ``max_docs``.
+
+    >>> rows = [{"chunk_id": 1, "doc_pk": 7, "embedding": [1.0, 0.0]},
+    ...         {"chunk_id": 2, "doc_pk": 7, "embedding": [0.6, 0.8]},
+    ...         {"chunk_id": 3, "doc_pk": 8, "embedding": [0.0, 1.0]}]
+    >>> [(c, round(s, 6)) for c, s in best_rejected(rows, [0.6, 0.8], min_sim=0.5, max_docs=3)]
+    [(2, 1.0), (3, 0.8)]
+    """
+    if not rows or max_docs <= 0:
+        return []
+    ids, unit = parsed_once(_unit_vectors, rows)  # once per cached read, not per search
+    q = np.asarray(qvec, dtype=np.float64)
+    qn = float(np.linalg.norm(q))
+    sims = unit @ (q / qn) if qn > 0 else np.zeros(len(ids))
+    best: dict[int, tuple[float, int]] = {}  # doc -> (similarity, chunk id)
+    for (doc, chunk), sim in zip(ids, sims.tolist(), strict=True):
+        have = best.get(doc)
+        if have is None or (-sim, chunk) < (-have[0], have[1]):
+            best[doc] = (sim, chunk)
+    ranked = sorted((v for v in best.values() if v[0] >= min_sim), key=lambda v: (-v[0], v[1]))
+    return [(chunk, sim) for sim, chunk in ranked[:max_docs]]
+
+
+def _unit_vectors(rows: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """((doc, chunk) ids, the rows' embeddings scaled to unit length; zero vectors stay 0)."""
+    vecs = np.asarray([np.asarray(r["embedding"], dtype=np.float64) for r in rows])
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    unit = np.divide(vecs, norms, out=np.zeros_like(vecs), where=norms > 0)
+    return [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit
+
+
+def _rejected_hit(row: dict[str, Any], sim: float) -> Hit:
     from .models import ScoreBreakdown
 
-    sim = float(row["similarity"])
     return Hit(
         chunk_id=int(row["chunk_id"]), text=row["text"], heading_path=row["heading_path"] or "",
         score=sim, scores=ScoreBreakdown(total=sim, raw_similarity=sim), origin=Origin.REJECTED,

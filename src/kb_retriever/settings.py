@@ -97,10 +97,11 @@ class Settings(BaseSettings):
     # every match), and the budget for the OR query's lexemes: rarest first while their
     # estimated matches fit (CorpusLexemes.select). Decision 0003 has the measurements.
     fts_match_cap: int = _field(300, "KB_FTS_MATCH_CAP", ge=10)
-    # How long a process keeps the database's lexeme statistics (pg_stats of kb_chunks.tsv: the
-    # BM25 idf and the common lexemes above) before reading them again; 0 reads every search.
-    # ANALYZE changes them (after each ingest, or autovacuum); this process's ingests clear it.
-    lexeme_stats_cache_ttl_seconds: int = _field(300, "KB_LEXEME_STATS_CACHE_TTL_SECONDS", ge=0)
+    # How long a process reuses what only changes when the knowledge base is written: the lexeme
+    # statistics (pg_stats of kb_chunks.tsv: BM25 idf, the OR lexemes' budget) and the vectors
+    # of the rejected-approach chunks in scope. This process's ingests clear it; other writers
+    # show after at most this long. 0 reads them on every search.
+    catalog_cache_ttl_seconds: int = _field(300, "KB_CATALOG_CACHE_TTL_SECONDS", ge=0)
     rrf_k: int = _field(60, "KB_RRF_K", ge=1)
     hybrid_semantic_weight: float = _field(
         0.70, "KB_HYBRID_SEMANTIC_WEIGHT", ge=0

@@ -50,7 +50,7 @@ def _zebra_freq(kb: KnowledgeBase) -> float | None:
 def test_lexeme_statistics_are_cached_until_their_ttl_or_an_ingest(new_database, tmp_path):
     url = new_database()
     cached = KnowledgeBase(Settings(), database_url=url, embedder=HashingEmbedder(64)).open()
-    fresh = KnowledgeBase(Settings(lexeme_stats_cache_ttl_seconds=0), database_url=url,
+    fresh = KnowledgeBase(Settings(catalog_cache_ttl_seconds=0), database_url=url,
                           embedder=HashingEmbedder(64)).open()
     writer = KnowledgeBase(Settings(), database_url=url, embedder=HashingEmbedder(64)).open()
     try:

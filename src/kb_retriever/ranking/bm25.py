@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..memo import parsed_once
 from .text import words
 
 __all__ = ["CorpusLexemes", "lexeme_bm25", "lexeme_idf", "pool_bm25"]
@@ -72,10 +73,6 @@ _UNLISTED_SHARE = 0.5
 _MIN_FREQ = 1e-4  # floor: ~1 in 10,000 chunks, so idf stays finite
 
 
-# The last statistics row parsed and its result (see CorpusLexemes.from_row).
-_PARSED: list[tuple[Any, CorpusLexemes] | None] = [None]
-
-
 @dataclass(frozen=True)
 class CorpusLexemes:
     """The database's lexeme statistics (``store.sql.lexeme_stats_sql``): the most common
@@ -95,12 +92,7 @@ class CorpusLexemes:
     @classmethod
     def from_row(cls, row: Mapping[str, Any] | None) -> CorpusLexemes:
         """Parse the statistics row; the same (cached) row object is parsed once."""
-        last = _PARSED[0]
-        if last is not None and last[0] is row:
-            return last[1]
-        parsed = cls._parse(row)
-        _PARSED[0] = (row, parsed)  # keeps the row alive, so its identity stays unique
-        return parsed
+        return parsed_once(cls._parse, row)
 
     @classmethod
     def _parse(cls, row: Mapping[str, Any] | None) -> CorpusLexemes:

@@ -25,8 +25,9 @@ from .text import (
     normalize_tags,
     pool_idf,
     query_tags,
-    score_vocabulary,
+    score_folded,
     tokenize_query,
+    unique_folded,
     words,
 )
 
@@ -115,7 +116,7 @@ def rerank(
         hits = [_passthrough(c, settings, mention_doc_ids) for c in candidates]
     else:
         q = _Query(
-            tokens=tokens,
+            tokens=unique_folded(tokens),  # once here, not once per candidate
             tags=normalize_tags(query_tags(query)),
             asks_property=any(p.search(query) for p in _PREAMBLE_PATTERNS),
             now=_aware(now) if now is not None else datetime.now(UTC),
@@ -161,8 +162,8 @@ def _bm25_keywords(tokens: list[str], candidates: Sequence[Candidate], settings:
 
 def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: frozenset[str],
            head_words: frozenset[str], bm25: float | None) -> Hit:
-    keyword = score_vocabulary(q.tokens, text_words, q.idf) if bm25 is None else bm25
-    heading = score_vocabulary(q.tokens, head_words, q.idf)
+    keyword = score_folded(q.tokens, text_words, q.idf) if bm25 is None else bm25
+    heading = score_folded(q.tokens, head_words, q.idf)
     base = s.vector_weight * vector + s.keyword_weight * keyword + s.heading_weight * heading
 
     tag_overlap = _jaccard(q.tags, _chunk_tags(c))

@@ -99,7 +99,18 @@ def score_vocabulary(
 
     The reranker tokenises each candidate once and scores it against this set.
     """
-    unique = list(dict.fromkeys(_fold(t) for t in tokens if t))
+    return score_folded(unique_folded(tokens), vocabulary, weights)
+
+
+def unique_folded(tokens: Sequence[str]) -> list[str]:
+    """The distinct non-empty ``tokens``, case- and Unicode-folded, in first-seen order."""
+    return list(dict.fromkeys(_fold(t) for t in tokens if t))
+
+
+def score_folded(unique: Sequence[str], vocabulary: Collection[str],
+                 weights: Mapping[str, float] | None = None) -> float:
+    """:func:`score_vocabulary` for tokens already passed through :func:`unique_folded`: the
+    reranker folds the query once rather than once per candidate."""
     if not unique or not vocabulary:
         return 0.0
     ordered: list[str] | None = None  # sorted lazily: most calls never need a prefix lookup

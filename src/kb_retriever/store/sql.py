@@ -269,24 +269,27 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
     return query, p
 
 
-def rejected_sql() -> sql.Composed:
-    """Accepted rejected-approach docs by their best chunk's similarity, computed by pgvector.
+def rejected_vectors_sql() -> sql.Composed:
+    """Ids and embeddings of every chunk of the accepted rejected-approach documents in scope.
 
-    The best chunk per document is chosen on ids and distances alone; the columns (the text is
-    stored out of line) are read only for the ``max_docs`` rows returned.
-    Params: tenant, projects, qvec, min_sim, max_docs.
+    Few rows, and they change only on ingest: the caller caches them and scores each query in
+    memory (``pipeline.best_rejected``), then reads the winners with :func:`chunks_by_id_sql`.
+    Params: tenant, projects.
     """
     return sql.SQL(
-        "WITH best AS (SELECT DISTINCT ON (d.id) c.id, 1 - (c.embedding <=> %(qvec)s) AS sim "
-        "FROM kb_documents d JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
+        "SELECT c.id AS chunk_id, d.id AS doc_pk, c.embedding FROM kb_documents d "
+        "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
         "WHERE d.tenant_id = %(tenant)s AND d.project_key = ANY(%(projects)s) AND d.is_canonical "
         "AND d.canonical_type = 'rejected-approach' AND d.canonical_status = 'accepted' "
-        "ORDER BY d.id, c.embedding <=> %(qvec)s, c.id), "
-        "top AS (SELECT id, sim FROM best WHERE sim >= %(min_sim)s "
-        "ORDER BY sim DESC, id LIMIT %(max_docs)s) "
-        "SELECT {chunk}, {doc}, t.sim AS similarity FROM top t "
-        "JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = t.id {docjoin} "
-        "ORDER BY t.sim DESC, c.id"
+        "ORDER BY d.id, c.id"
+    ).format()
+
+
+def chunks_by_id_sql() -> sql.Composed:
+    """The chunk and document columns of chunks ``%(ids)s`` of tenant ``%(tenant)s``."""
+    return sql.SQL(
+        "SELECT {chunk}, {doc} FROM kb_chunks c {docjoin} "
+        "WHERE c.tenant_id = %(tenant)s AND c.id = ANY(%(ids)s)"
     ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, docjoin=DOC_JOIN)
 
 
