@@ -77,15 +77,15 @@ Runs = dict[str, dict[str, float]]
 
 
 def run(search: Callable[[str, np.ndarray, int], list[str]], queries: list[dict[str, Any]],
-        qvecs: np.ndarray, *, timed: bool = True) -> tuple[Runs, list[float]]:
+        qvecs: np.ndarray, *, timed: bool = True, k: int = K) -> tuple[Runs, list[float]]:
     out: dict[str, dict[str, float]] = {}
     lat: list[float] = []
     for qq, vec in zip(queries, qvecs, strict=True):
         t = time.perf_counter()
-        ranked = search(qq["text"], vec, K)
+        ranked = search(qq["text"], vec, k)
         lat.append((time.perf_counter() - t) * 1000)
         # ranx wants scores; rank order is all that matters.
-        out[qq["_id"]] = {d: float(K - i) for i, d in enumerate(dict.fromkeys(ranked))}
+        out[qq["_id"]] = {d: float(k - i) for i, d in enumerate(dict.fromkeys(ranked))}
     return out, lat if timed else []
 
 
@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.skip_ablation:
         results["ablation"] = ablation(kb, base, ds, qvecs)
+        results["fts_match_cap"] = cap_sweep(kb, base, ds, qvecs)
 
     kb.close()
     results["meta"] = {
@@ -263,6 +264,26 @@ def ablation(kb: KnowledgeBase, base: Settings, ds: dict[str, Any],
 
 # --- report ---------------------------------------------------------------------------------
 
+# KB_FTS_MATCH_CAP at the k users ask for (10) and at the harness's k: how many FTS matches
+# the leg may rank, which is also the budget of the OR query's lexemes.
+CAPS = (150, 300, 500, 2000)
+
+
+def cap_sweep(kb: KnowledgeBase, base: Settings, ds: dict[str, Any],
+              qvecs: np.ndarray) -> list[dict[str, Any]]:
+    rows = []
+    for k in (10, K):
+        for cap in CAPS:
+            s = base.model_copy(update={"fts_match_cap": cap})
+            with KnowledgeBase(s, embedder=kb.embedder, database_url=kb.url,
+                               project=_kb.PROJECT) as kbv:
+                runs, lat = run(_kb.kb_search(kbv), ds["queries"], qvecs, k=k)
+            row = {"k": k, "fts_match_cap": cap, **score(ds["qrels"], runs), **latency(lat)}
+            rows.append(row)
+            logger.info("cap sweep %s", row)
+    return rows
+
+
 def report(results: dict[str, Any]) -> str:
     lines = ["| system | nDCG@10 | MRR@10 | Recall@100 | p50 ms | p95 ms |",
              "|---|---|---|---|---|---|"]
@@ -278,6 +299,12 @@ def report(results: dict[str, Any]) -> str:
             recall = f"{r['recall@100']:.4f}" if r.get("limit", K) == K else "n/a"
             lines.append(f"| {r['variant']} | {r['ndcg@10']:.4f} | {r['mrr@10']:.4f} | "
                          f"{recall} |")
+    if results.get("fts_match_cap"):
+        lines += ["", "| k | KB_FTS_MATCH_CAP | nDCG@10 | MRR@10 | p50 ms | p95 ms |",
+                  "|---|---|---|---|---|---|"]
+        for r in results["fts_match_cap"]:
+            lines.append(f"| {r['k']} | {r['fts_match_cap']} | {r['ndcg@10']:.4f} | "
+                         f"{r['mrr@10']:.4f} | {r.get('p50_ms', '')} | {r.get('p95_ms', '')} |")
     return "\n".join(lines)
 
 

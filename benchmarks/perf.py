@@ -1,6 +1,6 @@
 """Speed benchmark: bulk load, search latency vs the SQL floor and peers, filtered recall.
 
-    .venv/bin/python benchmarks/perf.py [--sizes 10000,100000] [--with-1m] [--queries 200]
+    .venv/bin/python benchmarks/perf.py [--sizes 10000,100000] [--with-1m] [--queries 500]
 
 One embedded PostgreSQL, one database per size. Each system searches in its own child
 process (so peak RSS is the search process's own), with the query vector given (no
@@ -434,7 +434,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--with-1m", action="store_true", help="also run 1,000,000 chunks (slow)")
-    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--queries", type=int, default=500)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--out-dir", default=str(HERE / "results"))
