@@ -27,7 +27,7 @@ from .ranking import diversify, expand_query_text, expansion_phrases, rerank, sh
 from .ranking.bm25 import CorpusLexemes
 from .settings import Settings
 from .store import sql as q
-from .store.rows import candidate_from_row, document_from_row
+from .store.rows import candidate_from_row, document_from_row, vector_array
 
 __all__ = ["Embed", "Fetch", "SearchRequest", "arun_plan", "run_plan", "search_plan"]
 
@@ -242,7 +242,7 @@ def best_rejected(rows: Sequence[Mapping[str, Any]], qvec: Any, *, min_sim: floa
 
 def _unit_vectors(rows: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[int, int]], np.ndarray]:
     """((doc, chunk) ids, the rows' embeddings scaled to unit length; zero vectors stay 0)."""
-    vecs = np.asarray([np.asarray(r["embedding"], dtype=np.float64) for r in rows])
+    vecs = np.asarray([vector_array(r["embedding"], np.float64) for r in rows])
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     unit = np.divide(vecs, norms, out=np.zeros_like(vecs), where=norms > 0)
     return [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit

@@ -6,7 +6,16 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from ..models import Candidate, DocumentRef
+
+
+def vector_array(value: Any, dtype: Any = np.float32) -> np.ndarray:
+    """A ``vector`` column's value as a numpy array: pgvector-python returns ``Vector`` objects
+    (0.4 and later) or numpy arrays (earlier), depending on the installed version."""
+    to_numpy = getattr(value, "to_numpy", None)
+    return np.asarray(to_numpy() if to_numpy is not None else value, dtype=dtype)
 
 
 def document_from_row(row: Mapping[str, Any]) -> DocumentRef:

@@ -17,6 +17,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ..models import DocumentDraft
+from .rows import vector_array
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +66,7 @@ def cached_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,
         "AND model_id = %s AND text_hash = ANY(%s)",
         [tenant, model_id, list(hashes)],
     ).fetchall()
-    # pgvector returns Vector objects; callers want numpy arrays
-    return {h: (e.to_numpy() if hasattr(e, "to_numpy") else e) for h, e in rows}
+    return {h: vector_array(e) for h, e in rows}
 
 
 def store_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,
