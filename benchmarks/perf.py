@@ -131,6 +131,14 @@ def child_kb(url: str, data: Path, warmup: int) -> dict[str, Any]:
             lat = timed(lambda v, s=scope: kb.search(broad, limit=K, project=s, query_embedding=v),
                         [(qv[i],) for i in range(min(20, len(qv)))], 3)
             out[f"kb_broad_{name}"] = pct(lat)
+    # The same search with the peers' full-text semantics (an AND of every word, which matches
+    # a handful of chunks): how much of the gap to langchain-postgres is the OR leg's work.
+    and_settings = settings.model_copy(update={"fts_query_mode": "plain"})
+    with KnowledgeBase(and_settings, embedder=HashingEmbedder(384), database_url=url,
+                       tenant=TENANT) as kb_and:
+        out["kb_and_query_unfiltered"] = pct(timed(
+            lambda v, x: kb_and.search(x, limit=K, project=PROJECTS, query_embedding=v),
+            [(qv[i], texts[i]) for i in range(len(texts))], warmup))
     out["rss_mb_peak"] = rss_mb()
     return out
 
