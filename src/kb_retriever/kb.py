@@ -197,6 +197,13 @@ class KnowledgeBase:
         finally:
             self._cache.clear()  # the ingest re-analysed kb_chunks: new lexeme statistics
 
+    def clear_caches(self) -> None:
+        """Forget the cached reads (synonym groups, lexeme statistics, rejected-approach vectors)
+        so the next search reads them again. This process's ingests do it already; call it
+        after another process wrote, rather than waiting for the TTLs
+        (``KB_SYNONYM_CACHE_TTL_SECONDS``, ``KB_CATALOG_CACHE_TTL_SECONDS``)."""
+        self._cache.clear()
+
     def add_synonyms(self, term: str, synonyms: Sequence[str], *, project: str | None = None,
                      tenant: str | None = None) -> None:
         """Add or replace a synonym group for a project (reference §5)."""

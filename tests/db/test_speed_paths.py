@@ -60,6 +60,8 @@ def test_lexeme_statistics_are_cached_until_their_ttl_or_an_ingest(new_database,
         writer.ingest([_notes(tmp_path / "b", [f"zebra stripes {i}" for i in range(20)], "z")])
         assert _zebra_freq(fresh) == pytest.approx(0.4, abs=0.05)  # TTL 0: read every search
         assert _zebra_freq(cached) is None  # still this process's cached statistics
+        cached.clear_caches()
+        assert _zebra_freq(cached) == pytest.approx(0.4, abs=0.05)
         cached.ingest([_notes(tmp_path / "c", ["one more crossing"], "c")])  # clears the cache
         assert _zebra_freq(cached) == pytest.approx(20 / 51, abs=0.05)
     finally:
@@ -80,3 +82,25 @@ def test_a_query_of_only_common_lexemes_keeps_its_least_common_one(make_kb, tmp_
     fts_hits = [h for h in hits if h.scores.fts_rank is not None]
     assert fts_hits and all("beta" in h.text for h in fts_hits)
     assert any("beta" not in h.text for h in hits)  # the vector leg still brings the others
+
+
+def test_rejected_vectors_are_cached_per_scope_until_cleared(new_database, tmp_path):
+    url = new_database()
+    s = Settings(rejected_min_similarity=-1.0)
+    reader = KnowledgeBase(s, database_url=url, embedder=HashingEmbedder(64)).open()
+    writer = KnowledgeBase(s, database_url=url, embedder=HashingEmbedder(64)).open()
+    try:
+        reader.ingest([_notes(tmp_path / "a", ["queues carry events"])])
+        assert reader.search("queues").rejected == ()  # caches "no rejected approaches"
+        rejected = tmp_path / "b" / "rej.md"
+        rejected.parent.mkdir()
+        rejected.write_text("---\nslug: rej-kafka\ntype: rejected-approach\nstatus: accepted\n"
+                            "---\n# Kafka for queues\n\nWe rejected Kafka for the queues.\n")
+        writer.ingest([rejected.parent])
+        assert reader.search("queues").rejected == ()  # another process wrote: cached
+        assert [h.document.slug for h in writer.search("queues").rejected] == ["rej-kafka"]
+        reader.clear_caches()
+        assert [h.document.slug for h in reader.search("queues").rejected] == ["rej-kafka"]
+    finally:
+        reader.close()
+        writer.close()
