@@ -6,7 +6,9 @@ fixed per database), created on the session's server.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -39,9 +41,11 @@ def pg_server_url() -> Iterator[str]:
 
     # Not under pytest's basetemp: concurrent pytest runs rotate (delete) old basetemps.
     home = Path(tempfile.mkdtemp(prefix="kb-test-home-"))
+    # The server stops when this process exits (pgserver's atexit handler). Registered before
+    # the server starts, this removal runs after that handler (atexit is last in, first out):
+    # otherwise every run would leave a ~400 MB data directory behind.
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
     yield start_embedded(home)
-    # The server stops when this process exits (pgserver's atexit handler); the data directory
-    # is removed by the OS temp cleaner or on the next run.
 
 
 @pytest.fixture(scope="session")
