@@ -99,7 +99,8 @@ class KnowledgeBase:
         # scope (reference §5 caches them too), the database's lexeme statistics and the
         # rejected-approach vectors per scope. Each saves work on every search (the statistics
         # read alone cost ~3 ms at 100k chunks).
-        self._cache: dict[tuple[Any, ...], tuple[float, list[dict[str, Any]]]] = {}
+        # The cache holds each read's answer as the plan wants it (parsed, see Fetch.parse).
+        self._cache: dict[tuple[Any, ...], tuple[float, Any]] = {}
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -277,18 +278,21 @@ class KnowledgeBase:
             return (req.stage, req.params["tenant"], tuple(req.params["projects"])), ttl
         return None
 
-    def _cached(self, req: Fetch) -> list[dict[str, Any]] | None:
+    def _cached(self, req: Fetch) -> Any:
+        """The cached answer to ``req``, or None."""
         key = self._cache_key(req)
         hit = self._cache.get(key[0]) if key else None
         return hit[1] if hit and hit[0] > time.monotonic() else None
 
-    def _remember(self, req: Fetch, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _remember(self, req: Fetch, rows: list[dict[str, Any]]) -> Any:
+        """The answer to ``req`` (``req.parse(rows)`` if set), cached when it is cacheable."""
+        answer = req.parse(rows) if req.parse is not None else rows
         key = self._cache_key(req)
         if key and len(rows) <= _CACHE_MAX_ROWS:
-            self._cache[key[0]] = (time.monotonic() + key[1], rows)
-        return rows
+            self._cache[key[0]] = (time.monotonic() + key[1], answer)
+        return answer
 
-    def _fetch(self, req: Fetch, held: list[Any]) -> list[dict[str, Any]]:
+    def _fetch(self, req: Fetch, held: list[Any]) -> Any:
         """Answer one read of a search plan. ``held`` carries the search's pooled connection
         from one read to the next (one checkout per search, not one per read)."""
         cached = self._cached(req)
@@ -316,7 +320,7 @@ class KnowledgeBase:
         if held:
             self._require_pool().putconn(held.pop())
 
-    async def _afetch(self, req: Fetch, held: list[Any]) -> list[dict[str, Any]]:
+    async def _afetch(self, req: Fetch, held: list[Any]) -> Any:
         cached = self._cached(req)
         if cached is not None:
             return cached

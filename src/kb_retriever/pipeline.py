@@ -21,7 +21,6 @@ from psycopg import sql
 from .errors import InputError
 from .filters import SearchFilters
 from .graph import expand_graph
-from .memo import parsed_once
 from .models import Hit, Origin, SearchResult
 from .ranking import diversify, expand_query_text, expansion_phrases, rerank, should_refuse
 from .ranking.bm25 import CorpusLexemes
@@ -34,11 +33,13 @@ __all__ = ["Embed", "Fetch", "SearchRequest", "arun_plan", "run_plan", "search_p
 
 @dataclass(frozen=True)
 class Fetch:
-    """Run ``query`` with ``params``; send back the rows as dicts."""
+    """Run ``query`` with ``params``; send back the rows as dicts, or ``parse(rows)`` when
+    ``parse`` is set (a driver that caches the read caches that parsed answer)."""
 
     query: sql.Composable
     params: dict[str, Any]
     stage: str
+    parse: Callable[[list[dict[str, Any]]], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,9 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     qvec = req.query_embedding if req.query_embedding is not None else (yield Embed(embed_text))
     timings["embed"] = _ms(t)
 
-    # The database's lexeme statistics (BM25 idf, common lexemes): cached by the caller.
-    corpus = CorpusLexemes.from_row(next(iter((yield Fetch(q.lexeme_stats_sql(), {},
-                                                            "lexeme_stats"))), None))
+    # The database's lexeme statistics (BM25 idf, the OR lexemes' budget): cached by the caller.
+    corpus: CorpusLexemes = yield Fetch(q.lexeme_stats_sql(), {}, "lexeme_stats",
+                                        parse=CorpusLexemes.from_rows)
 
     kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
     with_doc_ids = settings.mentions_mode == "filter"
@@ -161,7 +162,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     rejected: list[Hit] = []
     if settings.rejected_injection_enabled:
         t = time.perf_counter()
-        vectors = yield Fetch(q.rejected_vectors_sql(), scope_p, "rejected_vectors")  # cached
+        vectors = yield Fetch(q.rejected_vectors_sql(), scope_p, "rejected_vectors",
+                              parse=unit_vectors)  # cached by the caller
         best = best_rejected(vectors, qvec, min_sim=settings.rejected_min_similarity,
                              max_docs=settings.rejected_injection_max_docs)
         if best:
@@ -214,20 +216,35 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     )
 
 
-def best_rejected(rows: Sequence[Mapping[str, Any]], qvec: Any, *, min_sim: float,
+RejectedVectors = tuple[list[tuple[int, int]], np.ndarray]  # ((doc, chunk) ids, unit rows)
+
+
+def unit_vectors(rows: Sequence[Mapping[str, Any]]) -> RejectedVectors:
+    """((doc, chunk) ids, the rows' embeddings scaled to unit length; zero vectors stay 0)."""
+    if not rows:
+        return [], np.zeros((0, 0))
+    vecs = np.asarray([vector_array(r["embedding"], np.float64) for r in rows])
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    unit = np.divide(vecs, norms, out=np.zeros_like(vecs), where=norms > 0)
+    return [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit
+
+
+def best_rejected(vectors: RejectedVectors, qvec: Any, *, min_sim: float,
                   max_docs: int) -> list[tuple[int, float]]:
     """``(chunk_id, cosine)`` of each rejected document's best chunk at ``min_sim`` or above,
-    best first (ties: lower chunk id), at most ``max_docs``.
+    best first (ties: lower chunk id), at most ``max_docs``. ``vectors`` from
+    :func:`unit_vectors`.
 
     >>> rows = [{"chunk_id": 1, "doc_pk": 7, "embedding": [1.0, 0.0]},
     ...         {"chunk_id": 2, "doc_pk": 7, "embedding": [0.6, 0.8]},
     ...         {"chunk_id": 3, "doc_pk": 8, "embedding": [0.0, 1.0]}]
-    >>> [(c, round(s, 6)) for c, s in best_rejected(rows, [0.6, 0.8], min_sim=0.5, max_docs=3)]
+    >>> best = best_rejected(unit_vectors(rows), [0.6, 0.8], min_sim=0.5, max_docs=3)
+    >>> [(c, round(s, 6)) for c, s in best]
     [(2, 1.0), (3, 0.8)]
     """
-    if not rows or max_docs <= 0:
+    ids, unit = vectors
+    if not ids or max_docs <= 0:
         return []
-    ids, unit = parsed_once(_unit_vectors, rows)  # once per cached read, not per search
     q = np.asarray(qvec, dtype=np.float64)
     qn = float(np.linalg.norm(q))
     sims = unit @ (q / qn) if qn > 0 else np.zeros(len(ids))
@@ -238,14 +255,6 @@ def best_rejected(rows: Sequence[Mapping[str, Any]], qvec: Any, *, min_sim: floa
             best[doc] = (sim, chunk)
     ranked = sorted((v for v in best.values() if v[0] >= min_sim), key=lambda v: (-v[0], v[1]))
     return [(chunk, sim) for sim, chunk in ranked[:max_docs]]
-
-
-def _unit_vectors(rows: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """((doc, chunk) ids, the rows' embeddings scaled to unit length; zero vectors stay 0)."""
-    vecs = np.asarray([vector_array(r["embedding"], np.float64) for r in rows])
-    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    unit = np.divide(vecs, norms, out=np.zeros_like(vecs), where=norms > 0)
-    return [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit
 
 
 def _rejected_hit(row: dict[str, Any], sim: float) -> Hit:
@@ -262,7 +271,7 @@ def _ms(t: float) -> float:
     return (time.perf_counter() - t) * 1000.0
 
 
-def run_plan(plan: Plan, fetch: Callable[[Fetch], list[dict[str, Any]]],
+def run_plan(plan: Plan, fetch: Callable[[Fetch], Any],
              embed: Callable[[str], Any]) -> SearchResult:
     """Drive a plan with blocking I/O."""
     try:
@@ -274,7 +283,7 @@ def run_plan(plan: Plan, fetch: Callable[[Fetch], list[dict[str, Any]]],
         return stop.value  # type: ignore[no-any-return]
 
 
-async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[list[dict[str, Any]]]],
+async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
                     embed: Callable[[str], Awaitable[Any]]) -> SearchResult:
     """Drive a plan with async I/O."""
     try:

@@ -42,6 +42,25 @@ async def test_an_async_search_checks_out_one_pooled_connection(example_kb):
     assert pool.get_stats().get("requests_num", 0) - before == 1
 
 
+def test_cached_reads_are_parsed_once(example_kb, monkeypatch):
+    """The knowledge base caches a read's parsed answer (Fetch.parse): the lexeme statistics
+    and the rejected-approach vectors are parsed once per cache period, not once per search."""
+    import kb_retriever.pipeline as pipeline
+    from kb_retriever.ranking.bm25 import CorpusLexemes
+
+    example_kb.clear_caches()
+    parsed: list[str] = []
+    stats_parse, vectors_parse = CorpusLexemes.from_rows, pipeline.unit_vectors
+    monkeypatch.setattr(CorpusLexemes, "from_rows", staticmethod(
+        lambda rows: parsed.append("stats") or stats_parse(rows)))
+    monkeypatch.setattr(pipeline, "unit_vectors",
+                        lambda rows: parsed.append("vectors") or vectors_parse(rows))
+    first = example_kb.search("what cache layer did we standardise on?")
+    second = example_kb.search("which cache did we reject?")
+    assert first.rejected and second.meta["lexeme_stats"]  # both reads were used
+    assert sorted(parsed) == ["stats", "vectors"]
+
+
 def _zebra_freq(kb: KnowledgeBase) -> float | None:
     stats = kb.search("zebra crossing", limit=3).meta["lexeme_stats"]
     return stats["freqs"].get("zebra")

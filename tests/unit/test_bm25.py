@@ -82,7 +82,8 @@ def test_select_without_statistics_keeps_every_lexeme():
     assert never_analysed.for_query(["a"]) == {"freqs": {"a": None}, "min_freq": None}
 
 
-def test_parsed_statistics_are_reused_for_the_same_cached_row():
+def test_statistics_parse_from_the_reads_rows():
     row = {"reltuples": 10.0, "elems": ["a"], "freqs": [0.5, 0.5, 0.5, 0.0]}
-    assert CorpusLexemes.from_row(row) is CorpusLexemes.from_row(row)
-    assert CorpusLexemes.from_row(dict(row)) == CorpusLexemes.from_row(row)
+    assert CorpusLexemes.from_rows([row]) == CorpusLexemes.from_row(dict(row))
+    assert CorpusLexemes.from_rows([row]).freqs == {"a": 0.5}
+    assert CorpusLexemes.from_rows([]) == CorpusLexemes()  # an unknown table: no statistics

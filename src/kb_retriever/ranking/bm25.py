@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..memo import parsed_once
 from .text import words
 
 __all__ = ["CorpusLexemes", "lexeme_bm25", "lexeme_idf", "pool_bm25"]
@@ -90,12 +89,12 @@ class CorpusLexemes:
     rows: float = 0.0
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any] | None) -> CorpusLexemes:
-        """Parse the statistics row; the same (cached) row object is parsed once."""
-        return parsed_once(cls._parse, row)
+    def from_rows(cls, rows: Sequence[Mapping[str, Any]]) -> CorpusLexemes:
+        """From the statistics read's rows (one, or none on an unknown table)."""
+        return cls.from_row(rows[0] if rows else None)
 
     @classmethod
-    def _parse(cls, row: Mapping[str, Any] | None) -> CorpusLexemes:
+    def from_row(cls, row: Mapping[str, Any] | None) -> CorpusLexemes:
         if not row or not row.get("elems") or not row.get("freqs"):
             return cls(rows=float((row or {}).get("reltuples") or 0.0))
         elems, freqs = list(row["elems"]), [float(f) for f in row["freqs"]]
