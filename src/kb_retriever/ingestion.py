@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
-from .embedding import Embedder, check_vectors
-from .errors import EmbeddingError, IngestError, InputError, KbError
+from .embedding import Embedder, check_vectors, embedder_errors
+from .errors import IngestError, InputError, KbError
 from .ingest import SUPPORTED_SUFFIXES, parse_document
 from .models import DocumentDraft
 from .settings import Settings
@@ -70,12 +70,8 @@ def embed_chunks(conn: psycopg.Connection, embedder: Embedder, tenant: str,
     missing = list(dict.fromkeys(h for h in hashes if h not in cached))
     if missing:
         by_hash = {h: t for h, t in zip(hashes, texts, strict=True)}
-        try:
+        with embedder_errors():
             raw = embedder.embed_documents([by_hash[h] for h in missing])
-        except KbError:
-            raise
-        except Exception as exc:  # any embedder (LangChain, LlamaIndex, ...) raises its own types
-            raise EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}") from exc
         new = check_vectors(raw, count=len(missing), dimension=embedder.dimension,
                             model_id=embedder.model_id)
         arrays = [np.asarray(v, dtype=np.float32) for v in new]

@@ -14,7 +14,7 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
-from .embedding import Embedder, check_vectors, default_embedder
+from .embedding import Embedder, check_vectors, default_embedder, embedder_errors
 from .errors import ConfigError, InputError, StoreError
 from .filters import SearchFilters, parse_filters
 from .ingestion import IngestReport, Progress, ingest_paths
@@ -257,14 +257,8 @@ class KnowledgeBase:
         return self._vector(self._embed_raw(text))
 
     def _embed_raw(self, text: str) -> Sequence[float]:
-        from .errors import EmbeddingError, KbError
-
-        try:
+        with embedder_errors():
             return self.embedder.embed_query(text)
-        except KbError:
-            raise
-        except Exception as exc:
-            raise EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}") from exc
 
     def _cache_key(self, req: Fetch) -> tuple[tuple[Any, ...], int] | None:
         """(key, TTL in seconds) of a cacheable read, or None."""

@@ -1,10 +1,11 @@
 """Embedders: the :class:`Embedder` protocol, the default MiniLM model and a hashing embedder."""
 
-from .base import Embedder, check_vectors
+from .base import Embedder, check_vectors, embedder_errors
 from .hashing import HashingEmbedder
 from .minilm import MiniLMEmbedder
 
-__all__ = ["Embedder", "HashingEmbedder", "MiniLMEmbedder", "check_vectors", "default_embedder"]
+__all__ = ["Embedder", "HashingEmbedder", "MiniLMEmbedder", "check_vectors", "default_embedder",
+           "embedder_errors"]
 
 
 def default_embedder(name: str = "minilm") -> Embedder:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
-from ..errors import EmbeddingError
+from ..errors import EmbeddingError, KbError
 
 
 @runtime_checkable
@@ -26,6 +27,18 @@ class Embedder(Protocol):
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
 
     def embed_query(self, text: str) -> list[float]: ...
+
+
+@contextmanager
+def embedder_errors() -> Iterator[None]:
+    """Turn any embedder's own exception (LangChain, LlamaIndex, ...) into an
+    :class:`EmbeddingError`; the library's own errors pass through unchanged."""
+    try:
+        yield
+    except KbError:
+        raise
+    except Exception as exc:
+        raise EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}") from exc
 
 
 def check_vectors(vectors: Sequence[Sequence[float]], *, count: int, dimension: int,
