@@ -67,10 +67,13 @@ HOWS = ["nan", "inf", "short", "zero", "text", "none", "raise"]
 @pytest.fixture(scope="module")
 def db64(new_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory) -> str:
     """A database of 64-d hashing vectors holding one document; tests open their own KBs."""
-    url = new_database()
-    folder = tmp_path_factory.mktemp("db64")
+    return _one_document_db(new_database(), tmp_path_factory.mktemp("db64"), dimension=64)
+
+
+def _one_document_db(url: str, folder: Path, *, dimension: int) -> str:
+    """``url`` with GOOD_MD ingested by a ``dimension``-d hashing embedder."""
     (folder / "a.md").write_text(GOOD_MD)
-    with KnowledgeBase(Settings(), embedder=HashingEmbedder(64), database_url=url) as kb:
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(dimension), database_url=url) as kb:
         assert kb.ingest([folder]).added
     return url
 
@@ -225,12 +228,7 @@ def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
 
 @pytest.fixture(scope="module")
 def cli_url(new_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = new_database()
-    folder = tmp_path_factory.mktemp("cli")
-    (folder / "a.md").write_text(GOOD_MD)
-    with KnowledgeBase(Settings(), embedder=HashingEmbedder(4096), database_url=url) as kb:
-        kb.ingest([folder])
-    return url
+    return _one_document_db(new_database(), tmp_path_factory.mktemp("cli"), dimension=4096)
 
 
 @pytest.fixture
