@@ -14,7 +14,8 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
-from .embedding import Embedder, check_vectors, default_embedder, embedder_errors
+from .embedding import Embedder, default_embedder, embedder_errors
+from .embedding.base import check_vector
 from .errors import ConfigError, InputError, StoreError
 from .filters import SearchFilters, parse_filters
 from .ingestion import IngestReport, Progress, ingest_paths
@@ -28,6 +29,7 @@ from .pipeline import (
     validate_limit,
     validate_query,
 )
+from .ranking.stems import StemCache
 from .settings import Settings, load_settings
 from .store import schema
 from .store.connection import (
@@ -101,6 +103,9 @@ class KnowledgeBase:
         # read alone cost ~3 ms at 100k chunks).
         # The cache holds each read's answer as the plan wants it (parsed, see Fetch.parse).
         self._cache: dict[tuple[Any, ...], tuple[float, Any]] = {}
+        # The query words' lexemes: they depend on the language only, never on the data, so
+        # they outlive the TTL cache (a word is stemmed by the database once).
+        self._stems = StemCache()
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -199,11 +204,12 @@ class KnowledgeBase:
             self._cache.clear()  # the ingest re-analysed kb_chunks: new lexeme statistics
 
     def clear_caches(self) -> None:
-        """Forget the cached reads (synonym groups, lexeme statistics, rejected-approach vectors)
-        so the next search reads them again. This process's ingests do it already; call it
-        after another process wrote, rather than waiting for the TTLs
+        """Forget the cached reads (synonym groups, lexeme statistics, rejected-approach chunks,
+        stemmed query words) so the next search reads them again. This process's ingests do it
+        already; call it after another process wrote, rather than waiting for the TTLs
         (``KB_SYNONYM_CACHE_TTL_SECONDS``, ``KB_CATALOG_CACHE_TTL_SECONDS``)."""
         self._cache.clear()
+        self._stems.clear()
 
     def add_synonyms(self, term: str, synonyms: Sequence[str], *, project: str | None = None,
                      tenant: str | None = None) -> None:
@@ -249,9 +255,9 @@ class KnowledgeBase:
         )
 
     def _vector(self, values: Sequence[float]) -> np.ndarray:
-        checked = check_vectors([values], count=1, dimension=self.embedder.dimension,
-                                model_id=self.embedder.model_id)
-        return np.asarray(checked[0], dtype=np.float32)
+        checked = check_vector(values, dimension=self.embedder.dimension,
+                               model_id=self.embedder.model_id)
+        return checked.astype(np.float32)
 
     def _embed(self, text: str) -> np.ndarray:
         return self._vector(self._embed_raw(text))
@@ -361,7 +367,7 @@ class KnowledgeBase:
             return self._embed(text)
 
         try:
-            return run_plan(search_plan(req, self.settings),
+            return run_plan(search_plan(req, self.settings, self._stems),
                             lambda r: self._fetch(r, held), embed)
         finally:
             self._release(held)
@@ -384,7 +390,7 @@ class KnowledgeBase:
             return self._vector(await asyncio.to_thread(self._embed_raw, text))
 
         try:
-            return await arun_plan(search_plan(req, self.settings),
+            return await arun_plan(search_plan(req, self.settings, self._stems),
                                    lambda r: self._afetch(r, held), embed)
         finally:
             await self._arelease(held)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from psycopg import sql
@@ -24,6 +24,7 @@ from .graph import expand_graph
 from .models import Hit, Origin, SearchResult
 from .ranking import diversify, expand_query_text, expansion_phrases, rerank, should_refuse
 from .ranking.bm25 import CorpusLexemes
+from .ranking.stems import StemCache, union_of, words_of
 from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row, document_from_row, vector_array
@@ -87,8 +88,13 @@ def validate_limit(limit: Any, settings: Settings) -> int:
     return limit
 
 
-def search_plan(req: SearchRequest, settings: Settings) -> Plan:
-    """The whole search as a generator of I/O requests (see module docstring)."""
+def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None = None) -> Plan:
+    """The whole search as a generator of I/O requests (see module docstring).
+
+    ``stems`` remembers the query words' lexemes across searches (the caller keeps one per
+    knowledge base); without it every search stems its words in the database.
+    """
+    stems = StemCache() if stems is None else stems
     timings: dict[str, float] = {}
     t_start = time.perf_counter()
     scope_p = q.scope_params(req.scope)
@@ -120,9 +126,13 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                 if settings.mentions_mode == "boost" else frozenset())
     t = time.perf_counter()
     fts_text = " ".join([req.query, *phrases]) if mode == "or" else req.query
-    stemmed = yield Fetch(q.stem_sql(), {"fts_lang": settings.fts_language,
-                                         "fts_text": fts_text}, "stem")
-    lexemes: list[str] = list(stemmed[0]["lexemes"] or []) if stemmed else []
+    # The query's lexemes: words stemmed by the database once, then remembered (ranking/stems.py).
+    found, missing = stems.lookup(settings.fts_language, words_of(fts_text))
+    if missing:
+        rows = yield Fetch(q.stem_sql(), {"fts_lang": settings.fts_language, "words": missing},
+                           "stem")
+        found.update(stems.add(settings.fts_language, rows))
+    lexemes = union_of(found)
     cand_sql, fparams = q.candidates_sql(
         hybrid=hybrid, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
         filters=req.filters, with_doc_ids=with_doc_ids, with_mentions=bool(mentions),
@@ -162,16 +172,13 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     rejected: list[Hit] = []
     if settings.rejected_injection_enabled:
         t = time.perf_counter()
-        vectors = yield Fetch(q.rejected_vectors_sql(), scope_p, "rejected_vectors",
-                              parse=unit_vectors)  # cached by the caller
-        best = best_rejected(vectors, qvec, min_sim=settings.rejected_min_similarity,
+        # The scope's rejected-approach chunks with their vectors, cached by the caller: scoring
+        # and reading them takes no round trip per search.
+        pool = yield Fetch(q.rejected_chunks_sql(), scope_p, "rejected_vectors",
+                           parse=unit_vectors)
+        best = best_rejected(pool, qvec, min_sim=settings.rejected_min_similarity,
                              max_docs=settings.rejected_injection_max_docs)
-        if best:
-            rows = yield Fetch(q.chunks_by_id_sql(),
-                               {"tenant": req.scope.tenant, "ids": [c for c, _ in best]},
-                               "rejected")
-            by_id = {int(r["chunk_id"]): r for r in rows}
-            rejected = [_rejected_hit(by_id[c], sim) for c, sim in best if c in by_id]
+        rejected = [_rejected_hit(pool.rows[c], sim) for c, sim in best]
         timings["rejected"] = _ms(t)
 
     total_ms = _ms(t_start)
@@ -216,17 +223,24 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     )
 
 
-RejectedVectors = tuple[list[tuple[int, int]], np.ndarray]  # ((doc, chunk) ids, unit rows)
+class RejectedVectors(NamedTuple):
+    """The scope's rejected-approach chunks, parsed once per cache period."""
+
+    ids: list[tuple[int, int]]  # (doc, chunk) per row of ``unit``
+    unit: np.ndarray  # the embeddings scaled to unit length; zero vectors stay 0
+    rows: dict[int, Mapping[str, Any]]  # chunk id -> its row (without the embedding)
 
 
 def unit_vectors(rows: Sequence[Mapping[str, Any]]) -> RejectedVectors:
-    """((doc, chunk) ids, the rows' embeddings scaled to unit length; zero vectors stay 0)."""
+    """Parse the rows of :func:`~kb_retriever.store.sql.rejected_chunks_sql`."""
     if not rows:
-        return [], np.zeros((0, 0))
+        return RejectedVectors([], np.zeros((0, 0)), {})
     vecs = np.asarray([vector_array(r["embedding"], np.float64) for r in rows])
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     unit = np.divide(vecs, norms, out=np.zeros_like(vecs), where=norms > 0)
-    return [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit
+    return RejectedVectors(
+        [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit,
+        {int(r["chunk_id"]): {k: v for k, v in r.items() if k != "embedding"} for r in rows})
 
 
 def best_rejected(vectors: RejectedVectors, qvec: Any, *, min_sim: float,
@@ -242,7 +256,7 @@ def best_rejected(vectors: RejectedVectors, qvec: Any, *, min_sim: float,
     >>> [(c, round(s, 6)) for c, s in best]
     [(2, 1.0), (3, 0.8)]
     """
-    ids, unit = vectors
+    ids, unit = vectors.ids, vectors.unit
     if not ids or max_docs <= 0:
         return []
     q = np.asarray(qvec, dtype=np.float64)
@@ -257,7 +271,7 @@ def best_rejected(vectors: RejectedVectors, qvec: Any, *, min_sim: float,
     return [(chunk, sim) for sim, chunk in ranked[:max_docs]]
 
 
-def _rejected_hit(row: dict[str, Any], sim: float) -> Hit:
+def _rejected_hit(row: Mapping[str, Any], sim: float) -> Hit:
     from .models import ScoreBreakdown
 
     return Hit(

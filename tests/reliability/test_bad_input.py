@@ -114,8 +114,9 @@ def test_bad_vectors_at_query(db64: str, how: str) -> None:
 
 @pytest.mark.parametrize("vector", [
     [0.1] * 63, [0.1] * 65, [], [math.nan] + [0.1] * 63, [math.inf] * 64, [0.0] * 64,
-    ["a"] * 64, [None] * 64, [[0.1]] * 64, "0.1" * 64,
-], ids=["short", "long", "empty", "nan", "inf", "zero", "text", "none", "nested", "string"])
+    ["a"] * 64, [None] * 64, [[0.1]] * 64, "0.1" * 64, [1e300] * 64, [10**400] * 64, 0.1,
+], ids=["short", "long", "empty", "nan", "inf", "zero", "text", "none", "nested", "string",
+        "beyond-float32", "beyond-float64", "scalar"])
 def test_bad_query_embedding_argument(kb64: KnowledgeBase, vector: list[Any]) -> None:
     with pytest.raises(EmbeddingError):
         kb64.search("redis", query_embedding=vector)

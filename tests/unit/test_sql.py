@@ -77,9 +77,9 @@ def test_bad_metadata_operator_and_key():
 
 
 def test_rejected_and_neighbour_queries_are_scoped():
-    rej = render(q.rejected_vectors_sql())
+    rej = render(q.rejected_chunks_sql())
     assert "d.tenant_id = %(tenant)s" in rej and "d.project_key = ANY(%(projects)s)" in rej
-    assert "c.tenant_id = %(tenant)s AND c.id = ANY(%(ids)s)" in render(q.chunks_by_id_sql())
+    assert "c.text" in rej and "c.embedding" in rej  # whole rows: no second read per search
     nb, _ = q.neighbours_sql(direction="both", filters=parse_filters(None))
     text = render(nb)
     assert "'outgoing'" in text and "'incoming'" in text

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from ..errors import EmbeddingError, KbError
 
@@ -52,26 +53,38 @@ def check_vectors(vectors: Sequence[Sequence[float]], *, count: int, dimension: 
         raise EmbeddingError(
             f"embedder {model_id!r} returned {len(vectors)} vectors for {count} texts"
         )
-    out: list[list[float]] = []
-    for i, vec in enumerate(vectors):
-        try:
-            if isinstance(vec, (str, bytes)):
-                raise TypeError(type(vec).__name__)
-            values = [float(x) for x in vec]
-        except (TypeError, ValueError):
-            # None, strings or nested lists: a broken embedder, not bad user input.
-            raise EmbeddingError(
-                f"embedder {model_id!r} returned a non-numeric vector (item {i})"
-            ) from None
-        if len(values) != dimension:
-            raise EmbeddingError(
-                f"embedder {model_id!r} returned a {len(values)}-d vector (item {i}); "
-                f"expected {dimension}-d"
-            )
-        if not all(math.isfinite(x) for x in values):
-            raise EmbeddingError(f"embedder {model_id!r} returned NaN or inf (item {i})")
-        if not any(values):
-            # A zero vector has no cosine direction; pgvector would return NaN distances.
-            raise EmbeddingError(f"embedder {model_id!r} returned a zero vector (item {i})")
-        out.append(values)
-    return out
+    return [check_vector(vec, dimension=dimension, model_id=model_id, item=i).tolist()
+            for i, vec in enumerate(vectors)]
+
+
+def check_vector(vec: Any, *, dimension: int, model_id: str, item: int = 0) -> np.ndarray:
+    """One vector of an embedder's output as a float64 array, checked as :func:`check_vectors`
+    does (numpy does the per-element work: the query path checks every search's vector).
+
+    >>> check_vector([0.6, 0.8], dimension=2, model_id="m").tolist()
+    [0.6, 0.8]
+    """
+    try:
+        if isinstance(vec, (str, bytes)):
+            raise TypeError(type(vec).__name__)
+        values = np.asarray(vec, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        values = None
+    if values is None or values.ndim != 1:
+        # None, strings or nested lists: a broken embedder, not bad user input.
+        raise EmbeddingError(
+            f"embedder {model_id!r} returned a non-numeric vector (item {item})"
+        )
+    if len(values) != dimension:
+        raise EmbeddingError(
+            f"embedder {model_id!r} returned a {len(values)}-d vector (item {item}); "
+            f"expected {dimension}-d"
+        )
+    with np.errstate(over="ignore"):  # pgvector stores float32: 1e300 would become inf
+        if not np.isfinite(values.astype(np.float32)).all():
+            raise EmbeddingError(f"embedder {model_id!r} returned NaN or inf (item {item}), "
+                                 "or a value beyond float32")
+    if not values.any():
+        # A zero vector has no cosine direction; pgvector would return NaN distances.
+        raise EmbeddingError(f"embedder {model_id!r} returned a zero vector (item {item})")
+    return values

@@ -57,7 +57,19 @@ def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
         fts_score=None if fts_score is None else float(fts_score),
         fused_score=float(row.get("fused") or 0.0),
         metadata=MappingProxyType(dict(row["metadata"] or {})),
-        lexeme_tf=(MappingProxyType(dict(row["lexeme_tf"]))
-                   if row.get("lexeme_tf") is not None else None),
+        lexeme_tf=_lexeme_tf(row),
         lexeme_count=row.get("lexeme_count"),
     )
+
+
+def _lexeme_tf(row: Mapping[str, Any]) -> Mapping[str, int] | None:
+    """The query lexemes' counts in the chunk (``tf_lexemes``, ``tf_counts`` of candidate rows),
+    or None for rows without them.
+
+    >>> dict(_lexeme_tf({"tf_lexemes": ["cach", "redi"], "tf_counts": [2, 1]}))
+    {'cach': 2, 'redi': 1}
+    """
+    lexemes = row.get("tf_lexemes")
+    if lexemes is None:
+        return None
+    return MappingProxyType(dict(zip(lexemes, row["tf_counts"], strict=True)))
