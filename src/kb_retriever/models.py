@@ -5,12 +5,12 @@ Stages never mutate these; they return new objects (``dataclasses.replace``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "CANONICAL_STATUSES",
@@ -24,6 +24,7 @@ __all__ = [
     "Origin",
     "ScoreBreakdown",
     "SearchResult",
+    "construct",
 ]
 
 CANONICAL_TYPES = (
@@ -35,6 +36,45 @@ SOURCE_TYPES = ("markdown", "text", "pdf", "docx")
 
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
+
+
+_T = TypeVar("_T")
+_DEFAULTS: dict[type, tuple[dict[str, Any], dict[str, Callable[[], Any]], frozenset[str]]] = {}
+
+
+def construct(cls: type[_T], values: Mapping[str, Any]) -> _T:
+    """``cls(**values)`` for a frozen model of this module, without running its ``__init__``.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (about
+    3 us for twenty fields), and a search builds four such objects per candidate: this fills
+    the instance's ``__dict__`` at once (like pydantic's ``model_construct``). Defaults apply
+    as in ``__init__``; an unknown or missing required field raises :class:`TypeError`.
+
+    >>> ref = construct(DocumentRef, {"id": 1, "tenant_id": "t", "project_key": "p",
+    ...                               "doc_key": "k", "title": "T", "source_path": "a.md"})
+    >>> ref == DocumentRef(1, "t", "p", "k", "T", "a.md"), ref.retrieval_priority
+    (True, 50)
+    """
+    spec = _DEFAULTS.get(cls)
+    if spec is None:
+        plain = {f.name: f.default for f in fields(cls)  # type: ignore[arg-type]
+                 if f.default is not MISSING}
+        factories = {f.name: f.default_factory for f in fields(cls)  # type: ignore[arg-type]
+                     if f.default_factory is not MISSING}
+        names = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+        spec = _DEFAULTS[cls] = (plain, factories, names)
+    plain, factories, names = spec
+    obj = object.__new__(cls)
+    data = obj.__dict__
+    data.update(plain)
+    data.update(values)
+    for name, factory in factories.items():
+        if name not in values:
+            data[name] = factory()
+    if len(data) != len(names) or not data.keys() <= names:
+        bad = sorted(data.keys() - names) or sorted(names - data.keys())
+        raise TypeError(f"{cls.__name__}: unknown or missing fields {bad}")
+    return obj
 
 
 class Origin(StrEnum):

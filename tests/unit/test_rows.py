@@ -31,3 +31,57 @@ def test_vector_array_with_the_installed_pgvector():
     except ImportError:
         from pgvector.utils import Vector  # type: ignore[no-redef]  # 0.3
     assert vector_array(Vector([3.0, 4.0])).tolist() == [3.0, 4.0]
+
+
+def _row(**over):
+    row = {
+        "doc_pk": 7, "tenant_id": "t", "project_key": "p", "doc_key": "k", "title": "T",
+        "source_path": "a.md", "source_type": "markdown", "slug": "s", "doc_id": "D-1",
+        "is_canonical": True, "canonical_type": "decision", "canonical_status": "accepted",
+        "retrieval_priority": 80, "generation_source": "human", "evidence_tier": None,
+        "tags": ["cache"], "summary": None, "language": "en", "doc_date": None,
+        "chunk_id": 3, "text": "redis", "heading_path": None, "chunk_order": 0,
+        "metadata": {"status_active": True}, "similarity": 0.5, "vector_rank": 1,
+        "fts_rank": None, "fts_score": None, "fused": 0.01, "tf_lexemes": ["redi"],
+        "tf_counts": [2], "lexeme_count": 9,
+    }
+    row.update(over)
+    return row
+
+
+def test_rows_build_the_same_models_as_their_constructors():
+    """The row converters build models with models.construct (no __init__): the result must
+    equal, hash and stay frozen like the dataclass built the ordinary way."""
+    import dataclasses
+
+    import pytest
+
+    from kb_retriever.models import Candidate, DocumentRef
+    from kb_retriever.store.rows import candidate_from_row
+
+    cand = candidate_from_row(_row())
+    doc = DocumentRef(7, "t", "p", "k", "T", "a.md", "markdown", "s", "D-1", True, "decision",
+                      "accepted", 80, "human", None, ("cache",), None, "en", None)
+    expected = Candidate(3, "redis", "", 0, doc, 0.5, 1, None, None, 0.01,
+                         cand.metadata, {"redi": 2}, 9)
+    assert cand.document == doc and hash(cand.document) == hash(doc)
+    assert cand == expected and dict(cand.metadata) == {"status_active": True}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cand.document.title = "changed"  # type: ignore[misc]
+    assert candidate_from_row(_row(tf_lexemes=None)).lexeme_tf is None
+
+
+def test_construct_fills_defaults_and_rejects_unknown_or_missing_fields():
+    import pytest
+
+    from kb_retriever.models import Hit, Origin, ScoreBreakdown, construct
+
+    s = construct(ScoreBreakdown, {"total": 1.0})
+    assert s == ScoreBreakdown(total=1.0) and s.hop_decay is None
+    h = construct(Hit, {"chunk_id": 1, "text": "x", "heading_path": "", "score": 1.0,
+                        "scores": s, "origin": Origin.PRIMARY, "document": None})
+    assert dict(h.metadata) == {} and h.chunk_order == 0  # default_factory and plain defaults
+    with pytest.raises(TypeError, match="missing"):
+        construct(Hit, {"chunk_id": 1})
+    with pytest.raises(TypeError, match="totl"):
+        construct(ScoreBreakdown, {"totl": 1.0})

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, NamedTuple
 
-from kb_retriever.models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown
+from kb_retriever.models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, construct
 from kb_retriever.settings import Settings
 
 from .bm25 import lexeme_bm25, lexeme_idf, pool_bm25
@@ -181,23 +181,28 @@ def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: froz
 
     boost, penalty = _canonical(c.document, s)
     canonical = boost - penalty
-    breakdown = ScoreBreakdown(
-        vector=vector,
-        keyword=keyword,
-        heading=heading,
-        tag_overlap=tag_overlap,
-        preamble=preamble,
-        recency=recency,
-        status_active=status_active,
-        mention_boost=mention,
-        canonical_boost=boost,
-        canonical_penalty=penalty,
-        base=base,
-        additive=additive,
-        canonical=canonical,
-        total=base + additive + canonical,
-        **_evidence(c),
-    )
+    breakdown = construct(ScoreBreakdown, {
+        "vector": vector,
+        "keyword": keyword,
+        "heading": heading,
+        "tag_overlap": tag_overlap,
+        "preamble": preamble,
+        "recency": recency,
+        "status_active": status_active,
+        "mention_boost": mention,
+        "canonical_boost": boost,
+        "canonical_penalty": penalty,
+        "base": base,
+        "additive": additive,
+        "canonical": canonical,
+        "total": base + additive + canonical,
+        "raw_similarity": c.vector_similarity,
+        "fused_score": c.fused_score,
+        "vector_rank": c.vector_rank,
+        "fts_rank": c.fts_rank,
+        "lexeme_tf": c.lexeme_tf,
+        "lexeme_count": c.lexeme_count,
+    })
     return _hit(c, breakdown)
 
 
@@ -231,18 +236,18 @@ def _evidence(c: Candidate) -> dict[str, Any]:
 
 
 def _hit(c: Candidate, breakdown: ScoreBreakdown) -> Hit:
-    return Hit(
-        chunk_id=c.chunk_id,
-        text=c.text,
-        heading_path=c.heading_path,
-        score=breakdown.total,
-        scores=breakdown,
-        origin=Origin.PRIMARY,
-        document=c.document,
-        chunk_order=c.chunk_order,
-        similarity=c.vector_similarity,
-        metadata=c.metadata,
-    )
+    return construct(Hit, {
+        "chunk_id": c.chunk_id,
+        "text": c.text,
+        "heading_path": c.heading_path,
+        "score": breakdown.total,
+        "scores": breakdown,
+        "origin": Origin.PRIMARY,
+        "document": c.document,
+        "chunk_order": c.chunk_order,
+        "similarity": c.vector_similarity,
+        "metadata": c.metadata,
+    })
 
 
 def _canonical(doc: DocumentRef, s: Settings) -> tuple[float, float]:

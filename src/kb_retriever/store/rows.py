@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models import Candidate, DocumentRef
+from ..models import Candidate, DocumentRef, construct
 
 
 def vector_array(value: Any, dtype: Any = np.float32) -> np.ndarray:
@@ -19,47 +19,47 @@ def vector_array(value: Any, dtype: Any = np.float32) -> np.ndarray:
 
 
 def document_from_row(row: Mapping[str, Any]) -> DocumentRef:
-    return DocumentRef(
-        id=int(row["doc_pk"]),
-        tenant_id=row["tenant_id"],
-        project_key=row["project_key"],
-        doc_key=row["doc_key"],
-        title=row["title"],
-        source_path=row["source_path"],
-        source_type=row["source_type"],
-        slug=row["slug"],
-        doc_id=row["doc_id"],
-        is_canonical=bool(row["is_canonical"]),
-        canonical_type=row["canonical_type"],
-        canonical_status=row["canonical_status"],
-        retrieval_priority=int(row["retrieval_priority"]),
-        generation_source=row["generation_source"],
-        evidence_tier=row["evidence_tier"],
-        tags=tuple(row["tags"] or ()),
-        summary=row["summary"],
-        language=row["language"],
-        doc_date=row["doc_date"],
-    )
+    return construct(DocumentRef, {
+        "id": int(row["doc_pk"]),
+        "tenant_id": row["tenant_id"],
+        "project_key": row["project_key"],
+        "doc_key": row["doc_key"],
+        "title": row["title"],
+        "source_path": row["source_path"],
+        "source_type": row["source_type"],
+        "slug": row["slug"],
+        "doc_id": row["doc_id"],
+        "is_canonical": bool(row["is_canonical"]),
+        "canonical_type": row["canonical_type"],
+        "canonical_status": row["canonical_status"],
+        "retrieval_priority": int(row["retrieval_priority"]),
+        "generation_source": row["generation_source"],
+        "evidence_tier": row["evidence_tier"],
+        "tags": tuple(row["tags"] or ()),
+        "summary": row["summary"],
+        "language": row["language"],
+        "doc_date": row["doc_date"],
+    })
 
 
 def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
     sim = row.get("similarity")
     fts_score = row.get("fts_score")
-    return Candidate(
-        chunk_id=int(row["chunk_id"]),
-        text=row["text"],
-        heading_path=row["heading_path"] or "",
-        chunk_order=int(row["chunk_order"]),
-        document=document_from_row(row),
-        vector_similarity=None if sim is None else float(sim),
-        vector_rank=row.get("vector_rank"),
-        fts_rank=row.get("fts_rank"),
-        fts_score=None if fts_score is None else float(fts_score),
-        fused_score=float(row.get("fused") or 0.0),
-        metadata=MappingProxyType(dict(row["metadata"] or {})),
-        lexeme_tf=_lexeme_tf(row),
-        lexeme_count=row.get("lexeme_count"),
-    )
+    return construct(Candidate, {
+        "chunk_id": int(row["chunk_id"]),
+        "text": row["text"],
+        "heading_path": row["heading_path"] or "",
+        "chunk_order": int(row["chunk_order"]),
+        "document": document_from_row(row),
+        "vector_similarity": None if sim is None else float(sim),
+        "vector_rank": row.get("vector_rank"),
+        "fts_rank": row.get("fts_rank"),
+        "fts_score": None if fts_score is None else float(fts_score),
+        "fused_score": float(row.get("fused") or 0.0),
+        "metadata": MappingProxyType(dict(row["metadata"] or {})),
+        "lexeme_tf": _lexeme_tf(row),
+        "lexeme_count": row.get("lexeme_count"),
+    })
 
 
 def _lexeme_tf(row: Mapping[str, Any]) -> Mapping[str, int] | None:
