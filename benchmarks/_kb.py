@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 from kb_retriever import KnowledgeBase, Settings
 from kb_retriever.models import ChunkDraft, DocumentDraft
 from kb_retriever.ranking.bm25 import CorpusLexemes
+from kb_retriever.ranking.stems import union_of, words_of
 from kb_retriever.store import sql as q
 from kb_retriever.store.writer import write_document
 
@@ -66,7 +67,7 @@ def kb_search(kb: KnowledgeBase):
     return search
 
 
-# FTS-only: the FTS leg of candidates_sql alone, with a choosable ranking expression.
+# FTS-only: the full-text leg (store.sql.keyword_leg_sql) alone, with a choosable ranking expression.
 FTS_RANKS = {
     "ts_rank_cd": "ts_rank_cd(c.tsv, q.query)",
     "ts_rank_cd/len(32)": "ts_rank_cd(c.tsv, q.query, 32)",
@@ -93,7 +94,8 @@ def fts_search(url: str, settings: Settings, *, rank: str = "ts_rank/log-len(1)"
 
     def search(query: str, _qvec: np.ndarray, k: int) -> list[str]:
         stem = {"fts_lang": settings.fts_language, "fts_text": query}
-        lexemes = conn.execute(q.stem_sql(), stem).fetchone()[0] or []
+        words = words_of(query)
+        lexemes = union_of(dict(conn.execute(q.stem_sql(), {**stem, "words": words}).fetchall()))
         rows = conn.execute(stmt, {"tenant": "default", "project": PROJECT, "k": k, **stem,
                                    "fts_lexemes": corpus.select(
                                        lexemes, budget=settings.fts_match_cap)})

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
+from psycopg_pool import PoolTimeout
 
 from .embedding import Embedder, default_embedder, embedder_errors
 from .embedding.base import check_vector
@@ -103,6 +105,7 @@ class KnowledgeBase:
         # read alone cost ~3 ms at 100k chunks).
         # The cache holds each read's answer as the plan wants it (parsed, see Fetch.parse).
         self._cache: dict[tuple[Any, ...], tuple[float, Any]] = {}
+        self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
         # The query words' lexemes: they depend on the language only, never on the data, so
         # they outlive the TTL cache (a word is stemmed by the database once).
         self._stems = StemCache()
@@ -136,6 +139,9 @@ class KnowledgeBase:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+            self._threads = None
 
     async def aclose(self) -> None:
         if self._apool is not None:
@@ -161,6 +167,14 @@ class KnowledgeBase:
         if self._pool is None:
             raise StoreError("the knowledge base is not open; call open() or use `with`")
         return self._pool
+
+    def _write_pool(self) -> Any:
+        """The pool, its idle connections checked first: a write is not retried, so it must not
+        start on a connection the server has dropped (searches skip the check and retry)."""
+        pool = self._require_pool()
+        with translated():
+            pool.check()
+        return pool
 
     async def _async_pool(self) -> Any:
         # An async pool belongs to the event loop that opened it. When called from another loop
@@ -191,7 +205,7 @@ class KnowledgeBase:
         version in one transaction; files that fail are reported and leave the previous
         version intact. ``prune=True`` deletes documents of the project whose file is gone.
         """
-        pool = self._require_pool()
+        pool = self._write_pool()
         try:
             with translated(), pool.connection() as conn:
                 return ingest_paths(
@@ -214,7 +228,7 @@ class KnowledgeBase:
     def add_synonyms(self, term: str, synonyms: Sequence[str], *, project: str | None = None,
                      tenant: str | None = None) -> None:
         """Add or replace a synonym group for a project (reference §5)."""
-        pool = self._require_pool()
+        pool = self._write_pool()
         self._cache.clear()
         with translated(), pool.connection() as conn:
             conn.execute(
@@ -316,6 +330,48 @@ class KnowledgeBase:
                 raise translate(exc) from None
         raise AssertionError("unreachable")
 
+    def _fetch_all(self, reqs: tuple[Fetch, ...], held: list[Any]) -> tuple[Any, ...]:
+        """Answer independent reads at once: the first on the search's connection, each other
+        on a pooled connection that is idle right now, in a worker thread (psycopg waits on the
+        socket without the GIL). With no idle connection, or ``KB_PARALLEL_LEGS=false``, one
+        after the other: a search never waits for a second connection."""
+        extra: list[Any] = []
+        if self.settings.parallel_legs and len(reqs) > 1:
+            if not held:  # the search's own connection first: a pool of one must not deadlock
+                with translated():
+                    held.append(self._require_pool().getconn())
+            extra = self._idle_connections(len(reqs) - 1)
+        if not extra:
+            return tuple(self._fetch(r, held) for r in reqs)
+        helds = [[conn] for conn in extra]
+        try:
+            futures = [self._executor().submit(self._fetch, r, h)
+                       for r, h in zip(reqs[1:], helds, strict=False)]
+            rest = [self._fetch(r, held) for r in reqs[1 + len(futures):]]
+            try:
+                first = self._fetch(reqs[0], held)
+            finally:
+                wait(futures)  # never return a connection that a worker still uses
+            return (first, *[f.result() for f in futures], *rest)
+        finally:
+            for h in helds:
+                self._release(h)
+
+    def _idle_connections(self, n: int) -> list[Any]:
+        pool, out = self._require_pool(), []
+        for _ in range(n):
+            try:
+                out.append(pool.getconn(timeout=0))
+            except PoolTimeout:
+                break
+        return out
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(max_workers=self.settings.pool_max_size,
+                                               thread_name_prefix="kb-retriever-leg")
+        return self._threads
+
     def _release(self, held: list[Any]) -> None:
         if held:
             self._require_pool().putconn(held.pop())
@@ -340,6 +396,36 @@ class KnowledgeBase:
                     continue
                 raise translate(exc) from None
         raise AssertionError("unreachable")
+
+    async def _afetch_all(self, reqs: tuple[Fetch, ...], held: list[Any]) -> tuple[Any, ...]:
+        """The async twin of :meth:`_fetch_all` (the reads run as concurrent tasks)."""
+        extra: list[Any] = []
+        if self.settings.parallel_legs and len(reqs) > 1:
+            pool = await self._async_pool()
+            if not held:  # the search's own connection first (see _fetch_all)
+                async with atranslated():
+                    held.append(await pool.getconn())
+            for _ in range(len(reqs) - 1):
+                try:
+                    extra.append(await pool.getconn(timeout=0))
+                except PoolTimeout:
+                    break
+        if not extra:
+            return tuple([await self._afetch(r, held) for r in reqs])
+        helds = [held, *([conn] for conn in extra)]
+        try:
+            parallel = reqs[:len(helds)]
+            answers = await asyncio.gather(
+                *(self._afetch(r, h) for r, h in zip(parallel, helds, strict=True)),
+                return_exceptions=True)  # every task ends before a connection goes back
+            for a in answers:
+                if isinstance(a, BaseException):
+                    raise a
+            rest = [await self._afetch(r, held) for r in reqs[len(helds):]]
+            return (*answers, *rest)
+        finally:
+            for h in helds[1:]:
+                await self._arelease(h)
 
     async def _arelease(self, held: list[Any]) -> None:
         if held:
@@ -368,7 +454,8 @@ class KnowledgeBase:
 
         try:
             return run_plan(search_plan(req, self.settings, self._stems),
-                            lambda r: self._fetch(r, held), embed)
+                            lambda r: self._fetch(r, held), embed,
+                            lambda reqs: self._fetch_all(reqs, held))
         finally:
             self._release(held)
 
@@ -391,20 +478,24 @@ class KnowledgeBase:
 
         try:
             return await arun_plan(search_plan(req, self.settings, self._stems),
-                                   lambda r: self._afetch(r, held), embed)
+                                   lambda r: self._afetch(r, held), embed,
+                                   lambda reqs: self._afetch_all(reqs, held))
         finally:
             await self._arelease(held)
 
     def search_sql(self, query: str, **kwargs: Any) -> str:
-        """The candidate SQL that :meth:`search` runs for ``query`` (vector shown as $qvec)."""
+        """The candidate SQL that :meth:`search` runs for ``query``: the vector leg, then the
+        full-text leg (parameters shown as placeholders)."""
         from .store import sql as q
 
         req = self._request(query, limit=kwargs.get("limit"), project=kwargs.get("project"),
                             tenant=kwargs.get("tenant"), filters=kwargs.get("filters"),
                             mention_doc_ids=None, query_embedding=None, now=None)
-        stmt, _ = q.candidates_sql(
-            hybrid=self.settings.hybrid_search_enabled, fts_mode=self.settings.fts_query_mode,
-            n_phrases=0, filters=req.filters, with_doc_ids=self.settings.mentions_mode == "filter",
-        )
+        with_doc_ids = self.settings.mentions_mode == "filter"
+        legs = [("vector leg", q.vector_leg_sql(filters=req.filters, with_doc_ids=with_doc_ids)[0])]
+        if self.settings.hybrid_search_enabled:
+            legs.append(("full-text leg", q.keyword_leg_sql(
+                fts_mode=self.settings.fts_query_mode, n_phrases=0, filters=req.filters,
+                with_doc_ids=with_doc_ids)[0]))
         with self._require_pool().connection() as conn:
-            return stmt.as_string(conn)
+            return "\n".join(f"-- {name}\n{stmt.as_string(conn)};" for name, stmt in legs)

@@ -4,7 +4,8 @@
 embedding) and receives the answer, so the sync and async entry points share every line of
 logic and differ only in how they perform I/O (``run_plan`` / ``arun_plan``).
 
-embed → candidates (one SQL: HNSW + FTS + RRF) → rerank → diversify → graph → rejected → result
+embed → candidates (two independent SQL legs, HNSW and FTS, fused by weighted RRF) → rerank
+→ diversify → graph → rejected → result
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row, document_from_row, vector_array
 
-__all__ = ["Embed", "Fetch", "SearchRequest", "arun_plan", "run_plan", "search_plan"]
+__all__ = ["Embed", "Fetch", "Parallel", "SearchRequest", "arun_plan", "fuse_legs", "run_plan",
+           "search_plan"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,14 @@ class Fetch:
     params: dict[str, Any]
     stage: str
     parse: Callable[[list[dict[str, Any]]], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Run ``fetches`` (independent reads) and send back their answers in order; a driver may
+    run them at once, each on its own connection."""
+
+    fetches: tuple[Fetch, ...]
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,7 @@ class SearchRequest:
     now: datetime | None = None
 
 
-Plan = Generator[Fetch | Embed, Any, SearchResult]
+Plan = Generator[Fetch | Parallel | Embed, Any, SearchResult]
 
 
 def validate_query(query: Any, settings: Settings) -> str:
@@ -133,14 +143,11 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
                            "stem")
         found.update(stems.add(settings.fts_language, rows))
     lexemes = union_of(found)
-    cand_sql, fparams = q.candidates_sql(
-        hybrid=hybrid, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
-        filters=req.filters, with_doc_ids=with_doc_ids, with_mentions=bool(mentions),
-    )
+    vec_sql, fparams = q.vector_leg_sql(filters=req.filters, with_doc_ids=with_doc_ids,
+                                        with_mentions=bool(mentions))
     params = {
         **scope_p, **fparams, "qvec": qvec, "kc": kc, "min_sim": settings.default_min_similarity,
-        "rrf_k": float(settings.rrf_k), "wv": float(settings.hybrid_semantic_weight),
-        "wf": float(settings.hybrid_fts_weight), "fts_cap": settings.fts_match_cap,
+        "fts_cap": settings.fts_match_cap,
         "fts_lexemes": corpus.select(lexemes, budget=settings.fts_match_cap),
         "query_lexemes": lexemes,
         "fts_lang": settings.fts_language,
@@ -148,10 +155,16 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
         **{f"phrase{i}": p for i, p in enumerate(phrases)},
         "mention_ids": sorted(mentions),
     }
-    rows = yield Fetch(cand_sql, params, "candidates")
+    legs = [Fetch(vec_sql, params, "vector_leg")]
+    if hybrid:
+        fts_sql, _ = q.keyword_leg_sql(fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
+                                       filters=req.filters, with_doc_ids=with_doc_ids)
+        legs.append(Fetch(fts_sql, params, "keyword_leg"))
+    # The legs are independent statements: the caller may run them at once, on two connections.
+    answers = yield Parallel(tuple(legs))
+    rows, n_pre = fuse_legs(answers[0], answers[1] if hybrid else None, settings)
     timings["candidates"] = _ms(t)
     candidates = [candidate_from_row(r) for r in rows]
-    n_pre = int(rows[0]["n_pre"]) if rows else 0
 
     t = time.perf_counter()
     lexeme_stats = corpus.for_query(lexemes) if rows else None
@@ -223,6 +236,64 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
     )
 
 
+def fuse_legs(vector_rows: Sequence[dict[str, Any]], keyword_rows: Sequence[dict[str, Any]] | None,
+              settings: Settings) -> tuple[list[dict[str, Any]], int]:
+    """Weighted reciprocal rank fusion of the two legs' rows (reference §8), best first.
+
+    Returns the candidate rows, each with ``vector_rank``, ``fts_rank``, ``fts_score`` and
+    ``fused`` set, and the matches both legs saw before the threshold (``n_pre``). A chunk found
+    by both legs sums ``w / (rrf_k + rank)`` over them; an @mentioned chunk neither found
+    (``mention``) joins with 0. Ties: lower chunk id first. Without ``keyword_rows`` (semantic
+    only) the vector rank alone scores.
+
+    >>> from kb_retriever import Settings
+    >>> vec = [{"n_pre": 2, "chunk_id": 5, "vector_rank": 1}, {"n_pre": 2, "chunk_id": 7,
+    ...        "vector_rank": 2}]
+    >>> kw = [{"n_pre": 9, "chunk_id": 7, "fts_rank": 1, "fts_score": 0.5}]
+    >>> rows, n_pre = fuse_legs(vec, kw, Settings())
+    >>> [(r["chunk_id"], round(r["fused"], 5)) for r in rows], n_pre
+    ([(7, 0.01621), (5, 0.01148)], 11)
+    """
+    wv, wf, k = float(settings.hybrid_semantic_weight), float(settings.hybrid_fts_weight), \
+        float(settings.rrf_k)
+    n_pre = 0
+    by_id: dict[int, dict[str, Any]] = {}
+    mentioned: list[dict[str, Any]] = []
+    for row in vector_rows:
+        n_pre = int(row["n_pre"])
+        if row["chunk_id"] is None:  # an empty leg's one row: only its count
+            continue
+        if row.get("mention"):
+            mentioned.append(row)
+            continue
+        row["fts_rank"] = row["fts_score"] = None
+        row["fused"] = wv / (k + row["vector_rank"])
+        by_id[row["chunk_id"]] = row
+    if keyword_rows is not None:
+        n_fts = 0
+        for row in keyword_rows:
+            n_fts = int(row["n_pre"])
+            if row["chunk_id"] is None:
+                continue
+            part = wf / (k + row["fts_rank"])
+            have = by_id.get(row["chunk_id"])
+            if have is None:
+                row["vector_rank"] = None
+                row["fused"] = part
+                by_id[row["chunk_id"]] = row
+            else:
+                have["fts_rank"], have["fts_score"] = row["fts_rank"], row["fts_score"]
+                have["fused"] = have["fused"] + part
+        n_pre += n_fts
+    for row in mentioned:
+        if row["chunk_id"] not in by_id:
+            row["vector_rank"] = row["fts_rank"] = row["fts_score"] = None
+            row["fused"] = 0.0
+            by_id[row["chunk_id"]] = row
+    rows = sorted(by_id.values(), key=lambda r: (-r["fused"], r["chunk_id"]))
+    return rows, n_pre
+
+
 class RejectedVectors(NamedTuple):
     """The scope's rejected-approach chunks, parsed once per cache period."""
 
@@ -285,27 +356,48 @@ def _ms(t: float) -> float:
     return (time.perf_counter() - t) * 1000.0
 
 
-def run_plan(plan: Plan, fetch: Callable[[Fetch], Any],
-             embed: Callable[[str], Any]) -> SearchResult:
-    """Drive a plan with blocking I/O."""
+def _sequential(fetch: Callable[[Fetch], Any]) -> Callable[[tuple[Fetch, ...]], tuple[Any, ...]]:
+    return lambda fetches: tuple(fetch(f) for f in fetches)
+
+
+def run_plan(plan: Plan, fetch: Callable[[Fetch], Any], embed: Callable[[str], Any],
+             fetch_all: Callable[[tuple[Fetch, ...]], tuple[Any, ...]] | None = None
+             ) -> SearchResult:
+    """Drive a plan with blocking I/O. ``fetch_all`` answers a :class:`Parallel` (default: one
+    fetch after the other)."""
+    many = fetch_all or _sequential(fetch)
     try:
         request = next(plan)
         while True:
-            answer = fetch(request) if isinstance(request, Fetch) else embed(request.text)
+            if isinstance(request, Fetch):
+                answer = fetch(request)
+            elif isinstance(request, Parallel):
+                answer = many(request.fetches)
+            else:
+                answer = embed(request.text)
             request = plan.send(answer)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
 
 async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
-                    embed: Callable[[str], Awaitable[Any]]) -> SearchResult:
-    """Drive a plan with async I/O."""
+                    embed: Callable[[str], Awaitable[Any]],
+                    fetch_all: Callable[[tuple[Fetch, ...]], Awaitable[tuple[Any, ...]]] | None
+                    = None) -> SearchResult:
+    """Drive a plan with async I/O (``fetch_all`` as in :func:`run_plan`)."""
     try:
         request = next(plan)
         while True:
-            answer: Any = (
-                await fetch(request) if isinstance(request, Fetch) else await embed(request.text)
-            )
+            answer: Any
+            if isinstance(request, Fetch):
+                answer = await fetch(request)
+            elif isinstance(request, Parallel):
+                if fetch_all is not None:
+                    answer = await fetch_all(request.fetches)
+                else:
+                    answer = tuple([await fetch(f) for f in request.fetches])
+            else:
+                answer = await embed(request.text)
             request = plan.send(answer)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]

@@ -68,8 +68,13 @@ class Settings(BaseSettings):
     embeddings_dimensions: int | None = _field(
         None, "KB_EMBEDDINGS_DIMENSIONS", ge=1, le=16000
     )
-    pool_min_size: int = _field(1, "KB_POOL_MIN_SIZE", ge=0, le=64)
+    # Two connections kept open: a search runs its vector and full-text legs at once.
+    pool_min_size: int = _field(2, "KB_POOL_MIN_SIZE", ge=0, le=64)
     pool_max_size: int = _field(4, "KB_POOL_MAX_SIZE", ge=1, le=256)
+    # Run the vector and full-text legs at once, each on a pooled connection, when a second
+    # connection is idle (otherwise one after the other, on one connection): at 100k chunks it
+    # takes ~2 ms off the ~4.5 ms candidate stage (decision 0004).
+    parallel_legs: bool = _field(True, "KB_PARALLEL_LEGS")
     pool_timeout_s: float = _field(10.0, "KB_POOL_TIMEOUT_S", gt=0, le=600)
     statement_timeout_ms: int = _field(
         10_000, "KB_STATEMENT_TIMEOUT_MS", ge=0

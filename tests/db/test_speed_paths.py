@@ -19,27 +19,49 @@ def _notes(root: Path, texts: list[str], prefix: str = "n") -> Path:
     return root
 
 
-def test_a_search_checks_out_one_pooled_connection(example_kb):
-    """Candidates, graph expansion and the rejected channel share one checkout (each checkout
-    costs a pool round trip)."""
-    q = "what cache layer did we standardise on?"
-    example_kb.search(q)  # warms the synonym and lexeme-statistics caches
-    pool = example_kb._require_pool()
+def _checkouts(kb: KnowledgeBase, q: str) -> int:
+    pool = kb._require_pool()
     before = pool.get_stats().get("requests_num", 0)
-    result = example_kb.search(q)
+    result = kb.search(q)
     assert {"candidates", "graph", "rejected"} <= set(result.meta["timings_ms"])
     assert result.expanded and result.rejected  # the graph and rejected reads really ran
-    assert pool.get_stats().get("requests_num", 0) - before == 1
+    return pool.get_stats().get("requests_num", 0) - before
 
 
-async def test_an_async_search_checks_out_one_pooled_connection(example_kb):
+def test_a_search_checks_out_one_connection_and_one_per_parallel_leg(example_kb, minilm):
+    """Stemming, both candidate legs, graph expansion and the rejected channel share one
+    checkout (each costs a pool round trip); the full-text leg runs on a second one at once."""
+    q = "what cache layer did we standardise on?"
+    example_kb.search(q)  # warms the synonym, lexeme-statistics and stem caches
+    assert _checkouts(example_kb, q) == 2
+    with KnowledgeBase(Settings(parallel_legs=False), embedder=minilm,
+                       database_url=example_kb.url) as sequential:
+        sequential.search(q)
+        assert _checkouts(sequential, q) == 1
+        assert [h.chunk_id for h in sequential.search(q).primary] == [
+            h.chunk_id for h in example_kb.search(q).primary]
+
+
+def test_a_pool_of_one_runs_the_legs_one_after_the_other(example_kb, minilm):
+    """A search never waits for a second connection: with none idle, the legs share one."""
+    with KnowledgeBase(Settings(pool_min_size=1, pool_max_size=1, pool_timeout_s=2),
+                       embedder=minilm, database_url=example_kb.url) as kb:
+        q = "what cache layer did we standardise on?"
+        # A deadlock would raise StoreError after the pool timeout; the legs' answers are the
+        # same on one connection as on two.
+        assert [h.chunk_id for h in kb.search(q).primary] == [
+            h.chunk_id for h in example_kb.search(q).primary]
+        assert kb._require_pool().get_stats()["pool_size"] == 1
+
+
+async def test_an_async_search_checks_out_one_connection_and_one_per_parallel_leg(example_kb):
     q = "what cache layer did we standardise on?"
     await example_kb.asearch(q)
     pool = await example_kb._async_pool()
     before = pool.get_stats().get("requests_num", 0)
     result = await example_kb.asearch(q)
     assert result.expanded and result.rejected
-    assert pool.get_stats().get("requests_num", 0) - before == 1
+    assert pool.get_stats().get("requests_num", 0) - before == 2
 
 
 def test_cached_reads_are_parsed_once(example_kb, monkeypatch):

@@ -63,6 +63,22 @@ def test_search_recovers_after_backends_are_terminated(
     assert asyncio.run(asearch_twice()) == [1, 1]
 
 
+def test_writes_start_on_live_connections_after_backends_are_terminated(
+        make_kb: Callable[..., KnowledgeBase], pg_server_url: str, tmp_path: Path) -> None:
+    """The pools do not check a connection on checkout (searches retry instead); writes, which
+    are not retried, check the pool first."""
+    (tmp_path / "a.md").write_text(GOOD)
+    kb = make_kb(settings=Settings(pool_min_size=2, pool_max_size=4))
+    kb.ingest([tmp_path])
+    dbname = conninfo_to_dict(kb.url)["dbname"]
+    assert _terminate_backends(pg_server_url, dbname) >= 1
+    kb.add_synonyms("redis", ["valkey"])
+    assert _terminate_backends(pg_server_url, dbname) >= 1
+    (tmp_path / "b.md").write_text("# B\n\nvalkey replaced redis for sessions.\n")
+    report = kb.ingest([tmp_path])
+    assert not report.failed and len(report.added) == 1
+
+
 class _Proxy:
     """A TCP front for the server's socket that can be cut, to make the server unreachable."""
 

@@ -14,28 +14,35 @@ def render(composable: sql.Composable) -> str:
     return composable.as_string(None)
 
 
-def test_candidates_hybrid_is_one_statement_with_both_legs():
-    stmt, params = q.candidates_sql(hybrid=True, fts_mode="or", n_phrases=0,
-                                    filters=parse_filters(None), with_doc_ids=False)
-    text = render(stmt)
-    assert text.startswith("WITH vec AS MATERIALIZED") and ";" not in text  # one statement
-    # stemmed beforehand (stem_sql), statistics cached: both come in as parameters
-    assert "to_tsvector(" not in text and "pg_stats" not in text
-    assert "%(fts_lexemes)s" in text and "%(query_lexemes)s" in text
-    assert "vec AS MATERIALIZED" in text and "fts_m AS MATERIALIZED" in text
-    assert "ORDER BY dist LIMIT %(kc)s" in text  # bare distance operator: HNSW usable
-    assert "FULL OUTER JOIN" in text
-    assert "1 - (c.embedding <=> %(qvec)s) AS similarity" in text  # true cosine for every row
-    assert "JOIN kb_documents d ON" in text  # only in the final join when no filters
-    assert text.count("JOIN kb_documents d") == 1
+def _legs(filters=None, **kw):
+    f = parse_filters(filters)
+    vec, vp = q.vector_leg_sql(filters=f, with_doc_ids=False, **kw)
+    fts, fp = q.keyword_leg_sql(fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)
+    assert vp == fp
+    return render(vec), render(fts), vp
+
+
+def test_the_legs_are_two_independent_statements():
+    vec, fts, params = _legs()
+    for text in (vec, fts):
+        assert ";" not in text  # one statement each
+        # stemmed beforehand (stem_sql), statistics cached: both come in as parameters
+        assert "to_tsvector(" not in text and "pg_stats" not in text
+        assert "%(query_lexemes)s" in text  # the BM25 term counts of every candidate
+        assert "1 - (c.embedding <=> %(qvec)s) AS similarity" in text  # true cosine on every row
+        assert text.count("JOIN kb_documents d") == 1  # only in the join back when no filters
+        assert "LEFT JOIN leg_rows ON true" in text  # the leg's count even when it is empty
+    assert vec.startswith("WITH vec AS MATERIALIZED") and "@@" not in vec
+    assert "ORDER BY dist LIMIT %(kc)s" in vec  # bare distance operator: HNSW usable
+    assert "%(min_sim)s" in vec and "%(mention_ids)s" not in vec
+    assert fts.startswith("WITH q AS") and "fts_m AS MATERIALIZED" in fts
+    assert "%(fts_lexemes)s" in fts and "LIMIT %(fts_cap)s" in fts and "<=> %(qvec)s AS dist" not in fts
     assert params == {}
 
 
-def test_semantic_only_has_no_fts():
-    stmt, _ = q.candidates_sql(hybrid=False, fts_mode="or", n_phrases=0,
-                               filters=parse_filters(None), with_doc_ids=False)
-    text = render(stmt)
-    assert "fts_m" not in text and "@@" not in text  # no FTS leg (lexeme counts still read)
+def test_mentions_join_the_vector_leg():
+    vec, _, _ = _legs(with_mentions=True)
+    assert "c.document_id = ANY(%(mention_ids)s)" in vec and "true FROM ment" in vec
 
 
 @pytest.mark.parametrize("mode, needle", [
@@ -52,14 +59,12 @@ def test_synonym_phrases_are_bound_parameters():
 
 def test_filters_are_bound_parameters_in_both_legs():
     hostile = "x'; DROP TABLE kb_chunks; --"
-    filters = parse_filters({"tags": [hostile], "folder_globs": ["hr/**"],
-                             "metadata": {"team": {"$in": [hostile, 3]}, "level": {"$gte": 2}}})
-    stmt, params = q.candidates_sql(hybrid=True, fts_mode="or", n_phrases=0, filters=filters,
-                                    with_doc_ids=False)
-    text = render(stmt)
-    assert hostile not in text and "DROP TABLE" not in text
+    vec, fts, params = _legs({"tags": [hostile], "folder_globs": ["hr/**"],
+                              "metadata": {"team": {"$in": [hostile, 3]}, "level": {"$gte": 2}}})
+    for text in (vec, fts):
+        assert hostile not in text and "DROP TABLE" not in text
+        assert text.count("d.tags && %(f_tags)s::text[]") == 1  # each leg filters its scan
     assert params["f_tags"] == [hostile]
-    assert text.count("d.tags && %(f_tags)s::text[]") == 2  # vector leg and FTS leg
     assert params["f_globs"] == ["^hr/.*$"] or params["f_globs"][0].startswith("^hr/")
     assert params["mk0"] == "team" and params["mv0"] == ['"x\'; DROP TABLE kb_chunks; --"', "3"]
 

@@ -156,78 +156,96 @@ def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
     return sql.SQL("({})").format(sql.SQL(" || ").join([base, *extra]))
 
 
-def candidates_sql(*, hybrid: bool, fts_mode: str, n_phrases: int, filters: SearchFilters,
-                   with_doc_ids: bool, with_mentions: bool = False) -> tuple[sql.Composed, Params]:
-    """One statement for both legs (reference/postgres-performance.md §3.1).
+# A candidate row: chunk and document columns, the true cosine (fix §24.6), and the query's
+# stemmed lexemes found in the chunk with their counts plus its lexeme count (the BM25 inputs,
+# ranking/bm25.py). setweight + ts_filter cut the tsvector down to the query's lexemes in C; two
+# arrays, not a JSON object, because arrays decode in C and JSON in Python (~5 us a row).
+_CANDIDATE_ROW = sql.SQL(
+    "{chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
+    "tf.lexemes AS tf_lexemes, tf.counts AS tf_counts, length(c.tsv) AS lexeme_count"
+).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
+_CANDIDATE_JOINS = sql.SQL(
+    "JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = h.id {docjoin} "
+    "CROSS JOIN LATERAL (SELECT coalesce(array_agg(u.lexeme), '{{}}') AS lexemes, "
+    "coalesce(array_agg(coalesce(array_length(u.positions, 1), 1)), '{{}}') AS counts "
+    "FROM unnest(ts_filter(setweight(c.tsv, 'A', %(query_lexemes)s::text[]), '{{a}}')) u) tf"
+).format(docjoin=DOC_JOIN)
 
-    Params to add: qvec, kc, min_sim, rrf_k, wv, wf, fts_cap, fts_lexemes, query_lexemes,
-    fts_lang, fts_text, phrase{i}. Every returned row carries its true cosine similarity and both
-    leg ranks (fix §24.6), and the query's lexemes found in it with their counts (BM25 inputs).
+
+def _leg(ctes: sql.Composable, hits: str, counted: str) -> sql.Composed:
+    """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
+
+    ``n_pre`` (the leg's matches before the similarity threshold, from ``counted``) comes on
+    every row; an empty leg returns one row of NULLs carrying it.
     """
+    return sql.SQL(
+        "WITH {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
+        "SELECT n.n_pre, leg_rows.* FROM (SELECT count(*) AS n_pre FROM {counted}) n "
+        "LEFT JOIN leg_rows ON true"
+    ).format(ctes=ctes, row=_CANDIDATE_ROW, hits=sql.Identifier(hits), joins=_CANDIDATE_JOINS,
+             counted=sql.Identifier(counted))
+
+
+def _scope_and_filters(filters: SearchFilters, with_doc_ids: bool
+                       ) -> tuple[sql.Composable, sql.Composable, sql.Composable, Params]:
     filt, p = doc_filter_sql(filters, with_doc_ids=with_doc_ids)
     join = DOC_JOIN if needs_doc_join(filters, with_doc_ids=with_doc_ids) else sql.SQL("")
     scope = sql.SQL("c.tenant_id = %(tenant)s AND c.project_key = ANY(%(projects)s)")
-    # HNSW arm: the bare distance operator in ORDER BY with LIMIT is the only form that uses the
-    # index; MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
-    vec = sql.SQL(
-        "vec AS MATERIALIZED (SELECT c.id, c.embedding <=> %(qvec)s AS dist FROM kb_chunks c {join} "
-        "WHERE {scope}{filt} ORDER BY dist LIMIT %(kc)s), "
-        "vec_all AS (SELECT id, dist, count(*) OVER () AS n_pre FROM vec), "
-        "vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS r "
-        "FROM vec_all WHERE 1 - dist >= %(min_sim)s)"
+    return join, scope, filt, p
+
+
+def vector_leg_sql(*, filters: SearchFilters, with_doc_ids: bool,
+                   with_mentions: bool = False) -> tuple[sql.Composed, Params]:
+    """The vector leg (reference/postgres-performance.md §3.1): the scope's ``kc`` nearest
+    chunks by cosine through HNSW, those at ``min_sim`` or above with their 1-based rank
+    (``vector_rank``), as candidate rows.
+
+    With ``with_mentions``, each @mentioned document's chunk nearest the query joins too
+    (``mention`` true, no rank) unless the leg found it, so the mention boost can act even when
+    neither leg found the document (fix of reference §24.11). Params: tenant, projects, qvec,
+    kc, min_sim, query_lexemes, mention_ids, and the filters' (returned).
+    """
+    join, scope, filt, p = _scope_and_filters(filters, with_doc_ids)
+    # The bare distance operator in ORDER BY with LIMIT is the only form that uses the index;
+    # MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
+    ctes = sql.SQL(
+        "vec AS MATERIALIZED (SELECT c.id, c.embedding <=> %(qvec)s AS dist FROM kb_chunks c "
+        "{join} WHERE {scope}{filt} ORDER BY dist LIMIT %(kc)s), "
+        "vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS vector_rank, "
+        "false AS mention FROM vec WHERE 1 - dist >= %(min_sim)s)"
     ).format(join=join, scope=scope, filt=filt)
-    if hybrid:
-        fts = sql.SQL(
-            ", q AS (SELECT {tsq} AS query), "
-            "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
-            "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT %(fts_cap)s), "
-            "fts AS (SELECT m.id, ts_rank(m.tsv, q.query, 1) AS s, "
-            "row_number() OVER (ORDER BY ts_rank(m.tsv, q.query, 1) DESC, m.id) AS r "
-            "FROM fts_m m, q ORDER BY r LIMIT %(kc)s), "
-            "fused AS (SELECT id, vec_r.r AS vector_rank, fts.r AS fts_rank, fts.s AS fts_score, "
-            "coalesce(%(wv)s / (%(rrf_k)s + vec_r.r), 0) + coalesce(%(wf)s / (%(rrf_k)s + fts.r), 0)"
-            " AS fused FROM vec_r FULL OUTER JOIN fts USING (id))"
-        ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt)
-        n_fts = sql.SQL("(SELECT count(*) FROM fts_m)")
-    else:
-        fts = sql.Composed([sql.SQL(
-            ", fused AS (SELECT id, r AS vector_rank, NULL::bigint AS fts_rank, "
-            "NULL::real AS fts_score, %(wv)s / (%(rrf_k)s + r) AS fused FROM vec_r)"
-        )])
-        n_fts = sql.SQL("0")
+    hits = "vec_r"
     if with_mentions:
-        # @mentioned documents join the pool with their best chunk even when neither leg found
-        # them, so the mention boost can act (fix of reference §24.11). Param: mention_ids.
-        fts = fts + sql.SQL(
+        ctes = ctes + sql.SQL(
             ", ment AS (SELECT DISTINCT ON (c.document_id) c.id FROM kb_chunks c {join} "
             "WHERE {scope}{filt} AND c.document_id = ANY(%(mention_ids)s) "
             "ORDER BY c.document_id, c.embedding <=> %(qvec)s, c.id), "
-            "pool AS (SELECT * FROM fused UNION ALL SELECT id, NULL, NULL, NULL, 0.0 FROM ment "
-            "WHERE id NOT IN (SELECT id FROM fused))"
+            "vec_m AS (SELECT * FROM vec_r UNION ALL SELECT id, NULL, true FROM ment "
+            "WHERE id NOT IN (SELECT id FROM vec_r))"
         ).format(join=join, scope=scope, filt=filt)
-        pool = sql.SQL("pool")
-    else:
-        pool = sql.SQL("fused")
-    query = sql.SQL(
-        "WITH {vec}{fts} "
-        "SELECT {chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
-        "f.vector_rank, f.fts_rank, f.fts_score, f.fused, "
-        "coalesce((SELECT max(n_pre) FROM vec_all), 0) + {n_fts} AS n_pre, "
-        # The query's stemmed lexemes found in each candidate, with their counts, and the
-        # candidate's lexeme count: the inputs of the BM25 keyword signal (ranking/bm25.py).
-        # setweight + ts_filter cut the tsvector down to the query's lexemes in C first; an
-        # unnest of the whole tsvector built every lexeme's positions (2 ms per 60 rows).
-        # Two arrays, not a JSON object: arrays decode in C, JSON in Python (~5 us a row).
-        "tf.lexemes AS tf_lexemes, tf.counts AS tf_counts, "
-        "length(c.tsv) AS lexeme_count "
-        "FROM {pool} f JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = f.id {docjoin} "
-        "CROSS JOIN LATERAL (SELECT coalesce(array_agg(u.lexeme), '{{}}') AS lexemes, "
-        "coalesce(array_agg(coalesce(array_length(u.positions, 1), 1)), '{{}}') AS counts "
-        "FROM unnest(ts_filter(setweight(c.tsv, 'A', %(query_lexemes)s::text[]), '{{a}}')) u) tf "
-        "ORDER BY f.fused DESC, c.id"
-    ).format(vec=vec, fts=fts, chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, n_fts=n_fts, docjoin=DOC_JOIN,
-             pool=pool)
-    return query, p
+        hits = "vec_m"
+    return _leg(ctes, hits, "vec"), p
+
+
+def keyword_leg_sql(*, fts_mode: str, n_phrases: int, filters: SearchFilters,
+                    with_doc_ids: bool) -> tuple[sql.Composed, Params]:
+    """The full-text leg: the first ``fts_cap`` matches of the tsquery in the scope, ranked by
+    ``ts_rank(tsv, q, 1)``; the best ``kc`` with their rank (``fts_rank``) and score
+    (``fts_score``) as candidate rows.
+
+    Params: tenant, projects, qvec, kc, fts_cap, fts_lexemes, query_lexemes, fts_lang,
+    fts_text, phrase{i}, and the filters' (returned).
+    """
+    join, scope, filt, p = _scope_and_filters(filters, with_doc_ids)
+    ctes = sql.SQL(
+        "q AS (SELECT {tsq} AS query), "
+        "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
+        "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT %(fts_cap)s), "
+        "fts AS (SELECT m.id, row_number() OVER (ORDER BY ts_rank(m.tsv, q.query, 1) DESC, m.id)"
+        " AS fts_rank, ts_rank(m.tsv, q.query, 1) AS fts_score "
+        "FROM fts_m m, q ORDER BY fts_rank LIMIT %(kc)s)"
+    ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt)
+    return _leg(ctes, "fts", "fts_m"), p
 
 
 def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Composed, Params]:
