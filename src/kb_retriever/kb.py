@@ -55,6 +55,11 @@ _NAME_MAX = 120
 _CACHE_MAX_ROWS = 20_000
 
 
+# How long a search waits for an idle connection it saw in the pool for its second leg (a
+# timeout of 0 would fail at once even with connections idle: psycopg_pool checks it first).
+_IDLE_WAIT_S = 0.005
+
+
 def _name(kind: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX or "\x00" in value:
         raise InputError(f"{kind} must be a non-empty string of at most {_NAME_MAX} characters")
@@ -358,10 +363,11 @@ class KnowledgeBase:
                 self._release(h)
 
     def _idle_connections(self, n: int) -> list[Any]:
+        """Up to ``n`` connections that are idle in the pool right now (never waits for one)."""
         pool, out = self._require_pool(), []
-        for _ in range(n):
-            try:
-                out.append(pool.getconn(timeout=0))
+        for _ in range(min(n, pool.get_stats().get("pool_available", 0))):
+            try:  # another thread may take it first: then wait 5 ms at most, not the timeout
+                out.append(pool.getconn(timeout=_IDLE_WAIT_S))
             except PoolTimeout:
                 break
         return out
@@ -405,9 +411,9 @@ class KnowledgeBase:
             if not held:  # the search's own connection first (see _fetch_all)
                 async with atranslated():
                     held.append(await pool.getconn())
-            for _ in range(len(reqs) - 1):
+            for _ in range(min(len(reqs) - 1, pool.get_stats().get("pool_available", 0))):
                 try:
-                    extra.append(await pool.getconn(timeout=0))
+                    extra.append(await pool.getconn(timeout=_IDLE_WAIT_S))
                 except PoolTimeout:
                     break
         if not extra:

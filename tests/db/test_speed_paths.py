@@ -19,25 +19,40 @@ def _notes(root: Path, texts: list[str], prefix: str = "n") -> Path:
     return root
 
 
-def _checkouts(kb: KnowledgeBase, q: str) -> int:
+def _legs_and_checkouts(kb: KnowledgeBase, q: str, monkeypatch) -> tuple[set[int], int]:
+    """(the backend pids that ran the two candidate legs, the pool checkouts) of one search."""
+    pids: dict[str, int] = {}
+    fetch = kb._fetch
+
+    def spy(req, held):
+        answer = fetch(req, held)
+        if req.stage in ("vector_leg", "keyword_leg"):
+            pids[req.stage] = held[0].info.backend_pid
+        return answer
+
+    monkeypatch.setattr(kb, "_fetch", spy)
     pool = kb._require_pool()
     before = pool.get_stats().get("requests_num", 0)
     result = kb.search(q)
     assert {"candidates", "graph", "rejected"} <= set(result.meta["timings_ms"])
     assert result.expanded and result.rejected  # the graph and rejected reads really ran
-    return pool.get_stats().get("requests_num", 0) - before
+    assert set(pids) == {"vector_leg", "keyword_leg"}
+    return set(pids.values()), pool.get_stats().get("requests_num", 0) - before
 
 
-def test_a_search_checks_out_one_connection_and_one_per_parallel_leg(example_kb, minilm):
-    """Stemming, both candidate legs, graph expansion and the rejected channel share one
-    checkout (each costs a pool round trip); the full-text leg runs on a second one at once."""
+def test_the_legs_run_on_two_connections_and_every_other_read_on_one(example_kb, minilm,
+                                                                      monkeypatch):
+    """Stemming, the vector leg, graph expansion and the rejected channel share one checkout
+    (each costs a pool round trip); the full-text leg runs at once on a second one."""
     q = "what cache layer did we standardise on?"
     example_kb.search(q)  # warms the synonym, lexeme-statistics and stem caches
-    assert _checkouts(example_kb, q) == 2
+    backends, checkouts = _legs_and_checkouts(example_kb, q, monkeypatch)
+    assert len(backends) == 2 and checkouts == 2
     with KnowledgeBase(Settings(parallel_legs=False), embedder=minilm,
                        database_url=example_kb.url) as sequential:
         sequential.search(q)
-        assert _checkouts(sequential, q) == 1
+        backends, checkouts = _legs_and_checkouts(sequential, q, monkeypatch)
+        assert len(backends) == 1 and checkouts == 1
         assert [h.chunk_id for h in sequential.search(q).primary] == [
             h.chunk_id for h in example_kb.search(q).primary]
 
@@ -54,13 +69,24 @@ def test_a_pool_of_one_runs_the_legs_one_after_the_other(example_kb, minilm):
         assert kb._require_pool().get_stats()["pool_size"] == 1
 
 
-async def test_an_async_search_checks_out_one_connection_and_one_per_parallel_leg(example_kb):
+async def test_an_async_search_runs_the_legs_on_two_connections(example_kb, monkeypatch):
     q = "what cache layer did we standardise on?"
     await example_kb.asearch(q)
+    pids: dict[str, int] = {}
+    afetch = example_kb._afetch
+
+    async def spy(req, held):
+        answer = await afetch(req, held)
+        if req.stage in ("vector_leg", "keyword_leg"):
+            pids[req.stage] = held[0].info.backend_pid
+        return answer
+
+    monkeypatch.setattr(example_kb, "_afetch", spy)
     pool = await example_kb._async_pool()
     before = pool.get_stats().get("requests_num", 0)
     result = await example_kb.asearch(q)
     assert result.expanded and result.rejected
+    assert len(set(pids.values())) == 2
     assert pool.get_stats().get("requests_num", 0) - before == 2
 
 
