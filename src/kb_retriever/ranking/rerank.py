@@ -196,12 +196,7 @@ def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: froz
         "additive": additive,
         "canonical": canonical,
         "total": base + additive + canonical,
-        "raw_similarity": c.vector_similarity,
-        "fused_score": c.fused_score,
-        "vector_rank": c.vector_rank,
-        "fts_rank": c.fts_rank,
-        "lexeme_tf": c.lexeme_tf,
-        "lexeme_count": c.lexeme_count,
+        **_evidence(c),
     })
     return _hit(c, breakdown)
 
