@@ -348,16 +348,16 @@ class KnowledgeBase:
             extra = self._idle_connections(len(reqs) - 1)
         if not extra:
             return tuple(self._fetch(r, held) for r in reqs)
+        # reqs[1..n] go to the n idle connections' workers; the others run here, on `held`
         helds = [[conn] for conn in extra]
         try:
             futures = [self._executor().submit(self._fetch, r, h)
                        for r, h in zip(reqs[1:], helds, strict=False)]
-            rest = [self._fetch(r, held) for r in reqs[1 + len(futures):]]
             try:
-                first = self._fetch(reqs[0], held)
+                mine = [self._fetch(r, held) for r in (reqs[0], *reqs[1 + len(futures):])]
             finally:
                 wait(futures)  # never return a connection that a worker still uses
-            return (first, *[f.result() for f in futures], *rest)
+            return (mine[0], *[f.result() for f in futures], *mine[1:])
         finally:
             for h in helds:
                 self._release(h)

@@ -23,7 +23,14 @@ from .errors import InputError
 from .filters import SearchFilters
 from .graph import expand_graph
 from .models import Hit, Origin, SearchResult
-from .ranking import diversify, expand_query_text, expansion_phrases, rerank, should_refuse
+from .ranking import (
+    diversify,
+    expand_query_text,
+    expansion_phrases,
+    fuse_rrf,
+    rerank,
+    should_refuse,
+)
 from .ranking.bm25 import CorpusLexemes
 from .ranking.stems import StemCache, union_of, words_of
 from .settings import Settings
@@ -254,39 +261,33 @@ def fuse_legs(vector_rows: Sequence[dict[str, Any]], keyword_rows: Sequence[dict
     >>> [(r["chunk_id"], round(r["fused"], 5)) for r in rows], n_pre
     ([(7, 0.01621), (5, 0.01148)], 11)
     """
-    wv, wf, k = float(settings.hybrid_semantic_weight), float(settings.hybrid_fts_weight), \
-        float(settings.rrf_k)
-    n_pre = 0
+    legs = [vector_rows] if keyword_rows is None else [vector_rows, keyword_rows]
+    n_pre = sum(int(rows[0]["n_pre"]) for rows in legs if rows)  # on every row of a leg
+    # The legs' ranks are 1..n (row_number over what the leg returns), so rank order is list
+    # order for fuse_rrf; an empty leg's one row carries only its count (chunk_id NULL).
+    vec = sorted((r for r in vector_rows if r["chunk_id"] is not None and not r.get("mention")),
+                 key=lambda r: r["vector_rank"])
+    kw = sorted((r for r in keyword_rows or () if r["chunk_id"] is not None),
+                key=lambda r: r["fts_rank"])
     by_id: dict[int, dict[str, Any]] = {}
-    mentioned: list[dict[str, Any]] = []
-    for row in vector_rows:
-        n_pre = int(row["n_pre"])
-        if row["chunk_id"] is None:  # an empty leg's one row: only its count
-            continue
-        if row.get("mention"):
-            mentioned.append(row)
-            continue
+    for row in vec:
         row["fts_rank"] = row["fts_score"] = None
-        row["fused"] = wv / (k + row["vector_rank"])
         by_id[row["chunk_id"]] = row
+    for row in kw:
+        have = by_id.get(row["chunk_id"])
+        if have is None:
+            row["vector_rank"] = None
+            by_id[row["chunk_id"]] = row
+        else:
+            have["fts_rank"], have["fts_score"] = row["fts_rank"], row["fts_score"]
+    lists, weights = [[r["chunk_id"] for r in vec]], [float(settings.hybrid_semantic_weight)]
     if keyword_rows is not None:
-        n_fts = 0
-        for row in keyword_rows:
-            n_fts = int(row["n_pre"])
-            if row["chunk_id"] is None:
-                continue
-            part = wf / (k + row["fts_rank"])
-            have = by_id.get(row["chunk_id"])
-            if have is None:
-                row["vector_rank"] = None
-                row["fused"] = part
-                by_id[row["chunk_id"]] = row
-            else:
-                have["fts_rank"], have["fts_score"] = row["fts_rank"], row["fts_score"]
-                have["fused"] = have["fused"] + part
-        n_pre += n_fts
-    for row in mentioned:
-        if row["chunk_id"] not in by_id:
+        lists.append([r["chunk_id"] for r in kw])
+        weights.append(float(settings.hybrid_fts_weight))
+    for chunk_id, score in fuse_rrf(lists, weights, k=settings.rrf_k):
+        by_id[chunk_id]["fused"] = score
+    for row in vector_rows:
+        if row.get("mention") and row["chunk_id"] not in by_id:
             row["vector_rank"] = row["fts_rank"] = row["fts_score"] = None
             row["fused"] = 0.0
             by_id[row["chunk_id"]] = row

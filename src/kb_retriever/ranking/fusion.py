@@ -1,7 +1,7 @@
 """Weighted Reciprocal Rank Fusion (reference §8).
 
-The store runs the same fusion in SQL; this twin serves tests and the framework adapters, which
-fuse lists coming from other retrievers.
+The search fuses its two candidate legs with it (``pipeline.fuse_legs``), and the framework
+adapters fuse lists coming from other retrievers.
 """
 
 from __future__ import annotations
