@@ -26,6 +26,7 @@ from .pipeline import (
     Fetch,
     SearchRequest,
     arun_plan,
+    leg_shape,
     run_plan,
     search_plan,
     validate_limit,
@@ -491,17 +492,19 @@ class KnowledgeBase:
 
     def search_sql(self, query: str, **kwargs: Any) -> str:
         """The candidate SQL that :meth:`search` runs for ``query``: the vector leg, then the
-        full-text leg (parameters shown as placeholders)."""
+        full-text leg (the scope and sizes as literals, the query's values as placeholders)."""
         from .store import sql as q
 
         req = self._request(query, limit=kwargs.get("limit"), project=kwargs.get("project"),
                             tenant=kwargs.get("tenant"), filters=kwargs.get("filters"),
                             mention_doc_ids=None, query_embedding=None, now=None)
         with_doc_ids = self.settings.mentions_mode == "filter"
-        legs = [("vector leg", q.vector_leg_sql(filters=req.filters, with_doc_ids=with_doc_ids)[0])]
+        shape = leg_shape(req, self.settings)
+        legs = [("vector leg",
+                 q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids)[0])]
         if self.settings.hybrid_search_enabled:
             legs.append(("full-text leg", q.keyword_leg_sql(
-                fts_mode=self.settings.fts_query_mode, n_phrases=0, filters=req.filters,
+                shape, fts_mode=self.settings.fts_query_mode, n_phrases=0, filters=req.filters,
                 with_doc_ids=with_doc_ids)[0]))
         with self._require_pool().connection() as conn:
             return "\n".join(f"-- {name}\n{stmt.as_string(conn)};" for name, stmt in legs)

@@ -105,6 +105,14 @@ def validate_limit(limit: Any, settings: Settings) -> int:
     return limit
 
 
+def leg_shape(req: SearchRequest, settings: Settings) -> q.LegShape:
+    """The legs' literal scope and sizes: ``limit x candidate_multiplier`` candidates per leg
+    when reranking (just ``limit`` without it), the similarity threshold and the match cap."""
+    kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
+    return q.LegShape(req.scope, kc=kc, min_sim=settings.default_min_similarity,
+                      fts_cap=settings.fts_match_cap)
+
+
 def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None = None) -> Plan:
     """The whole search as a generator of I/O requests (see module docstring).
 
@@ -133,7 +141,6 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
     corpus: CorpusLexemes = yield Fetch(q.lexeme_stats_sql(), {}, "lexeme_stats",
                                         parse=CorpusLexemes.from_rows)
 
-    kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
     with_doc_ids = settings.mentions_mode == "filter"
     hybrid = settings.hybrid_search_enabled
     mode = settings.fts_query_mode
@@ -150,11 +157,11 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
                            "stem")
         found.update(stems.add(settings.fts_language, rows))
     lexemes = union_of(found)
-    vec_sql, fparams = q.vector_leg_sql(filters=req.filters, with_doc_ids=with_doc_ids,
+    shape = leg_shape(req, settings)
+    vec_sql, fparams = q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids,
                                         with_mentions=bool(mentions))
     params = {
-        **scope_p, **fparams, "qvec": qvec, "kc": kc, "min_sim": settings.default_min_similarity,
-        "fts_cap": settings.fts_match_cap,
+        **fparams, "qvec": qvec,
         "fts_lexemes": corpus.select(lexemes, budget=settings.fts_match_cap),
         "query_lexemes": lexemes,
         "fts_lang": settings.fts_language,
@@ -164,7 +171,7 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
     }
     legs = [Fetch(vec_sql, params, "vector_leg")]
     if hybrid:
-        fts_sql, _ = q.keyword_leg_sql(fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
+        fts_sql, _ = q.keyword_leg_sql(shape, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
                                        filters=req.filters, with_doc_ids=with_doc_ids)
         legs.append(Fetch(fts_sql, params, "keyword_leg"))
     # The legs are independent statements: the caller may run them at once, on two connections.

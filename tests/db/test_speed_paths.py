@@ -171,3 +171,27 @@ def test_rejected_vectors_are_cached_per_scope_until_cleared(new_database, tmp_p
     finally:
         reader.close()
         writer.close()
+
+
+def test_each_scope_keeps_one_plan_for_its_legs(example_kb, minilm):
+    """The legs' scope and sizes are literals (store.sql.LegShape): after psycopg prepares a
+    scope's statement, PostgreSQL reuses one plan for it instead of planning every search, and
+    another scope is another statement with its own plan."""
+    q = "what cache layer did we standardise on?"
+    qvec = minilm.embed_query(q)
+    settings = Settings(parallel_legs=False, pool_min_size=1, pool_max_size=1)
+    with KnowledgeBase(settings, embedder=minilm, database_url=example_kb.url) as kb:
+        first = kb.search(q, query_embedding=qvec)
+        for _ in range(14):
+            assert kb.search(q, query_embedding=qvec).primary == first.primary
+        kb.search(q, query_embedding=qvec, project="elsewhere")
+        with kb._require_pool().connection() as conn:
+            rows = conn.execute(
+                "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE 'WITH vec AS%' OR statement LIKE 'WITH q AS%'").fetchall()
+    legs = [r for r in rows if "ANY('{default}'::text[])" in r[0]]
+    assert len(legs) == 2  # the vector leg and the full-text leg of the default scope
+    for _statement, generic, custom in legs:
+        assert generic >= 5 and custom <= 5  # 10 runs prepared: 5 custom plans, then one reused
+    assert not any("elsewhere" in r[0] for r in rows)  # not prepared after a single run
+

@@ -14,10 +14,13 @@ def render(composable: sql.Composable) -> str:
     return composable.as_string(None)
 
 
-def _legs(filters=None, **kw):
+SHAPE = q.LegShape(q.Scope("acme", ("api", "web")), kc=30, min_sim=0.3, fts_cap=300)
+
+
+def _legs(filters=None, shape=SHAPE, **kw):
     f = parse_filters(filters)
-    vec, vp = q.vector_leg_sql(filters=f, with_doc_ids=False, **kw)
-    fts, fp = q.keyword_leg_sql(fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)
+    vec, vp = q.vector_leg_sql(shape, filters=f, with_doc_ids=False, **kw)
+    fts, fp = q.keyword_leg_sql(shape, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)
     assert vp == fp
     return render(vec), render(fts), vp
 
@@ -33,11 +36,33 @@ def test_the_legs_are_two_independent_statements():
         assert text.count("JOIN kb_documents d") == 1  # only in the join back when no filters
         assert "LEFT JOIN leg_rows ON true" in text  # the leg's count even when it is empty
     assert vec.startswith("WITH vec AS MATERIALIZED") and "@@" not in vec
-    assert "ORDER BY dist LIMIT %(kc)s" in vec  # bare distance operator: HNSW usable
-    assert "%(min_sim)s" in vec and "%(mention_ids)s" not in vec
+    assert "ORDER BY dist LIMIT 30)" in vec  # bare distance operator: HNSW usable
+    assert "WHERE 1 - dist >= 0.3)" in vec and "%(mention_ids)s" not in vec
     assert fts.startswith("WITH q AS") and "fts_m AS MATERIALIZED" in fts
-    assert "%(fts_lexemes)s" in fts and "LIMIT %(fts_cap)s" in fts and "<=> %(qvec)s AS dist" not in fts
+    assert "%(fts_lexemes)s" in fts and "LIMIT 300)" in fts and "<=> %(qvec)s AS dist" not in fts
+    assert "LIMIT 30)" in fts
     assert params == {}
+
+
+def test_the_legs_scope_and_sizes_are_literals():
+    """One statement text per scope, so PostgreSQL can reuse one plan per scope (LegShape)."""
+    vec, fts, _ = _legs()
+    for text in (vec, fts):
+        assert "c.tenant_id = 'acme' AND c.project_key = ANY('{api,web}'::text[])" in text
+        assert "JOIN kb_chunks c ON c.tenant_id = 'acme' AND c.id = h.id" in text
+        for name in ("tenant", "projects", "kc", "min_sim", "fts_cap"):
+            assert f"%({name})s" not in text
+    other, _, _ = _legs(shape=q.LegShape(q.Scope("acme", ("api",)), kc=15, min_sim=0.3,
+                                         fts_cap=300))
+    assert other != vec and "ANY('{api}'::text[])" in other and "LIMIT 15)" in other
+
+
+def test_hostile_scope_literals_are_quoted():
+    hostile = "x'; DROP TABLE kb_chunks; --"
+    vec, fts, _ = _legs(shape=q.LegShape(q.Scope(hostile, (hostile, 'a,"b"{}')), kc=3))
+    for text in (vec, fts):
+        assert hostile not in text  # the quote is doubled inside the literal
+        assert "c.tenant_id = 'x''; DROP TABLE kb_chunks; --'" in text
 
 
 def test_mentions_join_the_vector_leg():

@@ -1,6 +1,9 @@
 """SQL builders: each returns ``(psycopg.sql.Composed, params)``; nothing here executes.
 
-Every value is a bound parameter; identifiers come from allow-lists. Tested by rendering.
+Every value from a query or filter is a bound parameter; identifiers come from allow-lists. The
+two candidate legs are the one exception, on purpose: their scope (tenant, projects) and sizes
+(candidate count, match cap, similarity threshold) are SQL literals, quoted by psycopg, so that
+PostgreSQL can keep one plan per scope (see :class:`LegShape`). Tested by rendering.
 """
 
 from __future__ import annotations
@@ -40,6 +43,39 @@ class Scope:
 
 def scope_params(scope: Scope) -> Params:
     return {"tenant": scope.tenant, "projects": list(scope.projects)}
+
+
+class _Literal(sql.Literal):
+    """A literal in a statement that also has ``%(name)s`` placeholders: psycopg quotes it, and
+    its ``%`` are doubled so that psycopg reads them as a literal ``%``, not as a placeholder."""
+
+    def as_bytes(self, context: Any = None) -> bytes:
+        return super().as_bytes(context).replace(b"%", b"%%")
+
+
+@dataclass(frozen=True)
+class LegShape:
+    """What the candidate legs write into their SQL as literals: the scope and the sizes.
+
+    A parameter would hide these from the planner's generic plan, which then cannot tell a tiny
+    project (an exact scan is right) from a large one (HNSW), so PostgreSQL planned every search
+    anew: 0.4 ms of server time per leg. As literals they make one statement text per scope and
+    size, whose plan is the custom plan itself; psycopg prepares it after a few runs and
+    PostgreSQL then reuses that plan (its generic plan costs no more than the custom one). A
+    different scope is a different statement with its own plan. Everything that comes from the
+    query (vector, words, filters) stays a bound parameter.
+    """
+
+    scope: Scope
+    kc: int  # candidates per leg
+    min_sim: float = 0.0  # the vector leg's similarity threshold
+    fts_cap: int = 0  # the full-text leg's match cap
+
+    def literals(self) -> dict[str, sql.Composable]:
+        return {"tenant": _Literal(self.scope.tenant),
+                "projects": _Literal(list(self.scope.projects)),
+                "kc": _Literal(int(self.kc)), "min_sim": _Literal(float(self.min_sim)),
+                "fts_cap": _Literal(int(self.fts_cap))}
 
 
 def _meta_expr(i: int) -> sql.Composable:
@@ -165,14 +201,14 @@ _CANDIDATE_ROW = sql.SQL(
     "tf.lexemes AS tf_lexemes, tf.counts AS tf_counts, length(c.tsv) AS lexeme_count"
 ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
 _CANDIDATE_JOINS = sql.SQL(
-    "JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.id = h.id {docjoin} "
+    "JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = h.id {docjoin} "
     "CROSS JOIN LATERAL (SELECT coalesce(array_agg(u.lexeme), '{{}}') AS lexemes, "
     "coalesce(array_agg(coalesce(array_length(u.positions, 1), 1)), '{{}}') AS counts "
     "FROM unnest(ts_filter(setweight(c.tsv, 'A', %(query_lexemes)s::text[]), '{{a}}')) u) tf"
-).format(docjoin=DOC_JOIN)
+)
 
 
-def _leg(ctes: sql.Composable, hits: str, counted: str) -> sql.Composed:
+def _leg(ctes: sql.Composable, hits: str, counted: str, shape: LegShape) -> sql.Composed:
     """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
 
     ``n_pre`` (the leg's matches before the similarity threshold, from ``counted``) comes on
@@ -182,19 +218,21 @@ def _leg(ctes: sql.Composable, hits: str, counted: str) -> sql.Composed:
         "WITH {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
         "SELECT n.n_pre, leg_rows.* FROM (SELECT count(*) AS n_pre FROM {counted}) n "
         "LEFT JOIN leg_rows ON true"
-    ).format(ctes=ctes, row=_CANDIDATE_ROW, hits=sql.Identifier(hits), joins=_CANDIDATE_JOINS,
+    ).format(ctes=ctes, row=_CANDIDATE_ROW, hits=sql.Identifier(hits),
+             joins=_CANDIDATE_JOINS.format(tenant=shape.literals()["tenant"], docjoin=DOC_JOIN),
              counted=sql.Identifier(counted))
 
 
-def _scope_and_filters(filters: SearchFilters, with_doc_ids: bool
+def _scope_and_filters(shape: LegShape, filters: SearchFilters, with_doc_ids: bool
                        ) -> tuple[sql.Composable, sql.Composable, sql.Composable, Params]:
     filt, p = doc_filter_sql(filters, with_doc_ids=with_doc_ids)
     join = DOC_JOIN if needs_doc_join(filters, with_doc_ids=with_doc_ids) else sql.SQL("")
-    scope = sql.SQL("c.tenant_id = %(tenant)s AND c.project_key = ANY(%(projects)s)")
+    scope = sql.SQL("c.tenant_id = {tenant} AND c.project_key = ANY({projects}::text[])").format(
+        **{k: v for k, v in shape.literals().items() if k in ("tenant", "projects")})
     return join, scope, filt, p
 
 
-def vector_leg_sql(*, filters: SearchFilters, with_doc_ids: bool,
+def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: bool,
                    with_mentions: bool = False) -> tuple[sql.Composed, Params]:
     """The vector leg (reference/postgres-performance.md §3.1): the scope's ``kc`` nearest
     chunks by cosine through HNSW, those at ``min_sim`` or above with their 1-based rank
@@ -202,18 +240,20 @@ def vector_leg_sql(*, filters: SearchFilters, with_doc_ids: bool,
 
     With ``with_mentions``, each @mentioned document's chunk nearest the query joins too
     (``mention`` true, no rank) unless the leg found it, so the mention boost can act even when
-    neither leg found the document (fix of reference §24.11). Params: tenant, projects, qvec,
-    kc, min_sim, query_lexemes, mention_ids, and the filters' (returned).
+    neither leg found the document (fix of reference §24.11). Scope, ``kc`` and ``min_sim``
+    come from ``shape`` (literals); params: qvec, query_lexemes, mention_ids, and the filters'
+    (returned).
     """
-    join, scope, filt, p = _scope_and_filters(filters, with_doc_ids)
+    join, scope, filt, p = _scope_and_filters(shape, filters, with_doc_ids)
+    lit = shape.literals()
     # The bare distance operator in ORDER BY with LIMIT is the only form that uses the index;
     # MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
     ctes = sql.SQL(
         "vec AS MATERIALIZED (SELECT c.id, c.embedding <=> %(qvec)s AS dist FROM kb_chunks c "
-        "{join} WHERE {scope}{filt} ORDER BY dist LIMIT %(kc)s), "
+        "{join} WHERE {scope}{filt} ORDER BY dist LIMIT {kc}), "
         "vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS vector_rank, "
-        "false AS mention FROM vec WHERE 1 - dist >= %(min_sim)s)"
-    ).format(join=join, scope=scope, filt=filt)
+        "false AS mention FROM vec WHERE 1 - dist >= {min_sim})"
+    ).format(join=join, scope=scope, filt=filt, kc=lit["kc"], min_sim=lit["min_sim"])
     hits = "vec_r"
     if with_mentions:
         ctes = ctes + sql.SQL(
@@ -224,28 +264,30 @@ def vector_leg_sql(*, filters: SearchFilters, with_doc_ids: bool,
             "WHERE id NOT IN (SELECT id FROM vec_r))"
         ).format(join=join, scope=scope, filt=filt)
         hits = "vec_m"
-    return _leg(ctes, hits, "vec"), p
+    return _leg(ctes, hits, "vec", shape), p
 
 
-def keyword_leg_sql(*, fts_mode: str, n_phrases: int, filters: SearchFilters,
+def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: SearchFilters,
                     with_doc_ids: bool) -> tuple[sql.Composed, Params]:
     """The full-text leg: the first ``fts_cap`` matches of the tsquery in the scope, ranked by
     ``ts_rank(tsv, q, 1)``; the best ``kc`` with their rank (``fts_rank``) and score
     (``fts_score``) as candidate rows.
 
-    Params: tenant, projects, qvec, kc, fts_cap, fts_lexemes, query_lexemes, fts_lang,
-    fts_text, phrase{i}, and the filters' (returned).
+    Scope, ``kc`` and ``fts_cap`` come from ``shape`` (literals); params: qvec, fts_lexemes,
+    query_lexemes, fts_lang, fts_text, phrase{i}, and the filters' (returned).
     """
-    join, scope, filt, p = _scope_and_filters(filters, with_doc_ids)
+    join, scope, filt, p = _scope_and_filters(shape, filters, with_doc_ids)
+    lit = shape.literals()
     ctes = sql.SQL(
         "q AS (SELECT {tsq} AS query), "
         "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
-        "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT %(fts_cap)s), "
+        "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT {cap}), "
         "fts AS (SELECT m.id, row_number() OVER (ORDER BY ts_rank(m.tsv, q.query, 1) DESC, m.id)"
         " AS fts_rank, ts_rank(m.tsv, q.query, 1) AS fts_score "
-        "FROM fts_m m, q ORDER BY fts_rank LIMIT %(kc)s)"
-    ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt)
-    return _leg(ctes, "fts", "fts_m"), p
+        "FROM fts_m m, q ORDER BY fts_rank LIMIT {kc})"
+    ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt,
+             cap=lit["fts_cap"], kc=lit["kc"])
+    return _leg(ctes, "fts", "fts_m", shape), p
 
 
 def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Composed, Params]:
