@@ -340,7 +340,13 @@ class KnowledgeBase:
         """Answer independent reads at once: the first on the search's connection, each other
         on a pooled connection that is idle right now, in a worker thread (psycopg waits on the
         socket without the GIL). With no idle connection, or ``KB_PARALLEL_LEGS=false``, one
-        after the other: a search never waits for a second connection."""
+        after the other: a search never waits for a second connection.
+
+        The idle connections stay with the search to its end and go back after its own one
+        (:meth:`_release`). psycopg_pool hands out the connection idle longest, so the next
+        search gets the same pair: its own connection again for this thread, the same second
+        one for the worker. Pairs that swapped every search cost ~1 ms more on 2 cores
+        (docs/decisions/0004-speed.md)."""
         extra: list[Any] = []
         if self.settings.parallel_legs and len(reqs) > 1:
             if not held:  # the search's own connection first: a pool of one must not deadlock
@@ -360,8 +366,8 @@ class KnowledgeBase:
                 wait(futures)  # never return a connection that a worker still uses
             return (mine[0], *[f.result() for f in futures], *mine[1:])
         finally:
-            for h in helds:
-                self._release(h)
+            for h in helds:  # kept to the end of the search, returned after its own (_release)
+                held.extend(h)
 
     def _idle_connections(self, n: int) -> list[Any]:
         """Up to ``n`` connections that are idle in the pool right now (never waits for one)."""
@@ -380,8 +386,9 @@ class KnowledgeBase:
         return self._threads
 
     def _release(self, held: list[Any]) -> None:
-        if held:
-            self._require_pool().putconn(held.pop())
+        """Return the search's connections to the pool, its own (``held[0]``) first."""
+        while held:
+            self._require_pool().putconn(held.pop(0))
 
     async def _afetch(self, req: Fetch, held: list[Any]) -> Any:
         cached = self._cached(req)
@@ -431,12 +438,14 @@ class KnowledgeBase:
             rest = [await self._afetch(r, held) for r in reqs[len(helds):]]
             return (*answers, *rest)
         finally:
-            for h in helds[1:]:
-                await self._arelease(h)
+            for h in helds[1:]:  # kept to the end of the search (see _fetch_all)
+                held.extend(h)
 
     async def _arelease(self, held: list[Any]) -> None:
-        if held:
-            await (await self._async_pool()).putconn(held.pop())
+        """Return the search's connections to the pool, its own (``held[0]``) first."""
+        pool = await self._async_pool() if held else None
+        while held and pool is not None:
+            await pool.putconn(held.pop(0))
 
     def search(self, query: str, *, limit: int | None = None,
                project: str | Sequence[str] | None = None, tenant: str | None = None,

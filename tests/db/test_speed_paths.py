@@ -195,3 +195,29 @@ def test_each_scope_keeps_one_plan_for_its_legs(example_kb, minilm):
         assert generic >= 5 and custom <= 5  # 10 runs prepared: 5 custom plans, then one reused
     assert not any("elsewhere" in r[0] for r in rows)  # not prepared after a single run
 
+
+def test_consecutive_searches_keep_each_leg_on_the_same_connection(example_kb, minilm,
+                                                                    monkeypatch):
+    """The second connection goes back to the pool after the search's own one, so with the
+    pool's two connections the next search gets the same pair in the same roles: the caller's
+    thread on one, the worker thread on the other (KnowledgeBase._fetch_all)."""
+    q = "what cache layer did we standardise on?"
+    roles: list[dict[str, int]] = []
+    with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
+        fetch = kb._fetch
+
+        def spy(req, held):
+            answer = fetch(req, held)
+            if req.stage in ("vector_leg", "keyword_leg"):
+                roles[-1][req.stage] = held[0].info.backend_pid
+            return answer
+
+        monkeypatch.setattr(kb, "_fetch", spy)
+        pool = kb._require_pool()
+        for _ in range(4):
+            roles.append({})
+            kb.search(q)
+            stats = pool.get_stats()
+            assert stats["pool_size"] == stats["pool_available"] == 2  # both back, none added
+    assert len(set(roles[-1].values())) == 2  # the legs ran on two connections
+    assert roles[1] == roles[2] == roles[3], roles  # the same two, in the same roles
