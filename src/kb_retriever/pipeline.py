@@ -37,8 +37,8 @@ from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row, document_from_row, vector_array
 
-__all__ = ["Embed", "Fetch", "Parallel", "SearchRequest", "arun_plan", "fuse_legs", "run_plan",
-           "search_plan"]
+__all__ = ["Branch", "Embed", "Fetch", "Parallel", "SearchRequest", "arun_branch", "arun_plan",
+           "fuse_legs", "run_branch", "run_plan", "search_plan"]
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,17 @@ class Fetch:
     parse: Callable[[list[dict[str, Any]]], Any] | None = None
 
 
+# A branch of a Parallel: one read, or a sub-plan of reads run one after the other on one
+# connection (it yields Fetch requests and returns its answer; see run_branch).
+Branch = Fetch | Generator[Fetch, Any, Any]
+
+
 @dataclass(frozen=True)
 class Parallel:
-    """Run ``fetches`` (independent reads) and send back their answers in order; a driver may
-    run them at once, each on its own connection."""
+    """Run ``branches`` (independent of each other) and send back their answers in order; a
+    driver may run them at once, each on its own connection."""
 
-    fetches: tuple[Fetch, ...]
+    branches: tuple[Branch, ...]
 
 
 @dataclass(frozen=True)
@@ -150,33 +155,39 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
                 if settings.mentions_mode == "boost" else frozenset())
     t = time.perf_counter()
     fts_text = " ".join([req.query, *phrases]) if mode == "or" else req.query
-    # The query's lexemes: words stemmed by the database once, then remembered (ranking/stems.py).
-    found, missing = stems.lookup(settings.fts_language, words_of(fts_text))
-    if missing:
-        rows = yield Fetch(q.stem_sql(), {"fts_lang": settings.fts_language, "words": missing},
-                           "stem")
-        found.update(stems.add(settings.fts_language, rows))
-    lexemes = union_of(found)
     shape = leg_shape(req, settings)
     vec_sql, fparams = q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids,
                                         with_mentions=bool(mentions))
     params = {
         **fparams, "qvec": qvec,
-        "fts_lexemes": corpus.select(lexemes, budget=settings.fts_match_cap),
-        "query_lexemes": lexemes,
         "fts_lang": settings.fts_language,
         "fts_text": fts_text,
         **{f"phrase{i}": p for i, p in enumerate(phrases)},
         "mention_ids": sorted(mentions),
     }
-    legs = [Fetch(vec_sql, params, "vector_leg")]
-    if hybrid:
-        fts_sql, _ = q.keyword_leg_sql(shape, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
-                                       filters=req.filters, with_doc_ids=with_doc_ids)
-        legs.append(Fetch(fts_sql, params, "keyword_leg"))
-    # The legs are independent statements: the caller may run them at once, on two connections.
-    answers = yield Parallel(tuple(legs))
-    rows, n_pre = fuse_legs(answers[0], answers[1] if hybrid else None, settings)
+
+    def keyword_branch() -> Generator[Fetch, Any, tuple[Any, list[str]]]:
+        """The query's lexemes (words stemmed by the database once, then remembered:
+        ranking/stems.py), then the full-text leg, which ORs the rarest of them."""
+        found, missing = stems.lookup(settings.fts_language, words_of(fts_text))
+        if missing:
+            stemmed = yield Fetch(q.stem_sql(), {"fts_lang": settings.fts_language,
+                                                 "words": missing}, "stem")
+            found.update(stems.add(settings.fts_language, stemmed))
+        lexemes = union_of(found)
+        if not hybrid:
+            return None, lexemes
+        fts_sql, _ = q.keyword_leg_sql(
+            shape, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
+            filters=req.filters, with_doc_ids=with_doc_ids)
+        select = {"fts_lexemes": corpus.select(lexemes, budget=settings.fts_match_cap)}
+        return (yield Fetch(fts_sql, {**params, **select}, "keyword_leg")), lexemes
+
+    # Independent: the caller may run them at once on two connections. The vector leg needs no
+    # stemming (its statement stems the query itself), so it starts at once.
+    (keyword_rows, lexemes), vector_rows = yield Parallel(
+        (keyword_branch(), Fetch(vec_sql, params, "vector_leg")))
+    rows, n_pre = fuse_legs(vector_rows, keyword_rows, settings)
     timings["candidates"] = _ms(t)
     candidates = [candidate_from_row(r) for r in rows]
 
@@ -364,23 +375,43 @@ def _ms(t: float) -> float:
     return (time.perf_counter() - t) * 1000.0
 
 
-def _sequential(fetch: Callable[[Fetch], Any]) -> Callable[[tuple[Fetch, ...]], tuple[Any, ...]]:
-    return lambda fetches: tuple(fetch(f) for f in fetches)
+def run_branch(branch: Branch, fetch: Callable[[Fetch], Any]) -> Any:
+    """A :class:`Parallel` branch's answer, its reads answered by ``fetch`` in turn."""
+    if isinstance(branch, Fetch):
+        return fetch(branch)
+    try:
+        request = next(branch)
+        while True:
+            request = branch.send(fetch(request))
+    except StopIteration as stop:
+        return stop.value
+
+
+async def arun_branch(branch: Branch, fetch: Callable[[Fetch], Awaitable[Any]]) -> Any:
+    """The async twin of :func:`run_branch`."""
+    if isinstance(branch, Fetch):
+        return await fetch(branch)
+    try:
+        request = next(branch)
+        while True:
+            request = branch.send(await fetch(request))
+    except StopIteration as stop:
+        return stop.value
 
 
 def run_plan(plan: Plan, fetch: Callable[[Fetch], Any], embed: Callable[[str], Any],
-             fetch_all: Callable[[tuple[Fetch, ...]], tuple[Any, ...]] | None = None
+             fetch_all: Callable[[tuple[Branch, ...]], tuple[Any, ...]] | None = None
              ) -> SearchResult:
     """Drive a plan with blocking I/O. ``fetch_all`` answers a :class:`Parallel` (default: one
-    fetch after the other)."""
-    many = fetch_all or _sequential(fetch)
+    branch after the other)."""
     try:
         request = next(plan)
         while True:
             if isinstance(request, Fetch):
                 answer = fetch(request)
             elif isinstance(request, Parallel):
-                answer = many(request.fetches)
+                answer = (fetch_all(request.branches) if fetch_all is not None
+                          else tuple(run_branch(b, fetch) for b in request.branches))
             else:
                 answer = embed(request.text)
             request = plan.send(answer)
@@ -390,7 +421,7 @@ def run_plan(plan: Plan, fetch: Callable[[Fetch], Any], embed: Callable[[str], A
 
 async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
                     embed: Callable[[str], Awaitable[Any]],
-                    fetch_all: Callable[[tuple[Fetch, ...]], Awaitable[tuple[Any, ...]]] | None
+                    fetch_all: Callable[[tuple[Branch, ...]], Awaitable[tuple[Any, ...]]] | None
                     = None) -> SearchResult:
     """Drive a plan with async I/O (``fetch_all`` as in :func:`run_plan`)."""
     try:
@@ -401,9 +432,9 @@ async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
                 answer = await fetch(request)
             elif isinstance(request, Parallel):
                 if fetch_all is not None:
-                    answer = await fetch_all(request.fetches)
+                    answer = await fetch_all(request.branches)
                 else:
-                    answer = tuple([await fetch(f) for f in request.fetches])
+                    answer = tuple([await arun_branch(b, fetch) for b in request.branches])
             else:
                 answer = await embed(request.text)
             request = plan.send(answer)

@@ -221,3 +221,27 @@ def test_consecutive_searches_keep_each_leg_on_the_same_connection(example_kb, m
             assert stats["pool_size"] == stats["pool_available"] == 2  # both back, none added
     assert len(set(roles[-1].values())) == 2  # the legs ran on two connections
     assert roles[1] == roles[2] == roles[3], roles  # the same two, in the same roles
+
+
+def test_the_vector_leg_runs_beside_stemming_and_the_full_text_leg(example_kb, minilm,
+                                                                   monkeypatch):
+    """The vector leg needs no stemmed words (its statement stems the query): it runs on the
+    second connection while the search's own one stems new words, then runs the full-text leg
+    (pipeline.search_plan's two branches)."""
+    pids: dict[str, int] = {}
+    with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
+        fetch = kb._fetch
+
+        def spy(req, held):
+            answer = fetch(req, held)
+            if req.stage in ("stem", "vector_leg", "keyword_leg"):
+                pids[req.stage] = held[0].info.backend_pid
+            return answer
+
+        monkeypatch.setattr(kb, "_fetch", spy)
+        kb.search("which cache layer did we standardise on?")
+        pids.clear()
+        result = kb.search("zanzibarish cache wombats")  # two words never stemmed before
+    assert {"stem", "vector_leg", "keyword_leg"} <= set(pids)
+    assert pids["stem"] == pids["keyword_leg"] != pids["vector_leg"]
+    assert result.primary and result.meta["search_strategy"]

@@ -29,9 +29,13 @@ def test_the_legs_are_two_independent_statements():
     vec, fts, params = _legs()
     for text in (vec, fts):
         assert ";" not in text  # one statement each
-        # stemmed beforehand (stem_sql), statistics cached: both come in as parameters
-        assert "to_tsvector(" not in text and "pg_stats" not in text
-        assert "%(query_lexemes)s" in text  # the BM25 term counts of every candidate
+        assert "pg_stats" not in text  # statistics are cached by the caller
+        # the BM25 term counts of every candidate, for the query's lexemes stemmed once (CTE
+        # ql): nothing stemmed beforehand, so the vector leg can start at once
+        assert text.count("to_tsvector(") == 1
+        assert "ql AS (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, " \
+               "%(fts_text)s)) AS lexemes)" in text
+        assert "setweight(c.tsv, 'A', (SELECT lexemes FROM ql))" in text
         assert "1 - (c.embedding <=> %(qvec)s) AS similarity" in text  # true cosine on every row
         assert text.count("JOIN kb_documents d") == 1  # only in the join back when no filters
         assert "LEFT JOIN leg_rows ON true" in text  # the leg's count even when it is empty

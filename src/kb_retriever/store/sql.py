@@ -195,7 +195,10 @@ def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
 # A candidate row: chunk and document columns, the true cosine (fix §24.6), and the query's
 # stemmed lexemes found in the chunk with their counts plus its lexeme count (the BM25 inputs,
 # ranking/bm25.py). setweight + ts_filter cut the tsvector down to the query's lexemes in C; two
-# arrays, not a JSON object, because arrays decode in C and JSON in Python (~5 us a row).
+# arrays, not a JSON object, because arrays decode in C and JSON in Python (~5 us a row). The
+# query's lexemes are the statement's own (CTE ql, computed once): to_tsvector of the query
+# text, the same set the caller's stem cache gives (ranking/stems.py, tests/db/test_stems.py), so
+# a leg needs nothing stemmed beforehand and the vector leg can start at once.
 _CANDIDATE_ROW = sql.SQL(
     "{chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
     "tf.lexemes AS tf_lexemes, tf.counts AS tf_counts, length(c.tsv) AS lexeme_count"
@@ -204,7 +207,7 @@ _CANDIDATE_JOINS = sql.SQL(
     "JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = h.id {docjoin} "
     "CROSS JOIN LATERAL (SELECT coalesce(array_agg(u.lexeme), '{{}}') AS lexemes, "
     "coalesce(array_agg(coalesce(array_length(u.positions, 1), 1)), '{{}}') AS counts "
-    "FROM unnest(ts_filter(setweight(c.tsv, 'A', %(query_lexemes)s::text[]), '{{a}}')) u) tf"
+    "FROM unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM ql)), '{{a}}')) u) tf"
 )
 
 
@@ -215,7 +218,8 @@ def _leg(ctes: sql.Composable, hits: str, counted: str, shape: LegShape) -> sql.
     every row; an empty leg returns one row of NULLs carrying it.
     """
     return sql.SQL(
-        "WITH {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
+        "WITH {ctes}, ql AS (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, "
+        "%(fts_text)s)) AS lexemes), leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
         "SELECT n.n_pre, leg_rows.* FROM (SELECT count(*) AS n_pre FROM {counted}) n "
         "LEFT JOIN leg_rows ON true"
     ).format(ctes=ctes, row=_CANDIDATE_ROW, hits=sql.Identifier(hits),
@@ -241,8 +245,8 @@ def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: boo
     With ``with_mentions``, each @mentioned document's chunk nearest the query joins too
     (``mention`` true, no rank) unless the leg found it, so the mention boost can act even when
     neither leg found the document (fix of reference §24.11). Scope, ``kc`` and ``min_sim``
-    come from ``shape`` (literals); params: qvec, query_lexemes, mention_ids, and the filters'
-    (returned).
+    come from ``shape`` (literals); params: qvec, fts_lang, fts_text, mention_ids, and the
+    filters' (returned).
     """
     join, scope, filt, p = _scope_and_filters(shape, filters, with_doc_ids)
     lit = shape.literals()
@@ -274,7 +278,7 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
     (``fts_score``) as candidate rows.
 
     Scope, ``kc`` and ``fts_cap`` come from ``shape`` (literals); params: qvec, fts_lexemes,
-    query_lexemes, fts_lang, fts_text, phrase{i}, and the filters' (returned).
+    fts_lang, fts_text, phrase{i}, and the filters' (returned).
     """
     join, scope, filt, p = _scope_and_filters(shape, filters, with_doc_ids)
     lit = shape.literals()
