@@ -196,6 +196,7 @@ def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: froz
         "additive": additive,
         "canonical": canonical,
         "total": base + additive + canonical,
+        "hop_decay": None,  # not reached through the graph
         **_evidence(c),
     })
     return _hit(c, breakdown)
@@ -242,6 +243,7 @@ def _hit(c: Candidate, breakdown: ScoreBreakdown) -> Hit:
         "chunk_order": c.chunk_order,
         "similarity": c.vector_similarity,
         "metadata": c.metadata,
+        "edge_type": None, "from_slug": None, "hop": None,  # not reached through the graph
     })
 
 
