@@ -6,7 +6,7 @@ import pytest
 from psycopg import sql
 
 from kb_retriever.errors import FilterError
-from kb_retriever.filters import parse_filters
+from kb_retriever.filters import SearchFilters, parse_filters
 from kb_retriever.store import sql as q
 
 
@@ -119,3 +119,17 @@ def test_rejected_and_neighbour_queries_are_scoped():
     assert "'outgoing'" in text and "'incoming'" in text
     assert text.count("e.tenant_id = %(tenant)s") == 2
     assert "d.tenant_id = %(tenant)s" in text
+
+
+def test_leg_statements_are_remembered_per_arguments():
+    """A scope searched again reuses its statements (store.sql._remembered); filters built by
+    hand with a list inside are not hashable and build anew, with the same result."""
+    none = parse_filters(None)
+    first = q.vector_leg_sql(SHAPE, filters=none, with_doc_ids=False)
+    assert q.vector_leg_sql(SHAPE, filters=parse_filters(None), with_doc_ids=False) is first
+    other = q.LegShape(q.Scope("acme", ("api",)), kc=30, min_sim=0.3, fts_cap=300)
+    assert q.vector_leg_sql(other, filters=none, with_doc_ids=False) is not first
+    listed = SearchFilters(metadata=(("team", "$in", ["a", "b"]),))  # parse_filters gives tuples
+    a = q.keyword_leg_sql(SHAPE, fts_mode="or", n_phrases=0, filters=listed, with_doc_ids=False)
+    b = q.keyword_leg_sql(SHAPE, fts_mode="or", n_phrases=0, filters=listed, with_doc_ids=False)
+    assert a is not b and render(a[0]) == render(b[0]) and a[1] == b[1]
