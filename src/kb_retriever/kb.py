@@ -454,9 +454,10 @@ class KnowledgeBase:
 
     async def _arelease(self, held: list[Any]) -> None:
         """Return the search's connections to the pool, its own (``held[0]``) first."""
-        pool = await self._async_pool() if held else None
-        while held and pool is not None:
-            await pool.putconn(held.pop(0))
+        if held:
+            pool = await self._async_pool()
+            while held:
+                await pool.putconn(held.pop(0))
 
     def search(self, query: str, *, limit: int | None = None,
                project: str | Sequence[str] | None = None, tenant: str | None = None,
