@@ -213,7 +213,7 @@ _CANDIDATE_JOINS = sql.SQL(
 )
 
 
-def _leg(ctes: sql.Composable, hits: str, counted: str, shape: LegShape) -> sql.Composed:
+def _leg(ctes: sql.Composable, hits: str, counted: str, tenant: sql.Composable) -> sql.Composed:
     """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
 
     ``n_pre`` (the leg's matches before the similarity threshold, from ``counted``) comes on
@@ -225,24 +225,25 @@ def _leg(ctes: sql.Composable, hits: str, counted: str, shape: LegShape) -> sql.
         "SELECT n.n_pre, leg_rows.* FROM (SELECT count(*) AS n_pre FROM {counted}) n "
         "LEFT JOIN leg_rows ON true"
     ).format(ctes=ctes, row=_CANDIDATE_ROW, hits=sql.Identifier(hits),
-             joins=_CANDIDATE_JOINS.format(tenant=shape.literals()["tenant"], docjoin=DOC_JOIN),
+             joins=_CANDIDATE_JOINS.format(tenant=tenant, docjoin=DOC_JOIN),
              counted=sql.Identifier(counted))
 
 
-def _scope_and_filters(shape: LegShape, filters: SearchFilters, with_doc_ids: bool
+def _scope_and_filters(lit: dict[str, sql.Composable], filters: SearchFilters, with_doc_ids: bool
                        ) -> tuple[sql.Composable, sql.Composable, sql.Composable, Params]:
     filt, p = doc_filter_sql(filters, with_doc_ids=with_doc_ids)
     join = DOC_JOIN if needs_doc_join(filters, with_doc_ids=with_doc_ids) else sql.SQL("")
     scope = sql.SQL("c.tenant_id = {tenant} AND c.project_key = ANY({projects}::text[])").format(
-        **{k: v for k, v in shape.literals().items() if k in ("tenant", "projects")})
+        tenant=lit["tenant"], projects=lit["projects"])
     return join, scope, filt, p
 
 
 def _remembered(build: Callable[..., tuple[sql.Composed, Params]]
                 ) -> Callable[..., tuple[sql.Composed, Params]]:
     """``build``, its answers remembered per arguments: a scope searched again builds the same
-    statement (~40 us a leg). Filters holding a list (a metadata ``$in``) are not hashable and
-    build anew. Callers must not change the returned params (they copy them into their own)."""
+    statement (~40 us a leg). Filters built by hand with a list inside are not hashable and
+    build anew (``parse_filters`` gives tuples). Callers must not change the returned params
+    (they copy them into their own)."""
     remembered = functools.lru_cache(maxsize=256)(build)
 
     @functools.wraps(build)
@@ -269,8 +270,8 @@ def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: boo
     come from ``shape`` (literals); params: qvec, fts_lang, fts_text, mention_ids, and the
     filters' (returned).
     """
-    join, scope, filt, p = _scope_and_filters(shape, filters, with_doc_ids)
     lit = shape.literals()
+    join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
     # The bare distance operator in ORDER BY with LIMIT is the only form that uses the index;
     # MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
     ctes = sql.SQL(
@@ -289,7 +290,7 @@ def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: boo
             "WHERE id NOT IN (SELECT id FROM vec_r))"
         ).format(join=join, scope=scope, filt=filt)
         hits = "vec_m"
-    return _leg(ctes, hits, "vec", shape), p
+    return _leg(ctes, hits, "vec", lit["tenant"]), p
 
 
 @_remembered
@@ -302,8 +303,8 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
     Scope, ``kc`` and ``fts_cap`` come from ``shape`` (literals); params: qvec, fts_lexemes,
     fts_lang, fts_text, phrase{i}, and the filters' (returned).
     """
-    join, scope, filt, p = _scope_and_filters(shape, filters, with_doc_ids)
     lit = shape.literals()
+    join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
     ctes = sql.SQL(
         "q AS (SELECT {tsq} AS query), "
         "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
@@ -313,7 +314,7 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
         "FROM fts_m m, q ORDER BY fts_rank LIMIT {kc})"
     ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt,
              cap=lit["fts_cap"], kc=lit["kc"])
-    return _leg(ctes, "fts", "fts_m", shape), p
+    return _leg(ctes, "fts", "fts_m", lit["tenant"]), p
 
 
 def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Composed, Params]:
