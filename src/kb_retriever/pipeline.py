@@ -112,10 +112,13 @@ def validate_limit(limit: Any, settings: Settings) -> int:
 
 def leg_shape(req: SearchRequest, settings: Settings) -> q.LegShape:
     """The legs' literal scope and sizes: ``limit x candidate_multiplier`` candidates per leg
-    when reranking (just ``limit`` without it), the similarity threshold and the match cap."""
+    when reranking (just ``limit`` without it), the similarity threshold, the match cap and the
+    edges graph expansion walks."""
     kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
+    edges = tuple(settings.graph_expansion_edge_types) if settings.graph_expansion_enabled else ()
     return q.LegShape(req.scope, kc=kc, min_sim=settings.default_min_similarity,
-                      fts_cap=settings.fts_match_cap)
+                      fts_cap=settings.fts_match_cap, edge_types=edges,
+                      edge_direction=settings.graph_expansion_direction)
 
 
 def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None = None) -> Plan:
@@ -204,7 +207,9 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
     expanded: list[Hit] = []
     if settings.graph_expansion_enabled:
         t = time.perf_counter()
-        expanded = yield from expand_graph(top, req, settings, qvec)
+        # documents the legs found without an edge to walk: no seeds (store.sql.LegShape)
+        unlinked = frozenset(r["doc_pk"] for r in rows if r.get("linked") is False)
+        expanded = yield from expand_graph(top, req, settings, qvec, unlinked=unlinked)
         timings["graph"] = _ms(t)
 
     rejected: list[Hit] = []

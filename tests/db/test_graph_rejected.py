@@ -91,6 +91,31 @@ def test_incoming_direction(graph_kb):
     assert set(slugs(result.expanded)) == {"hop1", "child"}
 
 
+def test_seeds_without_edges_cost_no_round_trip(graph_kb, monkeypatch):
+    """The legs say which documents have an edge to walk (``linked``): a primary list whose
+    canonical documents have none skips the expansion's read; the answer is the same."""
+    def hops(kb, query):
+        stages = []
+        fetch = kb._fetch
+
+        def spy(req, held):
+            stages.append(req.stage)
+            return fetch(req, held)
+
+        monkeypatch.setattr(kb, "_fetch", spy)
+        result = kb.search(query, limit=1)
+        monkeypatch.undo()
+        return slugs(result.primary), slugs(result.expanded), stages.count("graph_hop_1")
+
+    query = "hop two module stores delta records"
+    # hop2 has no outgoing edge: nothing to read
+    assert hops(graph_kb(), query) == (["hop2"], [], 0)
+    # hop1 depends on hop2: walking incoming edges reads, and finds it
+    assert hops(graph_kb(graph_expansion_direction="incoming"), query) == (["hop2"], ["hop1"], 1)
+    # the seed's edges are read as before
+    assert hops(graph_kb(), QUERY) == (["seed"], ["hop1"], 1)
+
+
 def test_node_cap_disabled_and_filters(graph_kb):
     assert len(graph_kb(graph_expansion_hops=3, graph_expansion_max_nodes=1)
                .search(QUERY, limit=1).expanded) == 1

@@ -48,6 +48,25 @@ def test_the_legs_are_two_independent_statements():
     assert params == {}
 
 
+def test_the_legs_tell_which_documents_graph_expansion_can_walk_from():
+    """``linked``: whether a canonical row's document has an edge of the walked types in the
+    walked direction (an index probe), so expansion skips seeds without one; NULL without
+    edge types (expansion off)."""
+    vec, fts, _ = _legs()
+    assert "NULL::boolean AS linked" in vec and "NULL::boolean AS linked" in fts
+    probe = ("EXISTS (SELECT 1 FROM kb_edges e WHERE e.tenant_id = d.tenant_id AND "
+             "e.project_key = d.project_key AND e.{} = d.slug AND "
+             "e.edge_type = ANY('{{depends_on,''50%%''}}'::text[]))")
+    for direction, ends in (("outgoing", ["from_slug"]), ("incoming", ["to_slug"]),
+                            ("both", ["from_slug", "to_slug"])):
+        shape = q.LegShape(SHAPE.scope, kc=30, edge_types=("depends_on", "'50%'"),
+                           edge_direction=direction)
+        vec, fts, _ = _legs(shape=shape)
+        expected = "(d.is_canonical AND d.slug IS NOT NULL AND ({})) AS linked".format(
+            " OR ".join(probe.format(f'"{end}"') for end in ends))
+        assert expected in vec and expected in fts
+
+
 def test_the_legs_scope_and_sizes_are_literals():
     """One statement text per scope, so PostgreSQL can reuse one plan per scope (LegShape)."""
     vec, fts, _ = _legs()

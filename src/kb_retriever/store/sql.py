@@ -72,12 +72,40 @@ class LegShape:
     kc: int  # candidates per leg
     min_sim: float = 0.0  # the vector leg's similarity threshold
     fts_cap: int = 0  # the full-text leg's match cap
+    # The edges graph expansion walks (none: expansion is off). Each candidate row then says
+    # whether its document has one (``linked``), so the expansion leaves out the seeds that have
+    # none, and its round trip when no seed has one.
+    edge_types: tuple[str, ...] = ()
+    edge_direction: str = "outgoing"
 
     def literals(self) -> dict[str, sql.Composable]:
         return {"tenant": _Literal(self.scope.tenant),
                 "projects": _Literal(list(self.scope.projects)),
                 "kc": _Literal(int(self.kc)), "min_sim": _Literal(float(self.min_sim)),
-                "fts_cap": _Literal(int(self.fts_cap))}
+                "fts_cap": _Literal(int(self.fts_cap)),
+                "linked": _linked(self.edge_types, self.edge_direction)}
+
+
+# The end of an edge that a seed sits on, per direction of graph expansion (graph.py).
+_SEED_ENDS = {"outgoing": ("from_slug",), "incoming": ("to_slug",),
+              "both": ("from_slug", "to_slug")}
+
+
+def _linked(edge_types: tuple[str, ...], direction: str) -> sql.Composable:
+    """The ``linked`` column of candidate rows: whether the chunk's document can seed graph
+    expansion with an edge of ``edge_types`` in ``direction`` (true or false), or NULL without
+    edge types. A necessary condition only: the neighbour may still be filtered out. An index
+    probe per canonical row (kb_edges' unique key for outgoing edges, kb_edges_to_ix for
+    incoming ones)."""
+    if not edge_types:
+        return sql.SQL("NULL::boolean AS linked")
+    probes = sql.SQL(" OR ").join(
+        sql.SQL("EXISTS (SELECT 1 FROM kb_edges e WHERE e.tenant_id = d.tenant_id "
+                "AND e.project_key = d.project_key AND e.{end} = d.slug "
+                "AND e.edge_type = ANY({types}::text[]))").format(
+            end=sql.Identifier(end), types=_Literal(list(edge_types)))
+        for end in _SEED_ENDS[direction])
+    return sql.SQL("(d.is_canonical AND d.slug IS NOT NULL AND ({})) AS linked").format(probes)
 
 
 def _meta_expr(i: int) -> sql.Composable:
@@ -203,8 +231,8 @@ def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
 # a leg needs nothing stemmed beforehand and the vector leg can start at once.
 _CANDIDATE_ROW = sql.SQL(
     "{chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
-    "tf.lexemes AS tf_lexemes, tf.counts AS tf_counts, length(c.tsv) AS lexeme_count"
-).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
+    "tf.lexemes AS tf_lexemes, tf.counts AS tf_counts, length(c.tsv) AS lexeme_count, {linked}"
+)
 _CANDIDATE_JOINS = sql.SQL(
     "JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = h.id {docjoin} "
     "CROSS JOIN LATERAL (SELECT coalesce(array_agg(u.lexeme), '{{}}') AS lexemes, "
@@ -213,7 +241,8 @@ _CANDIDATE_JOINS = sql.SQL(
 )
 
 
-def _leg(ctes: sql.Composable, hits: str, counted: str, tenant: sql.Composable) -> sql.Composed:
+def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Composable]
+         ) -> sql.Composed:
     """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
 
     ``n_pre`` (the leg's matches before the similarity threshold, from ``counted``) comes on
@@ -224,8 +253,9 @@ def _leg(ctes: sql.Composable, hits: str, counted: str, tenant: sql.Composable) 
         "%(fts_text)s)) AS lexemes), leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
         "SELECT n.n_pre, leg_rows.* FROM (SELECT count(*) AS n_pre FROM {counted}) n "
         "LEFT JOIN leg_rows ON true"
-    ).format(ctes=ctes, row=_CANDIDATE_ROW, hits=sql.Identifier(hits),
-             joins=_CANDIDATE_JOINS.format(tenant=tenant, docjoin=DOC_JOIN),
+    ).format(ctes=ctes, hits=sql.Identifier(hits),
+             row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, linked=lit["linked"]),
+             joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN),
              counted=sql.Identifier(counted))
 
 
@@ -290,7 +320,7 @@ def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: boo
             "WHERE id NOT IN (SELECT id FROM vec_r))"
         ).format(join=join, scope=scope, filt=filt)
         hits = "vec_m"
-    return _leg(ctes, hits, "vec", lit["tenant"]), p
+    return _leg(ctes, hits, "vec", lit), p
 
 
 @_remembered
@@ -314,7 +344,7 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
         "FROM fts_m m, q ORDER BY fts_rank LIMIT {kc})"
     ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt,
              cap=lit["fts_cap"], kc=lit["kc"])
-    return _leg(ctes, "fts", "fts_m", lit["tenant"]), p
+    return _leg(ctes, "fts", "fts_m", lit), p
 
 
 def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Composed, Params]:
