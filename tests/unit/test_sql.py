@@ -152,3 +152,33 @@ def test_leg_statements_are_remembered_per_arguments():
     a = q.keyword_leg_sql(SHAPE, fts_mode="or", n_phrases=0, filters=listed, with_doc_ids=False)
     b = q.keyword_leg_sql(SHAPE, fts_mode="or", n_phrases=0, filters=listed, with_doc_ids=False)
     assert a is not b and render(a[0]) == render(b[0]) and a[1] == b[1]
+
+
+def test_remembered_statements_render_once_per_encoding():
+    """A remembered statement keeps its bytes (store.sql.Statement): psycopg would render every
+    piece and literal again on each execute. Another client encoding renders anew."""
+    stmt, _ = q.vector_leg_sql(SHAPE, filters=parse_filters(None), with_doc_ids=False)
+    assert isinstance(stmt, q.Statement)
+    assert stmt.as_bytes(None) is stmt.as_bytes(None)  # rendered once, then kept
+    assert stmt.as_bytes(None) == stmt._obj.as_bytes(None)  # the statement's own bytes
+    assert q.stem_sql() is q.stem_sql() and isinstance(q.stem_sql(), q.Statement)
+
+    renders = []
+
+    class Counted(sql.SQL):
+        def as_bytes(self, context=None):
+            renders.append(context)
+            return super().as_bytes(context)
+
+    class PGconn:
+        _encoding = "latin-1"
+
+    class Latin1:  # a connection whose client encoding is LATIN1, as an adapt context
+        pgconn = PGconn()
+        info = type("Info", (), {"encoding": "latin-1"})()
+        connection = property(lambda self: self)
+
+    once = q.Statement(Counted("SELECT 'café'"))
+    assert once.as_bytes(None) == once.as_bytes(None) == "SELECT 'café'".encode()
+    assert once.as_bytes(Latin1()) == once.as_bytes(Latin1()) == "SELECT 'café'".encode("latin-1")
+    assert len(renders) == 2  # once per encoding
