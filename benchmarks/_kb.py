@@ -21,7 +21,6 @@ from psycopg.rows import dict_row
 from kb_retriever import KnowledgeBase, Settings
 from kb_retriever.models import ChunkDraft, DocumentDraft
 from kb_retriever.ranking.bm25 import CorpusLexemes
-from kb_retriever.ranking.stems import union_of, words_of
 from kb_retriever.store import sql as q
 from kb_retriever.store.writer import write_document
 
@@ -81,24 +80,24 @@ FTS_RANKS = {
 def fts_search(url: str, settings: Settings, *, rank: str = "ts_rank/log-len(1)",
                mode: str = "or"):
     """Rank the matching chunks by ``rank`` (a key of FTS_RANKS), tsquery form ``mode``."""
+    conn = psycopg.connect(url, autocommit=True)
+    with conn.cursor(row_factory=dict_row) as cur:
+        corpus = CorpusLexemes.from_row(cur.execute(q.lexeme_stats_sql()).fetchone())
+    estimates = corpus.estimates
+    # the hybrid leg's own lexeme choice (store.sql.lexeme_selection_sql) and tsquery
     stmt = sql.SQL(
-        "WITH q AS (SELECT {tsq} AS query) "
+        "WITH {ql}, {sel}, q AS (SELECT {tsq} AS query) "
         "SELECT d.doc_key, {rank} AS s FROM kb_chunks c JOIN kb_documents d "
         "ON d.tenant_id = c.tenant_id AND d.id = c.document_id, q "
         "WHERE c.tsv @@ q.query AND c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
         "ORDER BY s DESC, c.id LIMIT %(k)s"
-    ).format(tsq=q.tsquery_sql(mode, 0), rank=sql.SQL(FTS_RANKS[rank]))
-    conn = psycopg.connect(url, autocommit=True)
-    with conn.cursor(row_factory=dict_row) as cur:
-        corpus = CorpusLexemes.from_row(cur.execute(q.lexeme_stats_sql()).fetchone())
+    ).format(ql=q.QUERY_LEXEMES, tsq=q.tsquery_sql(mode, 0), rank=sql.SQL(FTS_RANKS[rank]),
+             sel=q.lexeme_selection_sql(q.LexemeBudget(*estimates) if estimates else None,
+                                        settings.fts_match_cap))
 
     def search(query: str, _qvec: np.ndarray, k: int) -> list[str]:
-        stem = {"fts_lang": settings.fts_language, "fts_text": query}
-        words = words_of(query)
-        lexemes = union_of(dict(conn.execute(q.stem_sql(), {**stem, "words": words}).fetchall()))
-        rows = conn.execute(stmt, {"tenant": "default", "project": PROJECT, "k": k, **stem,
-                                   "fts_lexemes": corpus.select(
-                                       lexemes, budget=settings.fts_match_cap)})
+        rows = conn.execute(stmt, {"tenant": "default", "project": PROJECT, "k": k,
+                                   "fts_lang": settings.fts_language, "fts_text": query})
         return [r[0] for r in rows]
 
     return search, conn.close

@@ -35,7 +35,6 @@ from .pipeline import (
     validate_limit,
     validate_query,
 )
-from .ranking.stems import StemCache
 from .settings import Settings, load_settings
 from .store import schema
 from .store.connection import (
@@ -115,9 +114,6 @@ class KnowledgeBase:
         # The cache holds each read's answer as the plan wants it (parsed, see Fetch.parse).
         self._cache: dict[tuple[Any, ...], tuple[float, Any]] = {}
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
-        # The query words' lexemes: they depend on the language only, never on the data, so
-        # they outlive the TTL cache (a word is stemmed by the database once).
-        self._stems = StemCache()
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -227,12 +223,11 @@ class KnowledgeBase:
             self._cache.clear()  # the ingest re-analysed kb_chunks: new lexeme statistics
 
     def clear_caches(self) -> None:
-        """Forget the cached reads (synonym groups, lexeme statistics, rejected-approach chunks,
-        stemmed query words) so the next search reads them again. This process's ingests do it
+        """Forget the cached reads (synonym groups, lexeme statistics, rejected-approach chunks)
+        so the next search reads them again. This process's ingests do it
         already; call it after another process wrote, rather than waiting for the TTLs
         (``KB_SYNONYM_CACHE_TTL_SECONDS``, ``KB_CATALOG_CACHE_TTL_SECONDS``)."""
         self._cache.clear()
-        self._stems.clear()
 
     def add_synonyms(self, term: str, synonyms: Sequence[str], *, project: str | None = None,
                      tenant: str | None = None) -> None:
@@ -481,7 +476,7 @@ class KnowledgeBase:
             return self._embed(text)
 
         try:
-            return run_plan(search_plan(req, self.settings, self._stems),
+            return run_plan(search_plan(req, self.settings),
                             lambda r: self._fetch(r, held), embed,
                             lambda reqs: self._fetch_all(reqs, held))
         finally:
@@ -505,7 +500,7 @@ class KnowledgeBase:
             return self._vector(await asyncio.to_thread(self._embed_raw, text))
 
         try:
-            return await arun_plan(search_plan(req, self.settings, self._stems),
+            return await arun_plan(search_plan(req, self.settings),
                                    lambda r: self._afetch(r, held), embed,
                                    lambda reqs: self._afetch_all(reqs, held))
         finally:
@@ -513,7 +508,11 @@ class KnowledgeBase:
 
     def search_sql(self, query: str, **kwargs: Any) -> str:
         """The candidate SQL that :meth:`search` runs for ``query``: the vector leg, then the
-        full-text leg (the scope and sizes as literals, the query's values as placeholders)."""
+        full-text leg (the scope and sizes as literals, the query's values as placeholders).
+
+        Shown without the lexeme statistics: a search's full-text leg also carries the cached
+        estimates by which it chooses its OR lexemes (``store.sql.lexeme_selection_sql``), a
+        JSON literal of up to a thousand lexemes; here the leg keeps every query lexeme."""
         from .store import sql as q
 
         req = self._request(query, limit=kwargs.get("limit"), project=kwargs.get("project"),

@@ -32,7 +32,6 @@ from .ranking import (
     should_refuse,
 )
 from .ranking.bm25 import CorpusLexemes
-from .ranking.stems import StemCache, union_of, words_of
 from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row, document_from_row, vector_array
@@ -110,24 +109,23 @@ def validate_limit(limit: Any, settings: Settings) -> int:
     return limit
 
 
-def leg_shape(req: SearchRequest, settings: Settings) -> q.LegShape:
+def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | None = None
+              ) -> q.LegShape:
     """The legs' literal scope and sizes: ``limit x candidate_multiplier`` candidates per leg
-    when reranking (just ``limit`` without it), the similarity threshold, the match cap and the
-    edges graph expansion walks."""
+    when reranking (just ``limit`` without it), the similarity threshold, the match cap, the
+    edges graph expansion walks, and the lexeme statistics (``corpus``) by which the full-text
+    leg chooses its OR lexemes."""
     kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
     edges = tuple(settings.graph_expansion_edge_types) if settings.graph_expansion_enabled else ()
+    estimates = corpus.estimates if corpus is not None else None
     return q.LegShape(req.scope, kc=kc, min_sim=settings.default_min_similarity,
                       fts_cap=settings.fts_match_cap, edge_types=edges,
-                      edge_direction=settings.graph_expansion_direction)
+                      edge_direction=settings.graph_expansion_direction,
+                      lexemes=q.LexemeBudget(*estimates) if estimates else None)
 
 
-def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None = None) -> Plan:
-    """The whole search as a generator of I/O requests (see module docstring).
-
-    ``stems`` remembers the query words' lexemes across searches (the caller keeps one per
-    knowledge base); without it every search stems its words in the database.
-    """
-    stems = StemCache() if stems is None else stems
+def search_plan(req: SearchRequest, settings: Settings) -> Plan:
+    """The whole search as a generator of I/O requests (see module docstring)."""
     timings: dict[str, float] = {}
     t_start = time.perf_counter()
     scope_p = q.scope_params(req.scope)
@@ -158,7 +156,7 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
                 if settings.mentions_mode == "boost" else frozenset())
     t = time.perf_counter()
     fts_text = " ".join([req.query, *phrases]) if mode == "or" else req.query
-    shape = leg_shape(req, settings)
+    shape = leg_shape(req, settings, corpus)
     vec_sql, fparams = q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids,
                                         with_mentions=bool(mentions))
     params = {
@@ -169,27 +167,20 @@ def search_plan(req: SearchRequest, settings: Settings, stems: StemCache | None 
         "mention_ids": sorted(mentions),
     }
 
-    def keyword_branch() -> Generator[Fetch, Any, tuple[Any, list[str]]]:
-        """The query's lexemes (words stemmed by the database once, then remembered:
-        ranking/stems.py), then the full-text leg, which ORs the rarest of them."""
-        found, missing = stems.lookup(settings.fts_language, words_of(fts_text))
-        if missing:
-            stemmed = yield Fetch(q.stem_sql(), {"fts_lang": settings.fts_language,
-                                                 "words": missing}, "stem")
-            found.update(stems.add(settings.fts_language, stemmed))
-        lexemes = union_of(found)
-        if not hybrid:
-            return None, lexemes
+    # Independent: the caller may run them at once on two connections, the full-text leg (the
+    # longer one) on the search's own. Each statement stems the query itself (CTE ql) and the
+    # full-text leg chooses the lexemes it ORs together (store.sql.lexeme_selection_sql), so
+    # nothing needs a round trip first.
+    legs: tuple[Fetch, ...] = (Fetch(vec_sql, params, "vector_leg"),)
+    if hybrid:
         fts_sql, _ = q.keyword_leg_sql(
             shape, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
             filters=req.filters, with_doc_ids=with_doc_ids)
-        select = {"fts_lexemes": corpus.select(lexemes, budget=settings.fts_match_cap)}
-        return (yield Fetch(fts_sql, {**params, **select}, "keyword_leg")), lexemes
-
-    # Independent: the caller may run them at once on two connections. The vector leg needs no
-    # stemming (its statement stems the query itself), so it starts at once.
-    (keyword_rows, lexemes), vector_rows = yield Parallel(
-        (keyword_branch(), Fetch(vec_sql, params, "vector_leg")))
+        legs = (Fetch(fts_sql, params, "keyword_leg"), *legs)
+    answers = yield Parallel(legs)
+    vector_rows, keyword_rows = answers[-1], answers[0] if hybrid else None
+    # the query's lexemes as the statements stemmed them, sorted (every leg returns a row)
+    lexemes = list(vector_rows[0]["query_lexemes"] or ()) if vector_rows else []
     rows, n_pre = fuse_legs(vector_rows, keyword_rows, settings)
     timings["candidates"] = _ms(t)
     candidates = [candidate_from_row(r) for r in rows]

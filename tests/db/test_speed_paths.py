@@ -188,7 +188,7 @@ def test_each_scope_keeps_one_plan_for_its_legs(example_kb, minilm):
         with kb._require_pool().connection() as conn:
             rows = conn.execute(
                 "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE statement LIKE 'WITH vec AS%' OR statement LIKE 'WITH q AS%'").fetchall()
+                "WHERE statement LIKE 'WITH ql AS%'").fetchall()
     legs = [r for r in rows if "ANY('{default}'::text[])" in r[0]]
     assert len(legs) == 2  # the vector leg and the full-text leg of the default scope
     for _statement, generic, custom in legs:
@@ -223,25 +223,28 @@ def test_consecutive_searches_keep_each_leg_on_the_same_connection(example_kb, m
     assert roles[1] == roles[2] == roles[3], roles  # the same two, in the same roles
 
 
-def test_the_vector_leg_runs_beside_stemming_and_the_full_text_leg(example_kb, minilm,
-                                                                   monkeypatch):
-    """The vector leg needs no stemmed words (its statement stems the query): it runs on the
-    second connection while the search's own one stems new words, then runs the full-text leg
-    (pipeline.search_plan's two branches)."""
-    pids: dict[str, int] = {}
+def test_a_search_of_new_words_reads_nothing_before_its_two_legs(example_kb, minilm,
+                                                                  monkeypatch):
+    """Each leg's statement stems the query itself, and the full-text leg chooses its OR
+    lexemes by the cached statistics in the statement (store.sql.lexeme_selection_sql): words
+    never seen before cost no round trip ahead of the legs, which run on two connections."""
+    reads: list[tuple[str, int]] = []
     with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
         fetch = kb._fetch
 
         def spy(req, held):
             answer = fetch(req, held)
-            if req.stage in ("stem", "vector_leg", "keyword_leg"):
-                pids[req.stage] = held[0].info.backend_pid
+            reads.append((req.stage, held[0].info.backend_pid if held else 0))
             return answer
 
         monkeypatch.setattr(kb, "_fetch", spy)
-        kb.search("which cache layer did we standardise on?")
-        pids.clear()
-        result = kb.search("zanzibarish cache wombats")  # two words never stemmed before
-    assert {"stem", "vector_leg", "keyword_leg"} <= set(pids)
-    assert pids["stem"] == pids["keyword_leg"] != pids["vector_leg"]
+        kb.search("which cache layer did we standardise on?")  # fills the caches
+        reads.clear()
+        cached = kb._cache.copy()
+        result = kb.search("zanzibarish cache wombats")  # two words never seen before
+    stages = [stage for stage, _ in reads]
+    assert stages[:2] == ["synonyms", "lexeme_stats"] and kb._cache.keys() == cached.keys()
+    legs = dict(reads[2:4])
+    assert set(legs) == {"vector_leg", "keyword_leg"}
+    assert legs["vector_leg"] != legs["keyword_leg"]  # at once, on two connections
     assert result.primary and result.meta["search_strategy"]

@@ -39,11 +39,18 @@ def test_the_legs_are_two_independent_statements():
         assert "1 - (c.embedding <=> %(qvec)s) AS similarity" in text  # true cosine on every row
         assert text.count("JOIN kb_documents d") == 1  # only in the join back when no filters
         assert "LEFT JOIN leg_rows ON true" in text  # the leg's count even when it is empty
-    assert vec.startswith("WITH vec AS MATERIALIZED") and "@@" not in vec
+    ql = "WITH ql AS (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, " \
+         "%(fts_text)s)) AS lexemes), "
+    assert vec.startswith(ql + "vec AS MATERIALIZED") and "@@" not in vec
     assert "ORDER BY dist LIMIT 30)" in vec  # bare distance operator: HNSW usable
     assert "WHERE 1 - dist >= 0.3)" in vec and "%(mention_ids)s" not in vec
-    assert fts.startswith("WITH q AS") and "fts_m AS MATERIALIZED" in fts
-    assert "%(fts_lexemes)s" in fts and "LIMIT 300)" in fts and "<=> %(qvec)s AS dist" not in fts
+    # the full-text leg chooses its OR lexemes itself (CTE sel): no statistics in SHAPE, so all
+    assert fts.startswith(ql + "sel AS (SELECT u.l, u.o FROM unnest((SELECT lexemes FROM ql)) "
+                          "WITH ORDINALITY AS u(l, o)), q AS (SELECT to_tsquery('simple', "
+                          "coalesce((SELECT string_agg(quote_literal(l), ' | ' ORDER BY o) "
+                          "FROM sel), '')) AS query)")
+    assert "fts_m AS MATERIALIZED" in fts
+    assert "LIMIT 300)" in fts and "<=> %(qvec)s AS dist" not in fts
     assert "LIMIT 30)" in fts
     assert params == {}
 
@@ -94,7 +101,7 @@ def test_mentions_join_the_vector_leg():
 
 
 @pytest.mark.parametrize("mode, needle", [
-    ("or", "%(fts_lexemes)s"), ("websearch", "websearch_to_tsquery"), ("plain", "plainto_tsquery"),
+    ("or", "FROM sel"), ("websearch", "websearch_to_tsquery"), ("plain", "plainto_tsquery"),
 ])
 def test_tsquery_modes(mode, needle):
     assert needle in render(q.tsquery_sql(mode, 0))
@@ -161,7 +168,8 @@ def test_remembered_statements_render_once_per_encoding():
     assert isinstance(stmt, q.Statement)
     assert stmt.as_bytes(None) is stmt.as_bytes(None)  # rendered once, then kept
     assert stmt.as_bytes(None) == stmt._obj.as_bytes(None)  # the statement's own bytes
-    assert q.stem_sql() is q.stem_sql() and isinstance(q.stem_sql(), q.Statement)
+    assert q.lexeme_stats_sql() is q.lexeme_stats_sql()
+    assert isinstance(q.lexeme_stats_sql(), q.Statement)
 
     renders = []
 

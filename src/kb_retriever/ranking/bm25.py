@@ -8,6 +8,8 @@ keep an absolute meaning (a weak lexical match stays low even when it is the poo
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -132,6 +134,22 @@ class CorpusLexemes:
             chosen.append(lex)
             total += n
         return chosen
+
+    @functools.cached_property
+    def estimates(self) -> tuple[str, float] | None:
+        """What :meth:`select` needs, for the full-text leg to choose in the database
+        (``store.sql.LexemeBudget``): each listed lexeme's estimated chunk count as a JSON
+        object, and the estimate of a lexeme not listed; None without statistics. Computed
+        once, and with the same arithmetic as :meth:`chunks_with`, so both choose alike.
+
+        >>> CorpusLexemes({"cach": 0.4}, 0.02, 1000.0).estimates
+        ('{"cach": 400.0}', 10.0)
+        """
+        if self.rows <= 0 or self.min_freq is None:
+            return None
+        listed = {lex: f * self.rows for lex, f in self.freqs.items()}
+        return (json.dumps(listed, ensure_ascii=False, separators=(", ", ": ")),
+                self.min_freq * _UNLISTED_SHARE * self.rows)
 
     def for_query(self, lexemes: Sequence[str]) -> dict[str, Any]:
         """``{"freqs": {lexeme: fraction or None}, "min_freq": ...}`` for :func:`lexeme_idf`."""

@@ -79,6 +79,20 @@ class Statement(sql.Composable):
 
 
 @dataclass(frozen=True)
+class LexemeBudget:
+    """The corpus statistics by which the full-text leg chooses the lexemes it ORs together
+    (rarest first, within the match cap: ``CorpusLexemes.select``, done in the statement).
+
+    ``estimates`` is a JSON object of each listed lexeme's estimated chunk count, ``unlisted``
+    the estimate of any other lexeme (``CorpusLexemes.estimates``). They change only when the
+    statistics do, so they are literals of the leg (one plan per scope and statistics).
+    """
+
+    estimates: str
+    unlisted: float
+
+
+@dataclass(frozen=True)
 class LegShape:
     """What the candidate legs write into their SQL as literals: the scope and the sizes.
 
@@ -100,6 +114,8 @@ class LegShape:
     # none, and its round trip when no seed has one.
     edge_types: tuple[str, ...] = ()
     edge_direction: str = "outgoing"
+    # The statistics the full-text leg's OR query chooses its lexemes by (None: it keeps all).
+    lexemes: LexemeBudget | None = None
 
     def literals(self) -> dict[str, sql.Composable]:
         return {"tenant": _Literal(self.scope.tenant),
@@ -220,17 +236,17 @@ def needs_doc_join(filters: SearchFilters, *, with_doc_ids: bool) -> bool:
 def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
     """The tsquery expression for the FTS leg; ``%(fts_text)s`` and ``%(phrase{i})s`` params.
 
-    ``or``: OR of ``%(fts_lexemes)s``, lexemes of the query already stemmed by the configured
-    language (:func:`stem_sql`) and chosen rarest first by
-    :meth:`~kb_retriever.ranking.bm25.CorpusLexemes.select`; they are read with the ``simple``
-    config so they are not stemmed twice. Long natural-language questions still match
-    (reference §24.6: ``plainto`` ANDs every word and often matches nothing).
+    ``or``: OR of the lexemes of CTE ``sel`` (:func:`lexeme_selection_sql`: the query's
+    lexemes, stemmed by the configured language and chosen rarest first) in their order
+    ``o``; they are read with the ``simple`` config so they are not stemmed twice. Long
+    natural-language questions still match (reference §24.6: ``plainto`` ANDs every word and
+    often matches nothing).
     """
     base: sql.Composable
     if mode == "or":
         base = sql.SQL(
-            "to_tsquery('simple', coalesce((SELECT string_agg(quote_literal(l), ' | ') "
-            "FROM unnest(%(fts_lexemes)s::text[]) AS l), ''))"
+            "to_tsquery('simple', coalesce((SELECT string_agg(quote_literal(l), ' | ' "
+            "ORDER BY o) FROM sel), ''))"
         )
     elif mode == "websearch":
         base = sql.SQL("websearch_to_tsquery(%(fts_lang)s::regconfig, %(fts_text)s)")
@@ -245,13 +261,43 @@ def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
     return sql.SQL("({})").format(sql.SQL(" || ").join([base, *extra]))
 
 
+# The query's lexemes, stemmed once by the statement itself: to_tsvector of the query text.
+QUERY_LEXEMES = sql.SQL(
+    "ql AS (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, %(fts_text)s)) "
+    "AS lexemes)")
+
+
+def lexeme_selection_sql(budget: LexemeBudget | None, cap: int) -> sql.Composable:
+    """CTE ``sel`` (after CTE ``ql``): the query lexemes (``l``) that the OR query keeps, in
+    their order (``o``): :meth:`~kb_retriever.ranking.bm25.CorpusLexemes.select` in SQL.
+
+    The full-text leg ranks at most ``cap`` matches, taken in table order, so a frequent
+    lexeme would fill that sample with weak matches and push out the chunks that hold the
+    rare, telling ones. So: rarest first (estimated chunks, then the lexeme bytewise: the
+    ``sorted`` of Python), while the running total of estimates stays within ``cap``, and at
+    least the rarest. The same doubles in the same order as in Python, so the same choice
+    (``tests/db/test_lexeme_selection.py``). Without statistics every lexeme is kept, in
+    ``ql``'s order. Choosing here spares the search a round trip to stem the query first.
+    """
+    if budget is None:
+        return sql.SQL("sel AS (SELECT u.l, u.o FROM unnest((SELECT lexemes FROM ql)) "
+                       "WITH ORDINALITY AS u(l, o))")
+    return sql.SQL(
+        "sel AS (SELECT s.l, s.o FROM (SELECT e.l, row_number() OVER w AS o, "
+        "sum(e.est) OVER w AS total FROM (SELECT u.l, coalesce(({est}::jsonb ->> u.l)::float8, "
+        "{unlisted}::float8) AS est FROM unnest((SELECT lexemes FROM ql)) AS u(l)) e "
+        "WINDOW w AS (ORDER BY e.est, e.l COLLATE \"C\" ROWS UNBOUNDED PRECEDING)) s "
+        "WHERE s.o = 1 OR s.total <= {cap})"
+    ).format(est=_Literal(budget.estimates), unlisted=_Literal(float(budget.unlisted)),
+             cap=_Literal(int(cap)))
+
+
 # A candidate row: chunk and document columns, the true cosine (fix §24.6), and the query's
 # stemmed lexemes found in the chunk with their counts plus its lexeme count (the BM25 inputs,
 # ranking/bm25.py). setweight + ts_filter cut the tsvector down to the query's lexemes in C; two
 # arrays, not a JSON object, because arrays decode in C and JSON in Python (~5 us a row). The
-# query's lexemes are the statement's own (CTE ql, computed once): to_tsvector of the query
-# text, the same set the caller's stem cache gives (ranking/stems.py, tests/db/test_stems.py), so
-# a leg needs nothing stemmed beforehand and the vector leg can start at once.
+# query's lexemes are the statement's own (CTE ql, computed once), so a leg needs nothing
+# stemmed beforehand.
 _CANDIDATE_ROW = sql.SQL(
     "{chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
     "tf.lexemes AS tf_lexemes, tf.counts AS tf_counts, length(c.tsv) AS lexeme_count, {linked}"
@@ -268,15 +314,15 @@ def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Compo
          ) -> sql.Composed:
     """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
 
-    ``n_pre`` (the leg's matches before the similarity threshold, from ``counted``) comes on
-    every row; an empty leg returns one row of NULLs carrying it.
+    ``n_pre`` (the leg's matches before the similarity threshold, from ``counted``) and
+    ``query_lexemes`` (CTE ql: the query's lexemes, sorted) come on every row; an empty leg
+    returns one row of NULLs carrying them.
     """
     return sql.SQL(
-        "WITH {ctes}, ql AS (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, "
-        "%(fts_text)s)) AS lexemes), leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
-        "SELECT n.n_pre, leg_rows.* FROM (SELECT count(*) AS n_pre FROM {counted}) n "
-        "LEFT JOIN leg_rows ON true"
-    ).format(ctes=ctes, hits=sql.Identifier(hits),
+        "WITH {ql}, {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
+        "SELECT n.n_pre, n.query_lexemes, leg_rows.* FROM (SELECT count(*) AS n_pre, "
+        "(SELECT lexemes FROM ql) AS query_lexemes FROM {counted}) n LEFT JOIN leg_rows ON true"
+    ).format(ql=QUERY_LEXEMES, ctes=ctes, hits=sql.Identifier(hits),
              row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, linked=lit["linked"]),
              joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN),
              counted=sql.Identifier(counted))
@@ -361,20 +407,24 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
     ``ts_rank(tsv, q, 1)``; the best ``kc`` with their rank (``fts_rank``) and score
     (``fts_score``) as candidate rows.
 
-    Scope, ``kc`` and ``fts_cap`` come from ``shape`` (literals); params: qvec, fts_lexemes,
-    fts_lang, fts_text, phrase{i}, and the filters' (returned).
+    In ``or`` mode the statement chooses the query lexemes it ORs together itself
+    (:func:`lexeme_selection_sql`, by ``shape.lexemes``). Scope, ``kc`` and ``fts_cap`` come
+    from ``shape`` (literals); params: qvec, fts_lang, fts_text, phrase{i}, and the filters'
+    (returned).
     """
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
     ctes = sql.SQL(
-        "q AS (SELECT {tsq} AS query), "
+        "{sel}q AS (SELECT {tsq} AS query), "
         "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
         "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT {cap}), "
         "fts AS (SELECT m.id, row_number() OVER (ORDER BY ts_rank(m.tsv, q.query, 1) DESC, m.id)"
         " AS fts_rank, ts_rank(m.tsv, q.query, 1) AS fts_score "
         "FROM fts_m m, q ORDER BY fts_rank LIMIT {kc})"
     ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt,
-             cap=lit["fts_cap"], kc=lit["kc"])
+             cap=lit["fts_cap"], kc=lit["kc"],
+             sel=lexeme_selection_sql(shape.lexemes, shape.fts_cap) + sql.SQL(", ")
+             if fts_mode == "or" else sql.SQL(""))
     return _leg(ctes, "fts", "fts_m", lit), p
 
 
@@ -434,14 +484,6 @@ def rejected_chunks_sql() -> sql.Composed:
         "AND d.canonical_type = 'rejected-approach' AND d.canonical_status = 'accepted' "
         "ORDER BY d.id, c.id"
     ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
-
-
-@_once
-def stem_sql() -> sql.Composed:
-    """Each word's stemmed lexemes in the configured language (one row per word: ``word``,
-    ``lexemes``). Params: fts_lang, words."""
-    return sql.SQL("SELECT w AS word, tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, w)) "
-                   "AS lexemes FROM unnest(%(words)s::text[]) AS w").format()
 
 
 @_once
