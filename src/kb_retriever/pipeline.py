@@ -22,7 +22,7 @@ from psycopg import sql
 from .errors import InputError
 from .filters import SearchFilters
 from .graph import expand_graph
-from .models import Hit, Origin, SearchResult
+from .models import DocumentRef, Hit, Origin, SearchResult
 from .ranking import (
     diversify,
     expand_query_text,
@@ -183,7 +183,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     lexemes = list(vector_rows[0]["query_lexemes"] or ()) if vector_rows else []
     rows, n_pre = fuse_legs(vector_rows, keyword_rows, settings)
     timings["candidates"] = _ms(t)
-    candidates = [candidate_from_row(r) for r in rows]
+    documents: dict[int, DocumentRef] = {}  # one per document: the rows of a search share it
+    candidates = [candidate_from_row(r, documents) for r in rows]
 
     t = time.perf_counter()
     lexeme_stats = corpus.for_query(lexemes) if rows else None

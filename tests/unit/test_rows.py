@@ -85,3 +85,17 @@ def test_construct_fills_defaults_and_rejects_unknown_or_missing_fields():
         construct(Hit, {"chunk_id": 1})
     with pytest.raises(TypeError, match="totl"):
         construct(ScoreBreakdown, {"totl": 1.0})
+
+
+def test_the_rows_of_one_search_share_their_documents():
+    """With a search's ``documents`` map, the chunks of one document get one DocumentRef,
+    equal to what each row alone would give; another document gets its own."""
+    from kb_retriever.store.rows import candidate_from_row
+
+    documents: dict = {}
+    a = candidate_from_row(_row(chunk_id=3), documents)
+    b = candidate_from_row(_row(chunk_id=4, chunk_order=1), documents)
+    c = candidate_from_row(_row(chunk_id=5, doc_pk=8, title="Other"), documents)
+    assert a.document is b.document and a.document == candidate_from_row(_row()).document
+    assert c.document is not a.document and c.document.title == "Other"
+    assert set(documents) == {7, 8}

@@ -127,17 +127,19 @@ def rerank(
         # the database's lexemes (BM25 mode) the body text needs no Python tokenising at all.
         lexical = settings.keyword_scoring == "bm25" and all(
             c.lexeme_tf is not None for c in candidates)
-        heads = [frozenset(words(c.heading_path)) for c in candidates]
+        # Chunks of one section share their heading path: its words once per distinct path.
+        head_words = {h: frozenset(words(h)) for h in {c.heading_path for c in candidates}}
+        heads = [head_words[c.heading_path] for c in candidates]
         texts = ([frozenset()] * len(candidates) if lexical
                  else [frozenset(words(c.text)) for c in candidates])
         if settings.keyword_idf:
             q = q._replace(idf=pool_idf(tokens, [t | h for t, h in zip(texts, heads, strict=True)]))
+        heading = {h: score_folded(q.tokens, w, q.idf) for h, w in head_words.items()}
         vectors = _vector_signals(candidates, settings.normalize_scores)
         keywords = _bm25_keywords(tokens, candidates, settings, lexeme_stats)
         hits = [
-            _score(c, v, q, settings, text_words, head_words, kw)
-            for c, v, text_words, head_words, kw in zip(
-                candidates, vectors, texts, heads, keywords, strict=True)
+            _score(c, v, q, settings, text_words, heading[c.heading_path], kw)
+            for c, v, text_words, kw in zip(candidates, vectors, texts, keywords, strict=True)
         ]
     return sorted(hits, key=lambda h: -h.score)  # sorted() is stable
 
@@ -161,9 +163,8 @@ def _bm25_keywords(tokens: list[str], candidates: Sequence[Candidate], settings:
 
 
 def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: frozenset[str],
-           head_words: frozenset[str], bm25: float | None) -> Hit:
+           heading: float, bm25: float | None) -> Hit:
     keyword = score_folded(q.tokens, text_words, q.idf) if bm25 is None else bm25
-    heading = score_folded(q.tokens, head_words, q.idf)
     base = s.vector_weight * vector + s.keyword_weight * keyword + s.heading_weight * heading
 
     tag_overlap = _jaccard(q.tags, _chunk_tags(c))

@@ -42,15 +42,24 @@ def document_from_row(row: Mapping[str, Any]) -> DocumentRef:
     })
 
 
-def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
+def candidate_from_row(row: Mapping[str, Any],
+                       documents: dict[int, DocumentRef] | None = None) -> Candidate:
+    """A candidate row as a :class:`Candidate`. ``documents`` (document id -> its
+    :class:`DocumentRef`) lets the rows of one search share their documents: its candidates
+    are often several chunks of one document (on the perf set, 50 candidates from 19)."""
     sim = row.get("similarity")
     fts_score = row.get("fts_score")
+    if documents is None:
+        document = document_from_row(row)
+    else:
+        document = documents.get(row["doc_pk"]) or documents.setdefault(
+            row["doc_pk"], document_from_row(row))
     return construct(Candidate, {
         "chunk_id": int(row["chunk_id"]),
         "text": row["text"],
         "heading_path": row["heading_path"] or "",
         "chunk_order": int(row["chunk_order"]),
-        "document": document_from_row(row),
+        "document": document,
         "vector_similarity": None if sim is None else float(sim),
         "vector_rank": row.get("vector_rank"),
         "fts_rank": row.get("fts_rank"),
