@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -28,10 +28,10 @@ from .ranking import (
     expand_query_text,
     expansion_phrases,
     fuse_rrf,
-    rerank,
     should_refuse,
 )
 from .ranking.bm25 import CorpusLexemes
+from .ranking.rerank import rank
 from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row, document_from_row, vector_array
@@ -188,12 +188,11 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
 
     t = time.perf_counter()
     lexeme_stats = corpus.for_query(lexemes) if rows else None
-    ranked = rerank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
-                    lexeme_stats=lexeme_stats)
-    top, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
-    runner_up = tuple(
-        replace(h, origin=Origin.RUNNER_UP) for h in rest[: settings.runner_up_limit]
-    )
+    ranked = rank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
+                  lexeme_stats=lexeme_stats)
+    kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
+    top = [s.hit() for s in kept]  # hits for what the result keeps, not for every candidate
+    runner_up = tuple(s.hit(Origin.RUNNER_UP) for s in rest[: settings.runner_up_limit])
     timings["rerank"] = _ms(t)
 
     expanded: list[Hit] = []

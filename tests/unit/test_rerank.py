@@ -256,3 +256,26 @@ class TestRerankerRobustness:
         cands = (make_candidate(2, sim=0.1), make_candidate(1, sim=0.9))
         rerank("billing", cands, make_settings())
         assert [c.chunk_id for c in cands] == [2, 1]
+
+
+def test_rank_builds_the_hits_of_rerank_on_demand() -> None:
+    """rank() scores without building hits (a search builds only those it keeps): each
+    Scored's hit equals rerank's, in the same order; as a runner-up only its origin differs."""
+    import dataclasses
+
+    from kb_retriever.ranking import diversify
+    from kb_retriever.ranking.rerank import rank
+
+    cands = [make_candidate(i, sim=0.1 * i, text="oauth rotation" if i % 2 else "keys",
+                            doc=canonical_doc(i % 3) if i % 3 else make_doc(i % 3))
+             for i in range(1, 9)]
+    for settings in (make_settings(), make_settings(reranking_enabled=False)):
+        hits = rerank("rotate the oauth keys", cands, settings, now=NOW)
+        scored = rank("rotate the oauth keys", cands, settings, now=NOW)
+        assert [s.hit() for s in scored] == hits and [s.score for s in scored] == [
+            h.score for h in hits]
+        assert [s.uid for s in scored] == [h.uid for h in hits]
+        kept, rest = diversify(scored, 3, 1)
+        assert [s.hit() for s in kept] == diversify(hits, 3, 1)[0]
+        runner = rest[0].hit(Origin.RUNNER_UP)
+        assert runner == dataclasses.replace(diversify(hits, 3, 1)[1][0], origin=Origin.RUNNER_UP)

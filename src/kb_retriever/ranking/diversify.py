@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
-from kb_retriever.models import Hit
+from kb_retriever.models import DocumentRef
 
 __all__ = ["diversify"]
 
 
-def diversify(hits: Sequence[Hit], limit: int, max_per_doc: int) -> tuple[list[Hit], list[Hit]]:
+class Ranked(Protocol):
+    """What the cap reads of a ranked item: a :class:`~kb_retriever.models.Hit`, or a
+    :class:`~kb_retriever.ranking.rerank.Scored` whose hit is not built yet."""
+
+    @property
+    def document(self) -> DocumentRef: ...
+
+    @property
+    def uid(self) -> str: ...
+
+
+R = TypeVar("R", bound=Ranked)
+
+
+def diversify(hits: Sequence[R], limit: int, max_per_doc: int) -> tuple[list[R], list[R]]:
     """Split ranked ``hits`` into ``(top, rest)``.
 
     ``hits`` must be best first (as :func:`~kb_retriever.ranking.rerank` returns them); both
@@ -44,9 +59,9 @@ def diversify(hits: Sequence[Hit], limit: int, max_per_doc: int) -> tuple[list[H
     return top, rest
 
 
-def _dedupe(hits: Sequence[Hit]) -> list[Hit]:
+def _dedupe(hits: Sequence[R]) -> list[R]:
     seen: set[str] = set()
-    out: list[Hit] = []
+    out: list[R] = []
     for hit in hits:
         if hit.uid not in seen:
             seen.add(hit.uid)

@@ -31,7 +31,7 @@ from .text import (
     words,
 )
 
-__all__ = ["RECENCY_BUCKETS", "rerank"]
+__all__ = ["RECENCY_BUCKETS", "Scored", "rank", "rerank"]
 
 # "Property" questions (status / owner / date) that a connector's page-property panel answers.
 _PREAMBLE_PATTERNS = tuple(
@@ -76,6 +76,55 @@ class _Query(NamedTuple):
     idf: Mapping[str, float] | None  # token weights over the candidate pool, or None
 
 
+# ScoreBreakdown's terms, in the order Scored.terms holds them.
+_TERMS = ("vector", "keyword", "heading", "tag_overlap", "preamble", "recency", "status_active",
+          "mention_boost", "canonical_boost", "canonical_penalty", "base", "additive",
+          "canonical", "total")
+
+
+class Scored(NamedTuple):
+    """A reranked candidate: its score and the terms of its :class:`ScoreBreakdown`
+    (``_TERMS`` order), with its :class:`Hit` built on demand."""
+
+    score: float
+    candidate: Candidate
+    terms: tuple[float, ...]
+
+    @property
+    def document(self) -> DocumentRef:
+        return self.candidate.document
+
+    @property
+    def uid(self) -> str:
+        return str(self.candidate.chunk_id)  # a primary (or runner-up) hit's uid
+
+    def hit(self, origin: Origin = Origin.PRIMARY) -> Hit:
+        c = self.candidate
+        breakdown = construct(ScoreBreakdown, {
+            **dict(zip(_TERMS, self.terms, strict=True)),
+            "hop_decay": None,  # not reached through the graph
+            "raw_similarity": c.vector_similarity,
+            "fused_score": c.fused_score,
+            "vector_rank": c.vector_rank,
+            "fts_rank": c.fts_rank,
+            "lexeme_tf": c.lexeme_tf,
+            "lexeme_count": c.lexeme_count,
+        })
+        return construct(Hit, {
+            "chunk_id": c.chunk_id,
+            "text": c.text,
+            "heading_path": c.heading_path,
+            "score": breakdown.total,
+            "scores": breakdown,
+            "origin": origin,
+            "document": c.document,
+            "chunk_order": c.chunk_order,
+            "similarity": c.vector_similarity,
+            "metadata": c.metadata,
+            "edge_type": None, "from_slug": None, "hop": None,  # not reached through the graph
+        })
+
+
 def rerank(
     query: str,
     candidates: Sequence[Candidate],
@@ -109,11 +158,27 @@ def rerank(
         best = hits[0]
         best.score == best.scores.base + best.scores.additive + best.scores.canonical  # True
     """
+    return [s.hit() for s in rank(query, candidates, settings, mention_doc_ids=mention_doc_ids,
+                                  now=now, lexeme_stats=lexeme_stats)]
+
+
+def rank(
+    query: str,
+    candidates: Sequence[Candidate],
+    settings: Settings,
+    *,
+    mention_doc_ids: frozenset[int] = frozenset(),
+    now: datetime | None = None,
+    lexeme_stats: Mapping[str, Any] | None = None,
+) -> list[Scored]:
+    """:func:`rerank` without building the hits: each candidate's score and terms, best
+    first, its :class:`Hit` built on demand (:meth:`Scored.hit`). A search keeps a third of
+    its candidates (top-k and runner-ups), so it builds only those hits."""
     if not candidates:
         return []
     tokens = tokenize_query(query)
     if not settings.reranking_enabled or not tokens:
-        hits = [_passthrough(c, settings, mention_doc_ids) for c in candidates]
+        scored = [_passthrough(c, settings, mention_doc_ids) for c in candidates]
     else:
         q = _Query(
             tokens=unique_folded(tokens),  # once here, not once per candidate
@@ -137,11 +202,11 @@ def rerank(
         heading = {h: score_folded(q.tokens, w, q.idf) for h, w in head_words.items()}
         vectors = _vector_signals(candidates, settings.normalize_scores)
         keywords = _bm25_keywords(tokens, candidates, settings, lexeme_stats)
-        hits = [
+        scored = [
             _score(c, v, q, settings, text_words, heading[c.heading_path], kw)
             for c, v, text_words, kw in zip(candidates, vectors, texts, keywords, strict=True)
         ]
-    return sorted(hits, key=lambda h: -h.score)  # sorted() is stable
+    return sorted(scored, key=lambda h: -h.score)  # sorted() is stable
 
 
 def _bm25_keywords(tokens: list[str], candidates: Sequence[Candidate], settings: Settings,
@@ -163,7 +228,7 @@ def _bm25_keywords(tokens: list[str], candidates: Sequence[Candidate], settings:
 
 
 def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: frozenset[str],
-           heading: float, bm25: float | None) -> Hit:
+           heading: float, bm25: float | None) -> Scored:
     keyword = score_folded(q.tokens, text_words, q.idf) if bm25 is None else bm25
     base = s.vector_weight * vector + s.keyword_weight * keyword + s.heading_weight * heading
 
@@ -182,70 +247,21 @@ def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: froz
 
     boost, penalty = _canonical(c.document, s)
     canonical = boost - penalty
-    breakdown = construct(ScoreBreakdown, {
-        "vector": vector,
-        "keyword": keyword,
-        "heading": heading,
-        "tag_overlap": tag_overlap,
-        "preamble": preamble,
-        "recency": recency,
-        "status_active": status_active,
-        "mention_boost": mention,
-        "canonical_boost": boost,
-        "canonical_penalty": penalty,
-        "base": base,
-        "additive": additive,
-        "canonical": canonical,
-        "total": base + additive + canonical,
-        "hop_decay": None,  # not reached through the graph
-        **_evidence(c),
-    })
-    return _hit(c, breakdown)
+    total = base + additive + canonical
+    return Scored(total, c, (vector, keyword, heading, tag_overlap, preamble, recency,
+                             status_active, mention, boost, penalty, base, additive, canonical,
+                             total))
 
 
-def _passthrough(c: Candidate, s: Settings, mention_doc_ids: frozenset[int]) -> Hit:
+def _passthrough(c: Candidate, s: Settings, mention_doc_ids: frozenset[int]) -> Scored:
     base = _finite(c.fused_score)
     mention = s.mention_boost_weight if c.document.id in mention_doc_ids else 0.0
     boost, penalty = _canonical(c.document, s)
     canonical = boost - penalty
-    breakdown = ScoreBreakdown(
-        mention_boost=mention,
-        canonical_boost=boost,
-        canonical_penalty=penalty,
-        base=base,
-        additive=mention,
-        canonical=canonical,
-        total=base + mention + canonical,
-        **_evidence(c),
-    )
-    return _hit(c, breakdown)
-
-
-def _evidence(c: Candidate) -> dict[str, Any]:
-    return {
-        "raw_similarity": c.vector_similarity,
-        "fused_score": c.fused_score,
-        "vector_rank": c.vector_rank,
-        "fts_rank": c.fts_rank,
-        "lexeme_tf": c.lexeme_tf,
-        "lexeme_count": c.lexeme_count,
-    }
-
-
-def _hit(c: Candidate, breakdown: ScoreBreakdown) -> Hit:
-    return construct(Hit, {
-        "chunk_id": c.chunk_id,
-        "text": c.text,
-        "heading_path": c.heading_path,
-        "score": breakdown.total,
-        "scores": breakdown,
-        "origin": Origin.PRIMARY,
-        "document": c.document,
-        "chunk_order": c.chunk_order,
-        "similarity": c.vector_similarity,
-        "metadata": c.metadata,
-        "edge_type": None, "from_slug": None, "hop": None,  # not reached through the graph
-    })
+    total = base + mention + canonical
+    # no relevance signal: those terms stay 0.0, as ScoreBreakdown's defaults
+    return Scored(total, c, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, mention, boost, penalty, base,
+                             mention, canonical, total))
 
 
 def _canonical(doc: DocumentRef, s: Settings) -> tuple[float, float]:
