@@ -23,13 +23,10 @@ from .filters import SearchFilters, parse_filters
 from .ingestion import IngestReport, Progress, ingest_paths
 from .models import SearchResult
 from .pipeline import (
-    Branch,
     Fetch,
     SearchRequest,
-    arun_branch,
     arun_plan,
     leg_shape,
-    run_branch,
     run_plan,
     search_plan,
     validate_limit,
@@ -334,11 +331,11 @@ class KnowledgeBase:
                 raise translate(exc) from None
         raise AssertionError("unreachable")
 
-    def _fetch_all(self, branches: tuple[Branch, ...], held: list[Any]) -> tuple[Any, ...]:
-        """Answer independent branches at once: the first on the search's connection, each
-        other on a pooled connection that is idle right now, in a worker thread (psycopg waits
-        on the socket without the GIL). With no idle connection, or ``KB_PARALLEL_LEGS=false``,
-        one after the other: a search never waits for a second connection.
+    def _fetch_all(self, reqs: tuple[Fetch, ...], held: list[Any]) -> tuple[Any, ...]:
+        """Answer independent reads at once: the first on the search's connection, each other
+        on a pooled connection that is idle right now, in a worker thread (psycopg waits on the
+        socket without the GIL). With no idle connection, or ``KB_PARALLEL_LEGS=false``, one
+        after the other: a search never waits for a second connection.
 
         The idle connections stay with the search to its end and go back after its own one
         (:meth:`_release`). psycopg_pool hands out the connection idle longest, so the next
@@ -346,30 +343,26 @@ class KnowledgeBase:
         one for the worker. Pairs that swapped every search cost ~1 ms more on 2 cores
         (docs/decisions/0004-speed.md)."""
         extra: list[Any] = []
-        if self.settings.parallel_legs and len(branches) > 1:
+        if self.settings.parallel_legs and len(reqs) > 1:
             if not held:  # the search's own connection first: a pool of one must not deadlock
                 with translated():
                     held.append(self._require_pool().getconn())
-            extra = self._idle_connections(len(branches) - 1)
+            extra = self._idle_connections(len(reqs) - 1)
         if not extra:
-            return tuple(self._branch(b, held) for b in branches)
-        # branches[1..n] go to the n idle connections' workers; the others run here, on `held`
+            return tuple(self._fetch(r, held) for r in reqs)
+        # reqs[1..n] go to the n idle connections' workers; the others run here, on `held`
         helds = [[conn] for conn in extra]
         try:
-            futures = [self._executor().submit(self._branch, b, h)
-                       for b, h in zip(branches[1:], helds, strict=False)]
+            futures = [self._executor().submit(self._fetch, r, h)
+                       for r, h in zip(reqs[1:], helds, strict=False)]
             try:
-                mine = [self._branch(b, held)
-                        for b in (branches[0], *branches[1 + len(futures):])]
+                mine = [self._fetch(r, held) for r in (reqs[0], *reqs[1 + len(futures):])]
             finally:
                 wait(futures)  # never return a connection that a worker still uses
             return (mine[0], *[f.result() for f in futures], *mine[1:])
         finally:
             for h in helds:  # kept to the end of the search, returned after its own (_release)
                 held.extend(h)
-
-    def _branch(self, branch: Branch, held: list[Any]) -> Any:
-        return run_branch(branch, lambda req: self._fetch(req, held))
 
     def _idle_connections(self, n: int) -> list[Any]:
         """Up to ``n`` connections that are idle in the pool right now (never waits for one)."""
@@ -413,39 +406,35 @@ class KnowledgeBase:
                 raise translate(exc) from None
         raise AssertionError("unreachable")
 
-    async def _afetch_all(self, branches: tuple[Branch, ...], held: list[Any]
-                          ) -> tuple[Any, ...]:
-        """The async twin of :meth:`_fetch_all` (the branches run as concurrent tasks)."""
+    async def _afetch_all(self, reqs: tuple[Fetch, ...], held: list[Any]) -> tuple[Any, ...]:
+        """The async twin of :meth:`_fetch_all` (the reads run as concurrent tasks)."""
         extra: list[Any] = []
-        if self.settings.parallel_legs and len(branches) > 1:
+        if self.settings.parallel_legs and len(reqs) > 1:
             pool = await self._async_pool()
             if not held:  # the search's own connection first (see _fetch_all)
                 async with atranslated():
                     held.append(await pool.getconn())
-            for _ in range(min(len(branches) - 1, pool.get_stats().get("pool_available", 0))):
+            for _ in range(min(len(reqs) - 1, pool.get_stats().get("pool_available", 0))):
                 try:
                     extra.append(await pool.getconn(timeout=_IDLE_WAIT_S))
                 except PoolTimeout:
                     break
         if not extra:
-            return tuple([await self._abranch(b, held) for b in branches])
+            return tuple([await self._afetch(r, held) for r in reqs])
         helds = [held, *([conn] for conn in extra)]
         try:
-            parallel = branches[:len(helds)]
+            parallel = reqs[:len(helds)]
             answers = await asyncio.gather(
-                *(self._abranch(b, h) for b, h in zip(parallel, helds, strict=True)),
+                *(self._afetch(r, h) for r, h in zip(parallel, helds, strict=True)),
                 return_exceptions=True)  # every task ends before a connection goes back
             for a in answers:
                 if isinstance(a, BaseException):
                     raise a
-            rest = [await self._abranch(b, held) for b in branches[len(helds):]]
+            rest = [await self._afetch(r, held) for r in reqs[len(helds):]]
             return (*answers, *rest)
         finally:
             for h in helds[1:]:  # kept to the end of the search (see _fetch_all)
                 held.extend(h)
-
-    async def _abranch(self, branch: Branch, held: list[Any]) -> Any:
-        return await arun_branch(branch, lambda req: self._afetch(req, held))
 
     async def _arelease(self, held: list[Any]) -> None:
         """Return the search's connections to the pool, its own (``held[0]``) first."""

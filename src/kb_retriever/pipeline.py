@@ -36,8 +36,8 @@ from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row, document_from_row, vector_array
 
-__all__ = ["Branch", "Embed", "Fetch", "Parallel", "SearchRequest", "arun_branch", "arun_plan",
-           "fuse_legs", "run_branch", "run_plan", "search_plan"]
+__all__ = ["Embed", "Fetch", "Parallel", "SearchRequest", "arun_plan", "fuse_legs", "run_plan",
+           "search_plan"]
 
 
 @dataclass(frozen=True)
@@ -51,17 +51,12 @@ class Fetch:
     parse: Callable[[list[dict[str, Any]]], Any] | None = None
 
 
-# A branch of a Parallel: one read, or a sub-plan of reads run one after the other on one
-# connection (it yields Fetch requests and returns its answer; see run_branch).
-Branch = Fetch | Generator[Fetch, Any, Any]
-
-
 @dataclass(frozen=True)
 class Parallel:
-    """Run ``branches`` (independent of each other) and send back their answers in order; a
-    driver may run them at once, each on its own connection."""
+    """Run ``fetches`` (independent reads) and send back their answers in order; a driver may
+    run them at once, each on its own connection."""
 
-    branches: tuple[Branch, ...]
+    fetches: tuple[Fetch, ...]
 
 
 @dataclass(frozen=True)
@@ -371,43 +366,23 @@ def _ms(t: float) -> float:
     return (time.perf_counter() - t) * 1000.0
 
 
-def run_branch(branch: Branch, fetch: Callable[[Fetch], Any]) -> Any:
-    """A :class:`Parallel` branch's answer, its reads answered by ``fetch`` in turn."""
-    if isinstance(branch, Fetch):
-        return fetch(branch)
-    try:
-        request = next(branch)
-        while True:
-            request = branch.send(fetch(request))
-    except StopIteration as stop:
-        return stop.value
-
-
-async def arun_branch(branch: Branch, fetch: Callable[[Fetch], Awaitable[Any]]) -> Any:
-    """The async twin of :func:`run_branch`."""
-    if isinstance(branch, Fetch):
-        return await fetch(branch)
-    try:
-        request = next(branch)
-        while True:
-            request = branch.send(await fetch(request))
-    except StopIteration as stop:
-        return stop.value
+def _sequential(fetch: Callable[[Fetch], Any]) -> Callable[[tuple[Fetch, ...]], tuple[Any, ...]]:
+    return lambda fetches: tuple(fetch(f) for f in fetches)
 
 
 def run_plan(plan: Plan, fetch: Callable[[Fetch], Any], embed: Callable[[str], Any],
-             fetch_all: Callable[[tuple[Branch, ...]], tuple[Any, ...]] | None = None
+             fetch_all: Callable[[tuple[Fetch, ...]], tuple[Any, ...]] | None = None
              ) -> SearchResult:
     """Drive a plan with blocking I/O. ``fetch_all`` answers a :class:`Parallel` (default: one
-    branch after the other)."""
+    fetch after the other)."""
+    many = fetch_all or _sequential(fetch)
     try:
         request = next(plan)
         while True:
             if isinstance(request, Fetch):
                 answer = fetch(request)
             elif isinstance(request, Parallel):
-                answer = (fetch_all(request.branches) if fetch_all is not None
-                          else tuple(run_branch(b, fetch) for b in request.branches))
+                answer = many(request.fetches)
             else:
                 answer = embed(request.text)
             request = plan.send(answer)
@@ -417,7 +392,7 @@ def run_plan(plan: Plan, fetch: Callable[[Fetch], Any], embed: Callable[[str], A
 
 async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
                     embed: Callable[[str], Awaitable[Any]],
-                    fetch_all: Callable[[tuple[Branch, ...]], Awaitable[tuple[Any, ...]]] | None
+                    fetch_all: Callable[[tuple[Fetch, ...]], Awaitable[tuple[Any, ...]]] | None
                     = None) -> SearchResult:
     """Drive a plan with async I/O (``fetch_all`` as in :func:`run_plan`)."""
     try:
@@ -428,9 +403,9 @@ async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
                 answer = await fetch(request)
             elif isinstance(request, Parallel):
                 if fetch_all is not None:
-                    answer = await fetch_all(request.branches)
+                    answer = await fetch_all(request.fetches)
                 else:
-                    answer = tuple([await arun_branch(b, fetch) for b in request.branches])
+                    answer = tuple([await fetch(f) for f in request.fetches])
             else:
                 answer = await embed(request.text)
             request = plan.send(answer)
