@@ -174,7 +174,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         legs = (Fetch(fts_sql, params, "keyword_leg"), *legs)
     answers = yield Parallel(legs)
     vector_rows, keyword_rows = answers[-1], answers[0] if hybrid else None
-    # the query's lexemes as the statements stemmed them, sorted (every leg returns a row)
+    # the query's lexemes as the statements stemmed them, sorted (the vector leg returns them,
+    # on every row, and always returns a row)
     lexemes = list(vector_rows[0]["query_lexemes"] or ()) if vector_rows else []
     rows, n_pre = fuse_legs(vector_rows, keyword_rows, settings)
     timings["candidates"] = _ms(t)

@@ -50,6 +50,9 @@ def test_the_legs_are_two_independent_statements():
                           "coalesce((SELECT string_agg(quote_literal(l), ' | ' ORDER BY o) "
                           "FROM sel), '')) AS query)")
     assert "fts_m AS MATERIALIZED" in fts
+    # the query's lexemes come back once, from the vector leg (the BM25 idf's lexemes)
+    assert "(SELECT lexemes FROM ql) AS query_lexemes" in vec
+    assert "AS query_lexemes" not in fts
     assert "LIMIT 300)" in fts and "<=> %(qvec)s AS dist" not in fts
     assert "LIMIT 30)" in fts
     assert params == {}

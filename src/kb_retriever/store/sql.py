@@ -310,19 +310,21 @@ _CANDIDATE_JOINS = sql.SQL(
 )
 
 
-def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Composable]
-         ) -> sql.Composed:
+def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Composable], *,
+         with_lexemes: bool = False) -> sql.Composed:
     """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
 
-    ``n_pre`` (the leg's matches before the similarity threshold, from ``counted``) and
-    ``query_lexemes`` (CTE ql: the query's lexemes, sorted) come on every row; an empty leg
-    returns one row of NULLs carrying them.
+    ``n_pre`` (the leg's matches before the similarity threshold, from ``counted``) comes on
+    every row, and so does ``query_lexemes`` (CTE ql: the query's lexemes, sorted) when
+    ``with_lexemes`` (one leg is enough: the search reads them from the vector leg); an empty
+    leg returns one row of NULLs carrying them.
     """
+    lexemes = sql.SQL(", (SELECT lexemes FROM ql) AS query_lexemes" if with_lexemes else "")
     return sql.SQL(
         "WITH {ql}, {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
-        "SELECT n.n_pre, n.query_lexemes, leg_rows.* FROM (SELECT count(*) AS n_pre, "
-        "(SELECT lexemes FROM ql) AS query_lexemes FROM {counted}) n LEFT JOIN leg_rows ON true"
-    ).format(ql=QUERY_LEXEMES, ctes=ctes, hits=sql.Identifier(hits),
+        "SELECT n.*, leg_rows.* FROM (SELECT count(*) AS n_pre{lexemes} FROM {counted}) n "
+        "LEFT JOIN leg_rows ON true"
+    ).format(ql=QUERY_LEXEMES, ctes=ctes, hits=sql.Identifier(hits), lexemes=lexemes,
              row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, linked=lit["linked"]),
              joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN),
              counted=sql.Identifier(counted))
@@ -375,7 +377,7 @@ def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: boo
     (``mention`` true, no rank) unless the leg found it, so the mention boost can act even when
     neither leg found the document (fix of reference §24.11). Scope, ``kc`` and ``min_sim``
     come from ``shape`` (literals); params: qvec, fts_lang, fts_text, mention_ids, and the
-    filters' (returned).
+    filters' (returned). Its rows also carry the query's lexemes (``query_lexemes``).
     """
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
@@ -397,7 +399,7 @@ def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: boo
             "WHERE id NOT IN (SELECT id FROM vec_r))"
         ).format(join=join, scope=scope, filt=filt)
         hits = "vec_m"
-    return _leg(ctes, hits, "vec", lit), p
+    return _leg(ctes, hits, "vec", lit, with_lexemes=True), p
 
 
 @_remembered
