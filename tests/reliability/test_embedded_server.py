@@ -1,0 +1,164 @@
+"""The embedded server is ours to run safely (issue: reliability and security).
+
+Each test starts servers in subprocesses on a home of its own, as a user's processes would.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from kb_retriever.store import lifecycle
+from kb_retriever.store.server import _SYSTEM_DIR, _locate, start_embedded
+
+from ._util import HELPERS, PYTHON
+
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
+
+def _worker(home: Path, mode: str = "exit") -> subprocess.Popen[str]:
+    return subprocess.Popen([PYTHON, str(HELPERS / "server_worker.py"), str(home), mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _ready(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        proc.kill()
+        raise AssertionError(f"server did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    return line.split(" ", 1)[1].strip()
+
+
+def _pgdata(url: str) -> Path:
+    """The data directory of the server behind ``url`` (it may not be under the home)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting('data_directory')").fetchone()
+    assert row is not None
+    return Path(row[0])
+
+
+def _wait_gone(pgdata: Path, seconds: float = 20) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if lifecycle.postmaster_pid(pgdata) is None:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A directory every user may traverse (like /tmp), removed with whatever it holds."""
+    path = Path(tempfile.mkdtemp(prefix="kb-srv-"))
+    path.chmod(0o755)
+    yield path
+    for pidfile in path.rglob(lifecycle.PIDFILE):
+        pid = lifecycle.postmaster_pid(pidfile.parent)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_long_home_socket_is_private_and_a_password_is_required(base: Path) -> None:
+    home = base / ("h" * 100) / "home"
+    proc = _worker(home, "hold")
+    try:
+        url = _ready(proc)
+        params = conninfo_to_dict(url)
+        sock = Path(params["host"])
+        st = sock.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o700
+        assert st.st_uid == _pgdata(url).stat().st_uid  # owned by the server's user
+        assert "password" not in params and (home / "pgpass").exists()
+        assert stat.S_IMODE((home / "pgpass").stat().st_mode) == 0o600
+        without_secret = {k: v for k, v in params.items() if k != "passfile"}
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(**without_secret, passfile=os.devnull).close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            hba = conn.execute("SELECT type, auth_method FROM pg_hba_file_rules").fetchall()
+            listen = conn.execute("SELECT current_setting('listen_addresses')").fetchone()
+        assert hba == [("local", "scram-sha-256")] and listen == ("",)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_start_changes_no_parent_permissions(base: Path) -> None:
+    private = base / "private"
+    private.mkdir(mode=0o700)
+    middle = private / "team"
+    middle.mkdir(mode=0o750)
+    home = middle / "kb"
+    proc = _worker(home, "hold")
+    try:
+        pgdata = _pgdata(_ready(proc))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert stat.S_IMODE(middle.stat().st_mode) == 0o750
+    if pgdata.parent != home:  # root: the service user cannot pass the private parent
+        assert str(pgdata).startswith(str(_SYSTEM_DIR))
+        assert _wait_gone(pgdata)
+        shutil.rmtree(pgdata.parent, ignore_errors=True)
+
+
+def test_stale_pid_file_naming_a_live_process_signals_nothing(base: Path) -> None:
+    home = base / "home"
+    first = _worker(home, "hold")
+    pgdata = _pgdata(_ready(first))
+    first.kill()  # the watchdog stops the server
+    first.wait(timeout=30)
+    assert _wait_gone(pgdata)
+    bystander = subprocess.Popen(["sleep", "120"])
+    try:
+        lines = [str(bystander.pid), str(pgdata), "0", "5432", str(pgdata), "", "", "ready"]
+        (pgdata / lifecycle.PIDFILE).write_text("\n".join(lines) + "\n")
+        second = _worker(home)
+        _ready(second)
+        assert second.wait(timeout=60) == 0
+        assert bystander.poll() is None  # still running: never signalled
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_concurrent_first_start_up(base: Path) -> None:
+    home = base / "fresh"
+    procs = [_worker(home) for _ in range(3)]
+    for p in procs:
+        _ready(p)
+    errors = [p.stderr.read() if p.stderr else "" for p in procs]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0], errors
+
+
+def test_server_stops_when_its_only_client_is_killed(base: Path) -> None:
+    home = base / "home"
+    proc = _worker(home, "hold")
+    pgdata = _pgdata(_ready(proc))
+    assert lifecycle.postmaster_pid(pgdata) is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert _wait_gone(pgdata), "the watchdog did not stop the server"
+
+
+def test_in_process_start_is_idempotent(base: Path) -> None:
+    home = base / "home"
+    url = start_embedded(home)
+    assert start_embedded(home) == url
+    assert [pid for pid, _ in lifecycle.live_clients(home)] == [os.getpid()]
+    server = _locate(home)
+    lifecycle.release(home, server.pgdata, server.bindir, server.user, os.getpid())
+    assert lifecycle.live_clients(home) == [] and _wait_gone(server.pgdata, 5)
