@@ -37,7 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("ingest", help="ingest files or directories")
     sp.add_argument("paths", nargs="+")
     scope(sp)
-    sp.add_argument("--prune", action="store_true", help="delete documents whose file is gone")
+    sp.add_argument("--prune", action="store_true",
+                    help="delete the documents found under these paths before whose file is gone")
+    sp.add_argument("--follow-symlinks", action="store_true",
+                    help="follow symlinks that point outside the ingest paths")
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
 
     for name, helptext in (("search", "search and print the result"),
@@ -96,30 +99,39 @@ def _progress() -> Any:
     return show
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters escaped: a file name must not move the cursor or
+    recolour the terminal (``\x1b[2J``), nor forge a line of the report (``\n``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     with _kb(args) as kb:
-        report = kb.ingest(args.paths, prune=args.prune, progress=_progress())
+        report = kb.ingest(args.paths, prune=args.prune, progress=_progress(),
+                           follow_symlinks=args.follow_symlinks)
     if args.json:
         print(json.dumps(report.__dict__, indent=2, default=str))
     else:
         print(report.summary())
-        for path, msg in report.failed:
-            print(f"  failed: {path}: {msg}")
-        for path, msg in report.warnings:
-            print(f"  warning: {path}: {msg}")
-    return EXIT_FAILURE if report.failed and not (report.added or report.updated
-                                                   or report.unchanged) else EXIT_OK
+        for label, rows in (("failed", report.failed), ("skipped", report.skipped),
+                            ("warning", report.warnings)):
+            for path, msg in rows:
+                print(f"  {label}: {printable(path)}: {printable(msg)}")
+    # The same rule for a folder and for a file named explicitly: did anything fail?
+    return EXIT_FAILURE if report.failed else EXIT_OK
 
 
 def _search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     filters = None
     if args.filters:
+        from .errors import FilterError
+
         try:
             filters = json.loads(args.filters)
         except json.JSONDecodeError as exc:
-            from .errors import FilterError
-
             raise FilterError(f"--filters is not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise FilterError("--filters is nested too deeply") from None
     projects = [args.project, *args.also_project]
     return {"limit": args.limit, "filters": filters,
             "project": projects if len(projects) > 1 else args.project}
@@ -171,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except KbError as exc:
-        print(f"kb-retriever: {exc}", file=sys.stderr)
+        print(f"kb-retriever: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -98,7 +98,9 @@ def _date(key: str, value: Any, *, end: bool) -> datetime | None:
 def _scalar_ok(v: Any) -> bool:
     if isinstance(v, bool) or v is None:
         return True
-    if isinstance(v, (int, float)):
+    if isinstance(v, int):
+        return -(2**63) <= v < 2**63  # a bigint; 10**400 is no number PostgreSQL compares
+    if isinstance(v, float):
         return math.isfinite(v)
     return isinstance(v, str) and "\x00" not in v and len(v) <= 10_000
 

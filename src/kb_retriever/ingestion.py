@@ -1,36 +1,53 @@
-"""Ingest orchestration: find files → parse → embed (cached) → write, one document at a time."""
+"""Ingest orchestration: find files → parse → embed (cached, in batches) → write, file by file.
+
+One file's failure (unreadable, unparsable, rejected by the database, over a limit) is
+reported and the run goes on; a lost connection or a failing embedder (its fault, not the
+file's: every later file would fail the same way) stops it.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
 
 from .embedding import Embedder, check_vectors, embedder_errors
-from .errors import IngestError, InputError, KbError
+from .errors import IngestError, InputError
 from .ingest import SUPPORTED_SUFFIXES, parse_document
 from .models import DocumentDraft
 from .settings import Settings
 from .store import writer
+from .store.connection import translate
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int, str], None]
 
+# Texts per embedder call: the embedder's memory stays flat whatever the file's size.
+EMBED_BATCH = 256
+
 
 @dataclass
 class IngestReport:
-    """What an ingest did. ``failed`` and ``warnings`` are (source path, message) pairs."""
+    """What an ingest did. ``failed``, ``skipped`` and ``warnings`` are (path, reason) pairs.
+
+    ``skipped`` holds files that were not read on purpose (unsupported type, no text, a
+    symlink leaving its root); ``failed`` those that could not be ingested. The previous
+    version of a failed or skipped document stays as it was.
+    """
 
     added: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     deleted: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)
     chunks_written: int = 0
     chunks_embedded: int = 0
@@ -38,28 +55,126 @@ class IngestReport:
     def summary(self) -> str:
         return (
             f"{len(self.added)} added, {len(self.updated)} updated, {len(self.unchanged)} "
-            f"unchanged, {self.deleted} deleted, {len(self.failed)} failed "
-            f"({self.chunks_written} chunks written, {self.chunks_embedded} embedded)"
+            f"unchanged, {len(self.skipped)} skipped, {self.deleted} deleted, "
+            f"{len(self.failed)} failed ({self.chunks_written} chunks written, "
+            f"{self.chunks_embedded} embedded)"
         )
 
 
-def discover(paths: Iterable[str | Path]) -> list[tuple[Path, Path]]:
-    """(file, root) pairs for every supported file under ``paths`` (hidden files skipped)."""
-    found: list[tuple[Path, Path]] = []
-    for raw in paths:
-        path = Path(raw)
+@dataclass(frozen=True)
+class Found:
+    """A file to ingest: its path, the root it was found under, its path relative to that."""
+
+    file: Path
+    root: Path
+    rel: str
+
+
+def as_paths(paths: Any) -> list[Path]:
+    """``paths`` as a list: one ``str``/``Path`` is one path, not a sequence of characters."""
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    try:
+        items = list(paths)
+    except TypeError:
+        raise InputError(f"paths must be a path or a list of paths, not {type(paths).__name__}") from None
+    out = []
+    for item in items:
+        if not isinstance(item, str | os.PathLike) or not str(item).strip():
+            raise InputError(f"each path must be a non-empty str or Path, not {item!r:.60}")
+        if "\x00" in str(item):
+            raise InputError("a path must not contain NUL characters")
+        out.append(Path(item))
+    if not out:
+        raise InputError("ingest needs at least one path")
+    return out
+
+
+def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False,
+             report: IngestReport | None = None) -> list[tuple[Path, Path]]:
+    """(file, root) pairs for every supported file under ``paths`` (hidden files skipped).
+
+    Files of other types, and symlinks that leave their root (unless ``follow_symlinks``),
+    are listed in ``report.skipped`` when a report is given.
+    """
+    return [(f.file, f.root) for f in find_files(as_paths(paths), follow_symlinks=follow_symlinks,
+                                                 report=report or IngestReport())]
+
+
+def find_files(paths: Sequence[Path], *, follow_symlinks: bool,
+               report: IngestReport) -> list[Found]:
+    found: list[Found] = []
+    owner: dict[str, Path] = {}  # relative path -> the root that gave it first
+    for path in paths:
         if path.is_dir():
-            for f in sorted(path.rglob("*")):
-                rel = f.relative_to(path)
-                if f.is_file() and f.suffix.lower() in SUPPORTED_SUFFIXES and not any(
-                    part.startswith(".") for part in rel.parts
-                ):
-                    found.append((f, path))
+            candidates = _walk(path, follow_symlinks, report)
         elif path.is_file():
-            found.append((path, path.parent))
+            candidates = [(path, path.parent)]
         else:
-            raise InputError(f"no such file or directory: {raw}")
+            raise InputError(f"no such file or directory: {path}")
+        for file, root in candidates:
+            rel = file.relative_to(root).as_posix()
+            if file.suffix.lower() not in SUPPORTED_SUFFIXES:
+                report.skipped.append((rel, f"unsupported file type {file.suffix or '(none)'!r}; "
+                                            f"supported: {', '.join(SUPPORTED_SUFFIXES)}"))
+                continue
+            if rel in owner and owner[rel] != root:
+                report.failed.append((rel, f"{file} has the same relative path as the file "
+                                           f"under {owner[rel]}; ingest the two roots into "
+                                           "different projects, or their common parent"))
+                continue
+            if rel not in owner:
+                owner[rel] = root
+                found.append(Found(file, root, rel))
     return found
+
+
+def _walk(root: Path, follow_symlinks: bool, report: IngestReport) -> list[tuple[Path, Path]]:
+    real_root = root.resolve()
+    out = []
+
+    def unreadable(exc: OSError) -> None:
+        where = Path(exc.filename).relative_to(root).as_posix() if exc.filename else "."
+        report.failed.append((where, f"cannot read directory ({exc.strerror or exc})"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable,
+                                                followlinks=follow_symlinks):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in dirnames if not follow_symlinks else ():
+            link = Path(dirpath, name)
+            if link.is_symlink() and not link.resolve().is_relative_to(real_root):
+                report.skipped.append((link.relative_to(root).as_posix(),
+                                       "symlink to a directory outside the ingest root "
+                                       "(not followed)"))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            file = Path(dirpath, name)
+            if not follow_symlinks and file.is_symlink():
+                target = file.resolve()
+                if not target.is_relative_to(real_root):
+                    report.skipped.append((file.relative_to(root).as_posix(),
+                                           "symlink to a file outside the ingest root "
+                                           "(not followed)"))
+                    continue
+            if file.is_file():
+                out.append((file, root))
+    return sorted(out)
+
+
+def embed_in_batches(conn: psycopg.Connection, embedder: Embedder, tenant: str,
+                     texts: Sequence[str]) -> tuple[list[np.ndarray], int]:
+    """:func:`embed_chunks` :data:`EMBED_BATCH` texts at a time: the embedder never sees more,
+    and what a batch embedded is cached before the next starts. Returns (vectors, newly
+    embedded); the vectors are held for the document's one write (at most
+    ``KB_INGEST_MAX_CHUNKS`` of them)."""
+    vectors: list[np.ndarray] = []
+    n_new = 0
+    for start in range(0, len(texts), EMBED_BATCH):
+        batch, n = embed_chunks(conn, embedder, tenant, texts[start:start + EMBED_BATCH])
+        vectors += batch
+        n_new += n
+    return vectors, n_new
 
 
 def embed_chunks(conn: psycopg.Connection, embedder: Embedder, tenant: str,
@@ -83,30 +198,27 @@ def embed_chunks(conn: psycopg.Connection, embedder: Embedder, tenant: str,
 
 def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Settings, *,
                  paths: Iterable[str | Path], tenant: str, project: str, prune: bool = False,
-                 progress: Progress | None = None) -> IngestReport:
+                 progress: Progress | None = None, follow_symlinks: bool = False) -> IngestReport:
     """Ingest every supported file under ``paths`` into (tenant, project)."""
     report = IngestReport()
-    files = discover(paths)
-    seen_by_root: dict[Path, list[str]] = {}
-    for i, (file, root) in enumerate(files):
-        rel = file.relative_to(root).as_posix() if file != root else file.name
-        seen_by_root.setdefault(root, []).append(rel)
+    roots = as_paths(paths)
+    files = find_files(roots, follow_symlinks=follow_symlinks, report=report)
+    for i, found in enumerate(files):
         if progress:
-            progress(i, len(files), rel)
+            progress(i, len(files), found.rel)
         try:
-            draft = parse_document(file, root=root, settings=settings)
-            for w in draft.canonical_warnings:
-                report.warnings.append((draft.source_path, w))
             written = report.chunks_written
-            _ingest_one(conn, embedder, tenant, project, draft, report)
+            _ingest_file(conn, embedder, settings, tenant, project, found, report)
             if not written and report.chunks_written:  # the run's first write
                 writer.refresh_document_stats(conn)
         except IngestError as exc:
-            report.failed.append((rel, str(exc)))
-        except KbError:
-            raise
+            report.failed.append((found.rel, _without_path(str(exc), found.rel)))
+        except psycopg.Error as exc:
+            if conn.broken:  # nothing after this can be written: stop, do not report N times
+                raise translate(exc) from None
+            report.failed.append((found.rel, str(translate(exc))))
         except (OSError, UnicodeError, ValueError) as exc:
-            report.failed.append((rel, f"{type(exc).__name__}: {exc}"))
+            report.failed.append((found.rel, f"{type(exc).__name__}: {exc}"))
     if progress:
         progress(len(files), len(files), "")
     if report.chunks_written:
@@ -114,25 +226,67 @@ def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Setting
         # rather than waiting for autovacuum. ANALYZE samples, so this stays cheap at scale.
         conn.execute("ANALYZE kb_chunks")
     if prune:
-        # Paths are relative to their roots, so "missing" means: in the project, not seen now.
-        keep = [rel for rels in seen_by_root.values() for rel in rels]
-        report.deleted += writer.delete_missing(
-            conn, tenant=tenant, project=project, prefix="", keep=keep
-        )
+        report.deleted += prune_missing(conn, tenant=tenant, project=project, roots=roots)
     return report
 
 
+def _without_path(message: str, rel: str) -> str:
+    """Loaders name the file in their messages; the report already does."""
+    prefix = f"{rel}: "
+    return message[len(prefix):] if message.startswith(prefix) else message
+
+
+def _ingest_file(conn: psycopg.Connection, embedder: Embedder, settings: Settings, tenant: str,
+                 project: str, found: Found, report: IngestReport) -> None:
+    draft = parse_document(found.file, root=found.root, settings=settings)
+    if not draft.chunks:
+        report.skipped.append((found.rel, "no text to index"))
+        return
+    if len(draft.chunks) > settings.ingest_max_chunks:
+        raise IngestError(f"{len(draft.chunks)} chunks, more than KB_INGEST_MAX_CHUNKS="
+                          f"{settings.ingest_max_chunks}; split the file or raise the limit")
+    for w in draft.canonical_warnings:
+        report.warnings.append((draft.source_path, w))
+    _ingest_one(conn, embedder, tenant, project, draft, report,
+                source_root=str(found.root.resolve()))
+
+
 def _ingest_one(conn: psycopg.Connection, embedder: Embedder, tenant: str, project: str,
-                draft: DocumentDraft, report: IngestReport) -> None:
+                draft: DocumentDraft, report: IngestReport, *, source_root: str | None) -> None:
     if writer.existing_hash(conn, tenant, project, draft.source_path) == draft.content_hash:
         report.unchanged.append(draft.source_path)
         return
-    vectors, n_new = embed_chunks(conn, embedder, tenant, [c.text for c in draft.chunks])
+    vectors, n_new = embed_in_batches(conn, embedder, tenant, [c.text for c in draft.chunks])
     status = writer.write_document(conn, tenant=tenant, project=project, draft=draft,
-                                   embeddings=vectors)
+                                   embeddings=vectors, source_root=source_root)
     report.chunks_embedded += n_new
     if status == "unchanged":
         report.unchanged.append(draft.source_path)
         return
     getattr(report, status).append(draft.source_path)
     report.chunks_written += len(draft.chunks)
+
+
+def prune_missing(conn: psycopg.Connection, *, tenant: str, project: str,
+                  roots: Sequence[Path]) -> int:
+    """Delete the project's documents found under one of ``roots`` whose file is gone.
+
+    Documents from other roots, and those written before the root was recorded, stay.
+    """
+    dirs = {str(r.resolve()): r.resolve() for r in roots if r.is_dir()}
+    dirs.update({str(r.parent.resolve()): r.parent.resolve() for r in roots if r.is_file()})
+    rows = conn.execute(
+        "SELECT source_root, source_path FROM kb_documents WHERE tenant_id = %s "
+        "AND project_key = %s AND source_root = ANY(%s)", [tenant, project, list(dirs)],
+    ).fetchall()
+    gone = [(root, rel) for root, rel in rows if not (dirs[root] / rel).is_file()]
+    if not gone:
+        return 0
+    with conn.transaction():
+        cur = conn.execute(
+            "DELETE FROM kb_documents d USING unnest(%s::text[], %s::text[]) AS g(root, rel) "
+            "WHERE d.tenant_id = %s AND d.project_key = %s AND d.source_root = g.root "
+            "AND d.source_path = g.rel",
+            [[g[0] for g in gone], [g[1] for g in gone], tenant, project],
+        )
+        return cur.rowcount

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -20,7 +21,7 @@ from .embedding import Embedder, default_embedder, embedder_errors
 from .embedding.base import check_vector
 from .errors import ConfigError, InputError, StoreError
 from .filters import SearchFilters, parse_filters
-from .ingestion import IngestReport, Progress, ingest_paths
+from .ingestion import IngestReport, Progress, as_paths, ingest_paths
 from .models import SearchResult
 from .pipeline import (
     Fetch,
@@ -53,6 +54,9 @@ _NAME_MAX = 120
 # A cached read holds at most this many rows (rejected-approach chunks of a huge scope are
 # read on every search instead).
 _CACHE_MAX_ROWS = 20_000
+# Scopes whose cached reads are kept: thousands of distinct project lists must not grow the
+# process without bound.
+_CACHE_MAX_ENTRIES = 256
 
 
 # How long a search waits for an idle connection it saw in the pool for its second leg (a
@@ -64,6 +68,25 @@ def _name(kind: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX or "\x00" in value:
         raise InputError(f"{kind} must be a non-empty string of at most {_NAME_MAX} characters")
     return value.strip()
+
+
+def _doc_ids(values: Any) -> frozenset[int]:
+    if values is None:
+        return frozenset()
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise InputError("mention_doc_ids takes a list of document ids (integers)")
+    out = set()
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**63:
+            raise InputError(f"mention_doc_ids takes positive integer document ids, not {v!r:.40}")
+        out.add(v)
+    return frozenset(out)
+
+
+def _moment(value: Any) -> datetime | None:
+    if value is not None and not isinstance(value, datetime):
+        raise InputError(f"now takes a datetime, not {type(value).__name__}")
+    return value
 
 
 class KnowledgeBase:
@@ -110,6 +133,7 @@ class KnowledgeBase:
         # read alone cost ~3 ms at 100k chunks).
         # The cache holds each read's answer as the plan wants it (parsed, see Fetch.parse).
         self._cache: dict[tuple[Any, ...], tuple[float, Any]] = {}
+        self._cache_lock = threading.Lock()
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -198,24 +222,36 @@ class KnowledgeBase:
         return self._apool
 
     # --- ingest --------------------------------------------------------------------------
-    def ingest(self, paths: Iterable[str | Path], *, project: str | None = None,
+    def ingest(self, paths: str | Path | Iterable[str | Path], *, project: str | None = None,
                tenant: str | None = None, prune: bool = False,
-               progress: Progress | None = None) -> IngestReport:
+               progress: Progress | None = None, follow_symlinks: bool = False) -> IngestReport:
         """Ingest Markdown, text, PDF and DOCX files (directories recursively).
 
-        Unchanged files are skipped by content hash; a changed file replaces its previous
-        version in one transaction; files that fail are reported and leave the previous
-        version intact. ``prune=True`` deletes documents of the project whose file is gone.
+        ``paths`` is one path or a list of them. Unchanged files are skipped by content hash; a
+        changed file replaces its previous version in one transaction; a file that fails is
+        reported in ``failed`` and leaves its previous version intact, and the run goes on.
+        Symlinks that leave their root are skipped unless ``follow_symlinks``. ``prune=True``
+        deletes the documents found under these paths before whose file is now gone.
         """
+        roots = as_paths(paths)
+        scope = (_name("tenant", self.tenant if tenant is None else tenant),
+                 _name("project", self.project if project is None else project))
         pool = self._write_pool()
         try:
             with translated(), pool.connection() as conn:
-                return ingest_paths(
-                    conn, self.embedder, self.settings, paths=paths,
-                    tenant=_name("tenant", tenant or self.tenant),
-                    project=_name("project", project or self.project), prune=prune,
-                    progress=progress,
-                )
+                # A large file's COPY may take longer than a search's statement timeout.
+                conn.execute("SELECT set_config('statement_timeout', %s, false)",
+                             [str(self.settings.ingest_statement_timeout_ms)])
+                try:
+                    return ingest_paths(
+                        conn, self.embedder, self.settings, paths=roots, tenant=scope[0],
+                        project=scope[1], prune=prune, progress=progress,
+                        follow_symlinks=follow_symlinks,
+                    )
+                finally:
+                    if not conn.broken:
+                        conn.execute("SELECT set_config('statement_timeout', %s, false)",
+                                     [str(self.settings.statement_timeout_ms)])
         finally:
             self._cache.clear()  # the ingest re-analysed kb_chunks: new lexeme statistics
 
@@ -236,7 +272,8 @@ class KnowledgeBase:
                 "INSERT INTO kb_synonyms (tenant_id, project_key, term, synonyms) "
                 "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id, project_key, term) "
                 "DO UPDATE SET synonyms = EXCLUDED.synonyms, enabled = true",
-                [_name("tenant", tenant or self.tenant), _name("project", project or self.project),
+                [_name("tenant", self.tenant if tenant is None else tenant),
+                 _name("project", self.project if project is None else project),
                  _name("term", term), [_name("synonym", s) for s in synonyms]],
             )
 
@@ -250,8 +287,10 @@ class KnowledgeBase:
             projects = [self.project]
         elif isinstance(project, str):
             projects = [project]
-        else:
+        elif isinstance(project, Iterable):
             projects = list(project)
+        else:
+            raise InputError("project must be a project key or a list of them")
         if not projects:
             raise InputError("project must name at least one project")
         vec = None
@@ -259,14 +298,14 @@ class KnowledgeBase:
             vec = self._vector(query_embedding)
         return SearchRequest(
             query=validate_query(query, self.settings),
-            scope=Scope(tenant=_name("tenant", tenant or self.tenant),
+            scope=Scope(tenant=_name("tenant", self.tenant if tenant is None else tenant),
                         projects=tuple(dict.fromkeys(_name("project", p) for p in projects))),
             limit=validate_limit(self.settings.default_limit if limit is None else limit,
                                  self.settings),
             filters=parse_filters(filters),
-            mention_doc_ids=frozenset(int(i) for i in (mention_doc_ids or ())),
+            mention_doc_ids=_doc_ids(mention_doc_ids),
             query_embedding=vec,
-            now=now,
+            now=_moment(now),
         )
 
     def _vector(self, values: Sequence[float]) -> np.ndarray:
@@ -304,7 +343,11 @@ class KnowledgeBase:
         answer = req.parse(rows) if req.parse is not None else rows
         key = self._cache_key(req)
         if key and len(rows) <= _CACHE_MAX_ROWS:
-            self._cache[key[0]] = (time.monotonic() + key[1], answer)
+            with self._cache_lock:
+                self._cache.pop(key[0], None)
+                self._cache[key[0]] = (time.monotonic() + key[1], answer)
+                while len(self._cache) > _CACHE_MAX_ENTRIES:  # the oldest scope goes first
+                    del self._cache[next(iter(self._cache))]
         return answer
 
     def _fetch(self, req: Fetch, held: list[Any]) -> Any:

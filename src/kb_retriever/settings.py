@@ -58,16 +58,14 @@ class Settings(BaseSettings):
     """All knobs of kb-retriever. Field docs name the environment variable."""
 
     model_config = SettingsConfigDict(
-        frozen=True, extra="forbid", populate_by_name=True, env_prefix="KB_", case_sensitive=False
+        frozen=True, extra="forbid", populate_by_name=True, env_prefix="KB_", case_sensitive=False,
+        allow_inf_nan=False,  # a NaN weight would make every score NaN (and --json print NaN)
     )
 
     # --- where the data lives -------------------------------------------------------------
     database_url: str | None = _field(None, "KB_DATABASE_URL")
     home: Path = _field(Path.home() / ".kb-retriever", "KB_HOME")
     embedder: Literal["minilm", "hashing"] = _field("minilm", "KB_EMBEDDER")
-    embeddings_dimensions: int | None = _field(
-        None, "KB_EMBEDDINGS_DIMENSIONS", ge=1, le=16000
-    )
     # Two connections kept open: a search runs its vector and full-text legs at once.
     pool_min_size: int = _field(2, "KB_POOL_MIN_SIZE", ge=0, le=64)
     pool_max_size: int = _field(4, "KB_POOL_MAX_SIZE", ge=1, le=256)
@@ -145,9 +143,6 @@ class Settings(BaseSettings):
         3, "KB_DIVERSIFICATION_MAX_CHUNKS_PER_DOC", ge=0
     )
     runner_up_limit: int = _field(15, "KB_RUNNER_UP_LIMIT", ge=0, le=1000)
-    runner_up_min_similarity: float | None = _field(
-        None, "KB_RUNNER_UP_MIN_SIMILARITY"
-    )
 
     # --- canonical trust gradient ---------------------------------------------------------
     canonical_enabled: bool = _field(True, "KB_CANONICAL_ENABLED")
@@ -217,6 +212,12 @@ class Settings(BaseSettings):
     )
     chunk_overlap_tokens: int = _field(64, "KB_CHUNK_OVERLAP_TOKENS", ge=0)
 
+    # --- ingest limits ---------------------------------------------------------------------
+    # A file with more chunks fails with this reason (20,000 headings in 388 KB is not prose).
+    ingest_max_chunks: int = _field(20_000, "KB_INGEST_MAX_CHUNKS", ge=1, le=1_000_000)
+    # The statement timeout of an ingest's connection: a large file's COPY takes longer than a
+    # search may (KB_STATEMENT_TIMEOUT_MS). 0 means none.
+    ingest_statement_timeout_ms: int = _field(600_000, "KB_INGEST_STATEMENT_TIMEOUT_MS", ge=0)
     # --- benchmark gates ------------------------------------------------------------------
     benchmark_threshold_ndcg: float = _field(0.80, "KB_BENCHMARK_THRESHOLD_NDCG")
     benchmark_threshold_mrr: float = _field(0.85, "KB_BENCHMARK_THRESHOLD_MRR")
@@ -226,6 +227,12 @@ class Settings(BaseSettings):
     benchmark_threshold_refusal_accuracy: float = _field(
         0.95, "KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY"
     )
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:  # one error type for every bad setting, env or code
+            raise _config_error(exc) from None
 
     @field_validator("graph_expansion_edge_types", mode="before")
     @classmethod
@@ -254,14 +261,10 @@ class Settings(BaseSettings):
     def _check_pool(self) -> Settings:
         if self.pool_min_size > self.pool_max_size:
             raise ValueError("pool_min_size must be <= pool_max_size")
+        if self.default_limit > self.max_limit:
+            raise ValueError(f"KB_DEFAULT_LIMIT ({self.default_limit}) must be <= KB_MAX_LIMIT "
+                             f"({self.max_limit}): every search would fail")
         return self
-
-    @property
-    def effective_runner_up_min_similarity(self) -> float:
-        """Runner-up floor: explicit, else ``max(0, min_similarity - 0.10)`` (reference §14)."""
-        if self.runner_up_min_similarity is not None:
-            return self.runner_up_min_similarity
-        return max(0.0, self.default_min_similarity - 0.10)
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -269,11 +272,12 @@ def load_settings(**overrides: Any) -> Settings:
 
     The message names the offending setting and its valid values.
     """
-    try:
-        return Settings(**overrides)
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "settings"
-            lines.append(f"{loc}: {err['msg']}")
-        raise ConfigError("invalid configuration: " + "; ".join(lines)) from None
+    return Settings(**overrides)
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "settings"
+        lines.append(f"{loc}: {err['msg']}")
+    return ConfigError("invalid configuration: " + "; ".join(lines))

@@ -30,6 +30,9 @@ PARAGRAPH_SPLIT = "paragraph_split"
 BYTES_PER_TOKEN = 4  # the reference estimate: ceil(utf-8 bytes / 4)
 _JOINER = "\n\n"
 
+# A heading is a label: longer ones are pasted prose (a 1.7 MB "heading" overflowed the chunk's
+# tsvector, whose limit is 1 MB); they are cut at a word boundary.
+MAX_HEADING_CHARS = 200
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _WIKILINK_RE = re.compile(r"\[\[([^\[\]]+)\]\]")
@@ -90,7 +93,7 @@ def split_sections(body: str) -> tuple[str, list[tuple[str, str]]]:
         _flush(sections, path, buffer)  # heading-only sections vanish here (blank buffer)
         buffer = []
         level = len(match.group(1))
-        stack[level - 1] = match.group(2).strip()
+        stack[level - 1] = clip_words(match.group(2).strip(), MAX_HEADING_CHARS)
         stack[level:] = [""] * (6 - level)
         path = " > ".join(h for h in stack if h)
     _flush(sections, path, buffer)
@@ -122,6 +125,18 @@ def chunk_sections(
                         "wikilinks": extract_wikilinks(piece)}
             chunks.append(ChunkDraft(order, piece, heading_path, MappingProxyType(metadata)))
     return tuple(chunks)
+
+
+def clip_words(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a word boundary where there is one.
+
+    >>> clip_words("a rather long heading", 12)
+    'a rather'
+    """
+    if len(text) <= limit:
+        return text
+    cut = text[:limit + 1].rsplit(None, 1)[0] if " " in text[:limit + 1] else text[:limit]
+    return cut[:limit].rstrip()
 
 
 def extract_wikilinks(text: str) -> tuple[str, ...]:

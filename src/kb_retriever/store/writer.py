@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from ..ingest.chunking import MAX_HEADING_CHARS, clip_words
 from ..models import DocumentDraft
 from .rows import vector_array
 
@@ -96,13 +97,16 @@ def _doc_values(draft: DocumentDraft) -> dict[str, Any]:
 
 
 def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
-                   embeddings: Sequence[Any]) -> str:
+                   embeddings: Sequence[Any], source_root: str | None = None) -> str:
     """Insert or replace one document atomically. Returns ``added``/``updated``/``unchanged``.
 
     Concurrent writers of the same document are serialised by an advisory lock, and the hash
     is re-checked under it, so two processes ingesting one folder leave one version.
+    ``source_root`` is the ingest root the file was found under (for prune).
     """
     values = _doc_values(draft)
+    if source_root is not None:
+        values["source_root"] = source_root
     with conn.transaction():
         conn.execute(_LOCK_SQL, [doc_lock_key(tenant, project, draft.source_path)])
         row = conn.execute(
@@ -159,7 +163,7 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
             conn.execute("DELETE FROM kb_edges WHERE tenant_id = %s AND source_document_id = %s",
                          [tenant, doc_pk])
             status = "updated"
-        prefix = draft.title
+        prefix = clip_words(draft.title, MAX_HEADING_CHARS)
         with conn.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:
             copy.set_types(_COPY_TYPES)
             for chunk, emb in zip(draft.chunks, embeddings, strict=True):
@@ -178,15 +182,3 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
                       doc_pk) for e in draft.edges],
                 )
     return status
-
-
-def delete_missing(conn: psycopg.Connection, *, tenant: str, project: str, prefix: str,
-                   keep: Sequence[str]) -> int:
-    """Delete documents under ``prefix`` whose source file is gone; return how many."""
-    with conn.transaction():
-        cur = conn.execute(
-            "DELETE FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
-            "AND (source_path = %s OR starts_with(source_path, %s)) AND NOT source_path = ANY(%s)",
-            [tenant, project, prefix, prefix.rstrip("/") + "/" if prefix else "", list(keep)],
-        )
-        return cur.rowcount

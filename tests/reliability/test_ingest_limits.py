@@ -1,0 +1,182 @@
+"""Ingest never aborts on one file, stays bounded, and follows only what it was given."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from kb_retriever import HashingEmbedder, InputError, KnowledgeBase, Settings
+from kb_retriever.cli import main
+from kb_retriever.ingestion import EMBED_BATCH
+
+pytestmark = pytest.mark.db
+
+MakeKb = Callable[..., KnowledgeBase]
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _paths(kb: KnowledgeBase, project: str = "default") -> list[str]:
+    import psycopg
+
+    with psycopg.connect(kb.url) as conn:
+        rows = conn.execute("SELECT source_path FROM kb_documents WHERE project_key = %s "
+                            "ORDER BY 1", [project]).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_huge_heading_neither_fails_nor_stops_the_run(make_kb: MakeKb, tmp_path: Path) -> None:
+    # 1.7 MB of heading text overflowed the chunk's tsvector (limit 1 MB) and stopped the run.
+    words = " ".join(f"w{i}" for i in range(250_000))
+    _write(tmp_path, "a-huge.md", f"# {words}\n\nbody text about caches\n")
+    _write(tmp_path, "b-fine.md", "# Fine\n\nredis is our cache\n")
+    kb = make_kb()
+    report = kb.ingest(tmp_path)
+    assert report.failed == []
+    assert sorted(report.added) == ["a-huge.md", "b-fine.md"]
+    hit = kb.search("caches body").primary[0]
+    assert len(hit.heading_path) <= 200
+
+
+def test_database_failures_are_reported_per_file_and_the_run_goes_on(
+        make_kb: MakeKb, tmp_path: Path) -> None:
+    import psycopg
+
+    for name in ("a.md", "b-rejected.md", "c-slow.md", "d.md"):
+        _write(tmp_path, name, f"# {name}\n\ntext of {name}\n")
+    kb = make_kb(settings=Settings(ingest_statement_timeout_ms=300))
+    with psycopg.connect(kb.url, autocommit=True) as conn:  # the database refuses one file...
+        conn.execute("ALTER TABLE kb_documents ADD CONSTRAINT t_no_b "
+                     "CHECK (source_path <> 'b-rejected.md')")
+        conn.execute(  # ... and takes too long over another
+            "CREATE FUNCTION t_slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.source_path = 'c-slow.md' THEN PERFORM pg_sleep(2); END IF; RETURN NEW; END $$")
+        conn.execute("CREATE TRIGGER t_slow BEFORE INSERT ON kb_documents "
+                     "FOR EACH ROW EXECUTE FUNCTION t_slow()")
+    report = kb.ingest([tmp_path])
+    assert report.added == ["a.md", "d.md"]
+    failed = dict(report.failed)
+    assert list(failed) == ["b-rejected.md", "c-slow.md"]
+    assert "t_no_b" in failed["b-rejected.md"] and "cancel" in failed["c-slow.md"]
+    with psycopg.connect(kb.url) as conn:  # nothing half-written for the failed files
+        rows = conn.execute("SELECT source_path FROM kb_documents ORDER BY 1").fetchall()
+    assert rows == [("a.md",), ("d.md",)]
+    # The connection went back to the pool with the search timeout, not the ingest's.
+    with kb._require_pool().connection() as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("10s",)
+
+
+def test_one_path_string_is_one_path(make_kb: MakeKb, tmp_path: Path) -> None:
+    _write(tmp_path, "one.md", "# One\n\nthe only document\n")
+    kb = make_kb()
+    assert kb.ingest(str(tmp_path)).added == ["one.md"]
+    assert kb.ingest(tmp_path / "one.md").unchanged == ["one.md"]
+    for bad in ([5], [None], [""], 5, []):
+        with pytest.raises(InputError):
+            kb.ingest(bad)  # type: ignore[arg-type]
+
+
+def test_symlinks_leaving_the_root_are_not_followed(make_kb: MakeKb, tmp_path: Path) -> None:
+    root, outside = tmp_path / "kb", tmp_path / "secret"
+    _write(root, "inside.md", "# Inside\n\npublic note\n")
+    secret = _write(outside, "passwords.md", "# Secret\n\nzebracorn launch codes\n")
+    os.symlink(secret, root / "link.md")
+    os.symlink(outside, root / "linked-dir")
+    os.symlink(root / "inside.md", root / "alias.md")  # stays inside: followed
+    kb = make_kb()
+    report = kb.ingest([root])
+    assert sorted(report.added) == ["alias.md", "inside.md"]
+    assert sorted(p for p, _ in report.skipped) == ["link.md", "linked-dir"]
+    assert kb.search("zebracorn launch codes").primary == ()
+    allowed = kb.ingest([root], follow_symlinks=True)
+    assert sorted(allowed.added) == ["link.md", "linked-dir/passwords.md"]
+
+
+def test_two_roots_with_the_same_relative_path_never_overwrite(make_kb: MakeKb,
+                                                               tmp_path: Path) -> None:
+    _write(tmp_path / "a", "x.md", "# X\n\nfrom root a\n")
+    _write(tmp_path / "b", "x.md", "# X\n\nfrom root b\n")
+    kb = make_kb()
+    for _ in range(2):  # every run, not only the first
+        report = kb.ingest([tmp_path / "a", tmp_path / "b"])
+        assert [p for p, _ in report.failed] == ["x.md"]
+        assert "same relative path" in report.failed[0][1]
+    assert "from root a" in kb.search("root").primary[0].text
+
+
+def test_prune_removes_exactly_the_gone_files_under_the_given_roots(make_kb: MakeKb,
+                                                                    tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    gone = _write(a, "gone.md", "# Gone\n\nsoon deleted\n")
+    _write(a, "kept.md", "# Kept\n\nstill here\n")
+    _write(b, "other.md", "# Other\n\nanother root\n")
+    kb = make_kb()
+    kb.ingest([a])
+    kb.ingest([b])
+    gone.unlink()
+    report = kb.ingest([a / "kept.md"], prune=True)  # a file named: its folder is the root
+    assert report.deleted == 1
+    assert _paths(kb) == ["kept.md", "other.md"]
+    assert kb.ingest([a], prune=True).deleted == 0  # nothing else is gone
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.batches: list[int] = []
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.batches.append(len(texts))
+        return super().embed_documents(texts)
+
+
+def test_embedding_is_batched_and_chunk_count_is_limited(make_kb: MakeKb, tmp_path: Path) -> None:
+    many = "\n\n".join(f"# Heading {i}\n\nparagraph number {i}" for i in range(600))
+    _write(tmp_path / "ok", "many.md", many)
+    embedder = CountingEmbedder(64)
+    kb = make_kb(embedder=embedder)
+    report = kb.ingest([tmp_path / "ok"])
+    assert report.chunks_written == 600 and max(embedder.batches) <= EMBED_BATCH
+    _write(tmp_path / "big", "too-many.md", many)
+    _write(tmp_path / "big", "small.md", "# Small\n\nfine\n")
+    limited = make_kb(settings=Settings(ingest_max_chunks=100))
+    report = limited.ingest([tmp_path / "big"])
+    assert report.added == ["small.md"]
+    assert report.failed == [("too-many.md", "600 chunks, more than KB_INGEST_MAX_CHUNKS=100; "
+                                             "split the file or raise the limit")]
+
+
+def test_empty_and_unsupported_files_are_reported_the_same_way_everywhere(
+        make_kb: MakeKb, tmp_path: Path) -> None:
+    _write(tmp_path, "empty.md", "")
+    _write(tmp_path, "picture.png", "not really")
+    _write(tmp_path, "ok.md", "# Ok\n\ntext\n")
+    kb = make_kb()
+    folder = kb.ingest([tmp_path])
+    named = kb.ingest([tmp_path / "empty.md", tmp_path / "picture.png"])
+    for report in (folder, named):
+        assert sorted(p for p, _ in report.skipped) == ["empty.md", "picture.png"]
+        assert report.failed == []
+
+
+def test_cli_exit_code_says_whether_anything_failed(
+        new_database: Callable[[], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KB_EMBEDDER", "hashing")
+    _write(tmp_path, "good.md", "# Good\n\nfine\n")
+    bad = tmp_path / "bad\x1b[2J\nname.md"
+    bad.write_bytes(b"\xff\xfe not utf-8")
+    args = ["--database-url", new_database(), "ingest"]
+    assert main([*args, str(tmp_path)]) == 1  # a folder with one bad file
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "bad\\x1b[2J\\nname.md" in out
+    assert main([*args, str(bad)]) == 1  # the same file named explicitly
+    assert main([*args, str(tmp_path / "good.md")]) == 0
