@@ -1,7 +1,11 @@
 """Search filters: one validated, frozen object (reference §4.1, with its §24 fixes).
 
 Within a dimension values are OR-ed, between dimensions AND-ed. ``metadata`` takes
-MongoDB-style operators on chunk metadata and document frontmatter keys.
+MongoDB-style operators on chunk metadata and document frontmatter keys. The keys ``$and``,
+``$or`` and ``$not`` take filter expressions (``filter_expr``: any field, nested, the syntax of
+LangChain's ``filter=``), AND-ed with the dimensions::
+
+    {"tags": ["cache"], "$or": [{"canonical_type": "decision"}, {"team": {"$like": "plat%"}}]}
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from datetime import UTC, date, datetime, time
 from typing import Any
 
 from .errors import FilterError
+from .filter_expr import Expr, parse_expr
 from .models import CANONICAL_TYPES, SOURCE_TYPES
 
-__all__ = ["METADATA_OPERATORS", "SearchFilters", "parse_filters"]
+__all__ = ["METADATA_OPERATORS", "SearchFilters", "parse_filters", "where_filters"]
 
 METADATA_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
 _META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
@@ -36,11 +41,12 @@ class SearchFilters:
     date_from: datetime | None = None
     date_to: datetime | None = None
     metadata: tuple[tuple[str, str, Any], ...] = field(default=())  # (key, op, value)
+    where: Expr | None = None  # the $and/$or/$not expressions, AND-ed together
 
     def is_empty(self) -> bool:
         return not any(
             (self.source_types, self.canonical_types, self.tags, self.languages, self.doc_ids,
-             self.folder_globs, self.date_from, self.date_to, self.metadata)
+             self.folder_globs, self.date_from, self.date_to, self.metadata, self.where)
         )
 
     def count(self) -> int:
@@ -48,13 +54,14 @@ class SearchFilters:
         return sum(
             bool(v)
             for v in (self.source_types, self.canonical_types, self.tags, self.languages,
-                      self.doc_ids, self.folder_globs, self.date_from, self.date_to, self.metadata)
+                      self.doc_ids, self.folder_globs, self.date_from, self.date_to, self.metadata,
+                      self.where)
         )
 
 
 VALID_KEYS = (
     "source_types", "canonical_types", "tags", "languages", "doc_ids", "folder_globs",
-    "date_from", "date_to", "metadata",
+    "date_from", "date_to", "metadata", "$and", "$or", "$not",
 )
 
 
@@ -93,6 +100,19 @@ def _date(key: str, value: Any, *, end: bool) -> datetime | None:
     else:
         raise FilterError(f"filter {key!r} needs an ISO date, got {type(value).__name__}")
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def _where(f: Mapping[str, Any]) -> Expr | None:
+    exprs = {k: f[k] for k in ("$and", "$or", "$not") if k in f}
+    return parse_expr(exprs) if exprs else None
+
+
+def where_filters(expression: Mapping[str, Any] | None) -> SearchFilters:
+    """:class:`SearchFilters` for a bare filter expression, where every key is a field or
+    ``$and``/``$or``/``$not`` (LangChain's ``filter=`` syntax)."""
+    if expression is None or (isinstance(expression, Mapping) and not expression):
+        return SearchFilters()
+    return SearchFilters(where=parse_expr(expression))
 
 
 def _scalar_ok(v: Any) -> bool:
@@ -168,6 +188,7 @@ def parse_filters(filters: SearchFilters | Mapping[str, Any] | None) -> SearchFi
         date_from=_date("date_from", f.get("date_from"), end=False),
         date_to=_date("date_to", f.get("date_to"), end=True),
         metadata=_metadata(f.get("metadata") or {}),
+        where=_where(f),
     )
     if out.date_from and out.date_to and out.date_to < out.date_from:
         raise FilterError("filter 'date_to' is before 'date_from'")

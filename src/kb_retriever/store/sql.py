@@ -17,6 +17,7 @@ from psycopg import sql
 
 from ..filters import SearchFilters
 from ..ranking.globs import glob_to_sql_regex
+from .filter_sql import where_sql
 
 Params = dict[str, Any]
 
@@ -214,6 +215,10 @@ def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.C
                 cast = sql.SQL("text")
             parts.append(sql.SQL("{} {} %({})s::{}").format(
                 left, sql.SQL(_JSON_OPS[op]), sql.SQL(name), cast))
+    if filters.where is not None:
+        where, wp = where_sql(filters.where)
+        parts.append(where)
+        p.update(wp)
     if not parts:
         return sql.SQL(""), p
     return sql.SQL(" AND ") + sql.SQL(" AND ").join(parts), p
@@ -229,7 +234,7 @@ def needs_doc_join(filters: SearchFilters, *, with_doc_ids: bool) -> bool:
     return bool(
         filters.source_types or filters.canonical_types or filters.tags or filters.languages
         or (with_doc_ids and filters.doc_ids) or filters.folder_globs or filters.date_from
-        or filters.date_to or filters.metadata
+        or filters.date_to or filters.metadata or filters.where is not None
     )
 
 

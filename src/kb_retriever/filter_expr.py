@@ -1,0 +1,195 @@
+"""The filter expression language: ``$and``, ``$or``, ``$not`` over field conditions.
+
+The syntax is the one LangChain vector stores (langchain-postgres) accept, so a LangChain
+``filter=`` passes through unchanged, and the LlamaIndex adapter converts ``MetadataFilters``
+into it::
+
+    {"$and": [{"canonical_type": "decision"},
+              {"$or": [{"tags": {"$in": ["cache", "redis"]}}, {"team": {"$like": "plat%"}}]},
+              {"$not": {"canonical_status": "superseded"}}]}
+
+A field is one of :data:`TYPED_FIELDS` (document columns, typed) or any other key, read from
+the chunk's metadata and then the document's frontmatter. A bare value means ``$eq``.
+Parsing validates everything; rendering (``store.filter_sql``) binds every value.
+
+>>> parse_expr({"tags": {"$in": ["cache"]}, "team": "platform"})
+And(items=(Cond(field='tags', op='$in', value=('cache',)), Cond(field='team', op='$eq', value='platform')))
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+from typing import Any, Literal
+
+from .errors import FilterError
+
+__all__ = ["And", "Cond", "Expr", "Not", "OPERATORS", "Or", "TYPED_FIELDS", "parse_expr"]
+
+OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$between", "$like",
+             "$ilike", "$exists")
+_ORDERED = ("$gt", "$gte", "$lt", "$lte", "$between")
+
+FieldKind = Literal["text", "bool", "int", "tags", "date"]
+#: Document columns a filter can name, and their kinds. Any other field is metadata.
+TYPED_FIELDS: dict[str, FieldKind] = {
+    "source_type": "text", "canonical_type": "text", "canonical_status": "text", "slug": "text",
+    "doc_key": "text", "source_path": "text", "title": "text", "language": "text",
+    "evidence_tier": "text", "heading_path": "text", "is_canonical": "bool",
+    "retrieval_priority": "int", "tags": "tags", "doc_date": "date",
+}
+_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+MAX_DEPTH = 16  # deeper trees are generated, not written: refuse before recursion costs
+MAX_CONDITIONS = 200
+_MAX_LIST = 1000
+
+
+@dataclass(frozen=True)
+class Cond:
+    field: str
+    op: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class And:
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    item: Expr
+
+
+Expr = Cond | And | Or | Not
+
+
+def parse_expr(value: Any) -> Expr:
+    """Validate a filter expression (a mapping) into a frozen tree; :class:`FilterError` on
+    anything malformed, naming the valid operators or fields."""
+    counter = [0]
+    return _parse(value, 0, counter)
+
+
+def _parse(value: Any, depth: int, counter: list[int]) -> Expr:
+    if depth > MAX_DEPTH:
+        raise FilterError(f"filter is nested more than {MAX_DEPTH} levels deep")
+    if not isinstance(value, Mapping) or not value:
+        raise FilterError("a filter expression is a non-empty mapping of fields and $and/$or/$not")
+    items: list[Expr] = []
+    for key, operand in value.items():
+        if key in ("$and", "$or"):
+            if not isinstance(operand, list | tuple) or not operand:
+                raise FilterError(f"{key} takes a non-empty list of filter expressions")
+            parts = tuple(_parse(x, depth + 1, counter) for x in operand)
+            items.append(And(parts) if key == "$and" else Or(parts))
+        elif key == "$not":
+            items.append(Not(_parse(operand, depth + 1, counter)))
+        elif isinstance(key, str) and key.startswith("$"):
+            raise FilterError(f"unknown filter operator {key!r} at this level; valid: $and, "
+                              "$or, $not, or a field name")
+        else:
+            items.extend(_conditions(key, operand, counter))
+    return items[0] if len(items) == 1 else And(tuple(items))
+
+
+def _conditions(field: Any, operand: Any, counter: list[int]) -> list[Cond]:
+    if not isinstance(field, str) or not _FIELD.match(field):
+        raise FilterError(f"filter field {field!r:.80} is invalid: letters, digits, '_' and '-'")
+    ops = operand if isinstance(operand, Mapping) else {"$eq": operand}
+    if not ops:
+        raise FilterError(f"filter field {field!r} has no condition")
+    out = []
+    for op, v in ops.items():
+        if op not in OPERATORS:
+            raise FilterError(f"filter operator {op!r:.40} is unknown; valid: {', '.join(OPERATORS)}")
+        counter[0] += 1
+        if counter[0] > MAX_CONDITIONS:
+            raise FilterError(f"a filter has at most {MAX_CONDITIONS} conditions")
+        out.append(Cond(field, op, _value(field, op, v)))
+    return out
+
+
+def _value(field: str, op: str, v: Any) -> Any:
+    kind = TYPED_FIELDS.get(field)
+    if op == "$exists":
+        if not isinstance(v, bool):
+            raise FilterError(f"{field} $exists takes true or false")
+        return v
+    if op in ("$in", "$nin"):
+        if not isinstance(v, list | tuple | set | frozenset) or len(v) > _MAX_LIST:
+            raise FilterError(f"{field} {op} takes a list of at most {_MAX_LIST} values")
+        return tuple(_scalar(field, kind, op, x) for x in v)
+    if op == "$between":
+        if not isinstance(v, list | tuple) or len(v) != 2:
+            raise FilterError(f"{field} $between takes [low, high]")
+        low, high = (_scalar(field, kind, op, x) for x in v)
+        if type(low) is not type(high) and not {type(low), type(high)} <= {int, float}:
+            raise FilterError(f"{field} $between takes two values of one type")
+        return (low, high)
+    if op in ("$like", "$ilike"):
+        if not isinstance(v, str) or kind in ("bool", "int", "date"):
+            raise FilterError(f"{field} {op} takes a text pattern (% and _ are wildcards)")
+        return _scalar(field, kind, op, v)
+    if kind == "tags" and op in _ORDERED:
+        raise FilterError(f"tags take $eq, $ne, $in, $nin, $like, $ilike or $exists, not {op}")
+    if kind == "bool" and op not in ("$eq", "$ne"):
+        raise FilterError(f"{field} takes $eq, $ne or $exists")
+    return _scalar(field, kind, op, v)
+
+
+def _scalar(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
+    if kind == "date":
+        return _as_datetime(field, v, end=op in ("$lte", "$lt"))
+    if kind == "bool":
+        if not isinstance(v, bool):
+            raise FilterError(f"{field} takes true or false")
+        return v
+    if kind == "int":
+        if isinstance(v, bool) or not isinstance(v, int) or not -(2**15) <= v < 2**15:
+            raise FilterError(f"{field} takes a whole number")
+        return v
+    if kind in ("text", "tags"):
+        if not isinstance(v, str):
+            raise FilterError(f"{field} takes text, not {type(v).__name__}")
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        if not -(2**63) <= v < 2**63:
+            raise FilterError(f"{field} {op}: the number is out of range (a 64-bit integer)")
+        return v
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise FilterError(f"{field} {op} takes a finite number")
+        return v
+    if isinstance(v, str):
+        if "\x00" in v or len(v) > 10_000:
+            raise FilterError(f"{field} {op} has an invalid text value")
+        return v
+    raise FilterError(f"{field} {op} takes a string, number, boolean or null, "
+                      f"not {type(v).__name__}")
+
+
+def _as_datetime(field: str, v: Any, *, end: bool) -> datetime:
+    if isinstance(v, datetime):
+        dt = v
+    elif isinstance(v, date):
+        dt = datetime.combine(v, time.max if end else time.min)
+    elif isinstance(v, str):
+        try:
+            dt = datetime.fromisoformat(v.strip())
+        except ValueError:
+            raise FilterError(f"{field} needs an ISO date, got {v!r:.40}") from None
+        if len(v.strip()) == 10 and end:
+            dt = datetime.combine(dt.date(), time.max)
+    else:
+        raise FilterError(f"{field} needs an ISO date, got {type(v).__name__}")
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)

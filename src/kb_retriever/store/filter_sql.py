@@ -1,0 +1,122 @@
+"""Render a filter expression (``filter_expr``) as an SQL predicate over ``d`` and ``c``.
+
+Every value is a bound parameter (``%(wN)s``); field names choose among fixed column
+expressions or become a bound JSON key. The result is tested by rendering and by running it
+(tests/unit/test_filter_expr.py, tests/db/test_filter_dialects.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from psycopg import sql
+
+from ..filter_expr import TYPED_FIELDS, And, Cond, Expr, Not, Or
+
+__all__ = ["where_sql"]
+
+Params = dict[str, Any]
+
+_COLUMNS = {name: f"d.{name}" for name in TYPED_FIELDS}
+_COLUMNS["heading_path"] = "c.heading_path"
+# The document's own date when it has one, else when it was ingested (as the date filters).
+_COLUMNS["doc_date"] = "coalesce(d.doc_date, d.indexed_at)"
+_COMPARE = {"$eq": "=", "$ne": "IS DISTINCT FROM", "$gt": ">", "$gte": ">=", "$lt": "<",
+            "$lte": "<=", "$like": "LIKE", "$ilike": "ILIKE"}
+
+
+def where_sql(expr: Expr) -> tuple[sql.Composable, Params]:
+    """``(predicate, params)`` for ``expr``.
+
+    >>> from kb_retriever.filter_expr import parse_expr
+    >>> q, p = where_sql(parse_expr({"$or": [{"slug": "a"}, {"$not": {"tags": "x"}}]}))
+    >>> q.as_string(None)
+    "(d.slug = %(w0)s OR NOT coalesce(%(w1)s = ANY(coalesce(d.tags, '{}'::text[])), false))"
+    >>> p
+    {'w0': 'a', 'w1': 'x'}
+    """
+    params: Params = {}
+    return _render(expr, params), params
+
+
+def _render(expr: Expr, params: Params) -> sql.Composable:
+    if isinstance(expr, And | Or):
+        joiner = sql.SQL(" AND " if isinstance(expr, And) else " OR ")
+        return sql.SQL("({})").format(joiner.join(_render(e, params) for e in expr.items))
+    if isinstance(expr, Not):
+        # A missing field makes a comparison NULL; NOT of it must still be a plain false.
+        return sql.SQL("NOT coalesce({}, false)").format(_render(expr.item, params))
+    return _condition(expr, params)
+
+
+def _bind(params: Params, value: Any) -> sql.Composable:
+    name = f"w{len(params)}"
+    params[name] = list(value) if isinstance(value, tuple) else value
+    return sql.Placeholder(name)
+
+
+def _condition(cond: Cond, params: Params) -> sql.Composable:
+    kind = TYPED_FIELDS.get(cond.field)
+    if kind == "tags":
+        return _tags(cond, params)
+    if kind is not None:
+        return _column(sql.SQL(_COLUMNS[cond.field]), cond, params)
+    return _metadata(cond, params)
+
+
+def _column(col: sql.Composable, cond: Cond, params: Params) -> sql.Composable:
+    op, v = cond.op, cond.value
+    if op == "$exists":
+        return sql.SQL("{} IS {}NULL").format(col, sql.SQL("NOT " if v else ""))
+    if op == "$in":
+        return sql.SQL("{} = ANY({})").format(col, _bind(params, v))
+    if op == "$nin":
+        return sql.SQL("({0} IS NULL OR {0} <> ALL({1}))").format(col, _bind(params, v))
+    if op == "$between":
+        return sql.SQL("{} BETWEEN {} AND {}").format(col, _bind(params, v[0]), _bind(params, v[1]))
+    return sql.SQL("{} {} {}").format(col, sql.SQL(_COMPARE[op]), _bind(params, v))
+
+
+def _tags(cond: Cond, params: Params) -> sql.Composable:
+    op, v = cond.op, cond.value
+    tags = sql.SQL("coalesce(d.tags, '{}'::text[])")
+    if op == "$exists":
+        return sql.SQL("cardinality({}) {} 0").format(tags, sql.SQL(">" if v else "="))
+    if op in ("$eq", "$ne"):
+        has = sql.SQL("{} = ANY({})").format(_bind(params, v), tags)
+        return has if op == "$eq" else sql.SQL("NOT ({})").format(has)
+    if op in ("$in", "$nin"):
+        overlap = sql.SQL("{} && {}::text[]").format(tags, _bind(params, v))
+        return overlap if op == "$in" else sql.SQL("NOT ({})").format(overlap)
+    return sql.SQL("EXISTS (SELECT 1 FROM unnest({}) AS t(tag) WHERE t.tag {} {})").format(
+        tags, sql.SQL(_COMPARE[op]), _bind(params, v))
+
+
+def _metadata(cond: Cond, params: Params) -> sql.Composable:
+    # chunk metadata wins over document frontmatter for the same key
+    key = _bind(params, cond.field)
+    e = sql.SQL("coalesce(c.metadata -> {k}, d.frontmatter -> {k})").format(k=key)
+    op, v = cond.op, cond.value
+    if op == "$exists":
+        return sql.SQL("{} IS {}NULL").format(e, sql.SQL("NOT " if v else ""))
+    if op in ("$eq", "$ne"):
+        return sql.SQL("{} {} {}::jsonb").format(e, sql.SQL(_COMPARE[op]),
+                                                  _bind(params, json.dumps(v)))
+    if op in ("$in", "$nin"):
+        values = _bind(params, [json.dumps(x) for x in v])
+        if op == "$in":
+            return sql.SQL("{} = ANY({}::jsonb[])").format(e, values)
+        return sql.SQL("({0} IS NULL OR NOT {0} = ANY({1}::jsonb[]))").format(e, values)
+    sample = v[0] if op == "$between" else v
+    if isinstance(sample, int | float) and not isinstance(sample, bool):
+        # non-numbers compare as NULL (no match) instead of failing the cast
+        left = sql.SQL("CASE WHEN jsonb_typeof({e}) = 'number' THEN ({e} #>> '{{}}')::numeric END"
+                       ).format(e=e)
+        cast = sql.SQL("::numeric")
+    else:
+        left, cast = sql.SQL("({} #>> '{{}}')").format(e), sql.SQL("::text")
+    if op == "$between":
+        return sql.SQL("{} BETWEEN {}{} AND {}{}").format(
+            left, _bind(params, v[0]), cast, _bind(params, v[1]), cast)
+    return sql.SQL("{} {} {}{}").format(left, sql.SQL(_COMPARE[op]), _bind(params, v), cast)

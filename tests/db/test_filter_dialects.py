@@ -1,0 +1,128 @@
+"""The filter language ($and/$or/$not and every operator), rendered and run on real rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kb_retriever import FilterError, HashingEmbedder, KnowledgeBase, Settings
+from kb_retriever.filter_expr import parse_expr
+from kb_retriever.filters import parse_filters, where_filters
+
+pytestmark = pytest.mark.db
+
+DOCS = {
+    "dec-cache.md": ("decision", "accepted", 80, "[cache, redis]", "platform", 5, "2026-03-01"),
+    "dec-queue.md": ("decision", "superseded", 40, "[queue]", "platform-core", 9, "2025-06-01"),
+    "run-deploy.md": ("runbook", "accepted", 60, "[deploy, cache]", "infra", 2, "2026-10-01"),
+}
+
+
+@pytest.fixture(scope="module")
+def kb(new_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
+       ) -> Iterator[KnowledgeBase]:
+    folder = tmp_path_factory.mktemp("dialects")
+    for name, (typ, status, prio, tags, team, score, updated) in DOCS.items():
+        slug = name[:-3]
+        (folder / name).write_text(
+            f"---\nid: {slug.upper()}\nslug: {slug}\ntype: {typ}\nstatus: {status}\n"
+            f"retrieval_priority: {prio}\ntags: {tags}\nteam: {team}\nscore: {score}\n"
+            f"updated: {updated}\n---\n# {slug}\n\nshared words about the platform {slug}\n")
+    (folder / "note.md").write_text("# A note\n\nshared words about the platform, no metadata\n")
+    with KnowledgeBase(Settings(default_min_similarity=-1.0),
+                       embedder=HashingEmbedder(64), database_url=new_database()) as kb:
+        report = kb.ingest([folder])
+        assert not report.failed, report.failed
+        yield kb
+
+
+def _keys(kb: KnowledgeBase, filters: Any) -> set[str]:
+    result = kb.search("shared words about the platform", limit=10, filters=filters)
+    return {hit.document.doc_key for hit in result.primary}
+
+
+ALL = {"dec-cache", "dec-queue", "run-deploy", "note"}
+CASES: list[tuple[dict[str, Any], set[str]]] = [
+    ({"canonical_type": "decision"}, {"dec-cache", "dec-queue"}),
+    ({"canonical_type": {"$ne": "decision"}}, {"run-deploy", "note"}),
+    ({"canonical_status": {"$in": ["superseded", "deprecated"]}}, {"dec-queue"}),
+    ({"canonical_type": {"$nin": ["decision"]}}, {"run-deploy", "note"}),
+    ({"retrieval_priority": {"$gte": 60}}, {"dec-cache", "run-deploy"}),
+    ({"retrieval_priority": {"$between": [30, 70]}}, {"dec-queue", "run-deploy", "note"}),
+    ({"tags": "cache"}, {"dec-cache", "run-deploy"}),
+    ({"tags": {"$in": ["queue", "deploy"]}}, {"dec-queue", "run-deploy"}),
+    ({"tags": {"$nin": ["cache"]}}, {"dec-queue", "note"}),
+    ({"tags": {"$like": "dep%"}}, {"run-deploy"}),
+    ({"tags": {"$exists": False}}, {"note"}),
+    ({"is_canonical": False}, {"note"}),
+    ({"team": "platform"}, {"dec-cache"}),
+    ({"team": {"$like": "platform%"}}, {"dec-cache", "dec-queue"}),
+    ({"team": {"$ilike": "INFRA"}}, {"run-deploy"}),
+    ({"score": {"$gt": 4}}, {"dec-cache", "dec-queue"}),
+    ({"score": {"$between": [1, 5]}}, {"dec-cache", "run-deploy"}),
+    ({"score": {"$lte": 2.5}}, {"run-deploy"}),
+    ({"team": {"$exists": True}}, {"dec-cache", "dec-queue", "run-deploy"}),
+    ({"team": {"$nin": ["infra"]}}, {"dec-cache", "dec-queue", "note"}),
+    ({"doc_date": {"$gte": "2026-01-01"}}, {"dec-cache", "run-deploy"} | {"note"}),
+    ({"$or": [{"team": "infra"}, {"canonical_status": "superseded"}]}, {"dec-queue", "run-deploy"}),
+    ({"$and": [{"canonical_type": "decision"}, {"$not": {"team": "platform"}}]}, {"dec-queue"}),
+    ({"$not": {"team": "platform"}}, {"dec-queue", "run-deploy", "note"}),
+    ({"$not": {"$or": [{"tags": "cache"}, {"tags": "queue"}]}}, {"note"}),
+    ({"canonical_type": "decision", "score": {"$lt": 6}}, {"dec-cache"}),
+]
+
+
+@pytest.mark.parametrize(("expression", "expected"), CASES,
+                         ids=[str(c[0])[:60] for c in CASES])
+def test_expression_runs_and_selects(kb: KnowledgeBase, expression: dict, expected: set) -> None:
+    assert _keys(kb, where_filters(expression)) == expected
+    # the same through the core's own mapping: a top-level $and beside the dimensions
+    assert _keys(kb, {"$and": [expression]}) == expected
+
+
+def test_expressions_and_dimensions_combine(kb: KnowledgeBase) -> None:
+    assert _keys(kb, {"tags": ["cache"], "$or": [{"team": "infra"}, {"score": 5}]}) == {
+        "dec-cache", "run-deploy"}
+    assert _keys(kb, {"canonical_types": ["decision"], "$not": {"tags": "queue"}}) == {"dec-cache"}
+    assert _keys(kb, None) == ALL
+
+
+def test_every_value_is_bound(kb: KnowledgeBase) -> None:
+    hostile = "x'); DROP TABLE kb_chunks; --"
+    sql = kb.search_sql("platform", filters={"$or": [{"team": hostile}, {"title": hostile}]})
+    assert hostile not in sql and "DROP" not in sql
+    assert _keys(kb, {"$or": [{"team": hostile}, {"title": {"$like": hostile}}]}) == set()
+
+
+@pytest.mark.parametrize("bad", [
+    {"$xor": [{"a": 1}]}, {"$and": []}, {"$and": {"a": 1}}, {"$or": [5]}, {"a": {"$regex": "."}},
+    {"retrieval_priority": {"$gt": "high"}}, {"tags": {"$gt": "a"}}, {"is_canonical": "yes"},
+    {"score": {"$between": [1]}}, {"a b": 1}, {"doc_date": {"$gt": "last week"}},
+    {"score": 10**400}, {"team": {"$like": 5}}, {"a": {"$in": "x"}},
+])
+def test_malformed_expressions_are_filter_errors(bad: dict) -> None:
+    with pytest.raises(FilterError):
+        where_filters(bad)
+
+
+def test_depth_and_size_are_bounded() -> None:
+    deep: dict[str, Any] = {"a": 1}
+    for _ in range(40):
+        deep = {"$not": deep}
+    with pytest.raises(FilterError, match="nested"):
+        parse_expr(deep)
+    with pytest.raises(FilterError, match="at most"):
+        parse_expr({"$or": [{"a": i} for i in range(500)]})
+
+
+def test_unknown_top_level_keys_still_fail_with_the_valid_names() -> None:
+    with pytest.raises(FilterError, match=r"valid: source_types.*\$and"):
+        parse_filters({"tag": ["cache"]})
+
+
+def test_filters_applied_counts_the_expression(kb: KnowledgeBase, tmp_path: Path) -> None:
+    result = kb.search("platform", filters={"tags": ["cache"], "$or": [{"a": 1}, {"b": 2}]})
+    assert result.meta["search_strategy"]["filters_applied"] == 2
