@@ -81,7 +81,7 @@ def main(database_url: str | None = None, *, embedder: Embedder | None = None) -
 
         # 1. kb-retriever end to end: KB retriever + the composed three-block prompt.
         kb_engine = RetrieverQueryEngine(
-            retriever=KBRetriever(kb, k=5),
+            retriever=KBRetriever(kb, k=5, include_context=True),
             response_synthesizer=KBSynthesizer(llm=llm, project="llamaindex-example"),
         )
         kb_response = kb_engine.query(QUESTION)

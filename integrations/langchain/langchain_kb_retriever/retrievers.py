@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
+import numpy as np
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -15,16 +17,21 @@ from langchain_core.retrievers import BaseRetriever, LangSmithRetrieverParams
 from pydantic import ConfigDict, Field
 
 from kb_retriever import InputError, KnowledgeBase, SearchResult, Settings
+from kb_retriever.ranking.mmr import mmr_order
 
 from ._convert import result_to_documents
 
 __all__ = ["KBRetriever"]
 
-#: Keyword arguments ``invoke``/``ainvoke`` accept per call. ``verbose`` is read by
-#: ``BaseRetriever.invoke`` itself and forwarded to the hook, so it must be tolerated.
-CALL_OPTIONS = ("k", "filters", "project", "tenant", "include_context", "include_expanded",
-                "include_rejected")
+#: Keyword arguments ``invoke``/``ainvoke`` accept per call (and ``search_kwargs`` holds).
+#: ``filter`` is LangChain's filter expression (``$and``/``$or``/``$not`` over any field, as in
+#: langchain-postgres); ``filters`` the core's mapping (``tags``, ``canonical_types`` …); both
+#: apply. ``verbose`` is read by ``BaseRetriever.invoke`` itself and forwarded to the hook.
+CALL_OPTIONS = ("k", "filters", "filter", "project", "tenant", "include_context",
+                "include_expanded", "include_rejected", "fetch_k", "lambda_mult",
+                "score_threshold")
 _IGNORED = frozenset({"verbose"})
+SEARCH_TYPES = ("similarity", "mmr", "similarity_score_threshold")
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,34 @@ class _Call:
     include_context: bool
     include_expanded: bool
     include_rejected: bool
+    fetch_k: int = 20
+    lambda_mult: float = 0.5
+    score_threshold: float | None = None
+
+    mmr: bool = False
+
+    @property
+    def limit(self) -> int:
+        """How many primary hits to ask the core for (MMR picks ``k`` of ``fetch_k``)."""
+        return max(self.k, self.fetch_k) if self.mmr else self.k
+
+
+def _check_options(where: str, options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - set(CALL_OPTIONS) - _IGNORED)
+    if unknown:
+        raise InputError(f"{where} got unexpected keyword argument(s) {unknown}; "
+                         f"valid: {', '.join(CALL_OPTIONS)}")
+
+
+def _merge_filters(filters: Mapping[str, Any] | None, expression: Any) -> dict[str, Any] | None:
+    """The core's filter mapping with a LangChain ``filter=`` expression AND-ed in."""
+    if expression is None or expression == {}:
+        return dict(filters) if filters is not None else None
+    if not isinstance(expression, Mapping):
+        raise InputError(f"filter must be a mapping, got {type(expression).__name__}")
+    out = dict(filters or {})
+    out["$and"] = [*out.get("$and", []), dict(expression)]
+    return out
 
 
 class KBRetriever(BaseRetriever):
@@ -73,7 +108,8 @@ class KBRetriever(BaseRetriever):
             print(docs[0].metadata["slug"], docs[0].metadata["score"])
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    # extra="forbid": a misspelt or unsupported argument raises instead of being ignored.
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     kb: KnowledgeBase
     k: int = Field(default=8, ge=1)
@@ -83,6 +119,26 @@ class KBRetriever(BaseRetriever):
     include_context: bool = False
     include_expanded: bool = True
     include_rejected: bool = True
+    #: As in LangChain's ``VectorStoreRetriever``: ``similarity`` (the pipeline's ranking),
+    #: ``mmr`` (maximal marginal relevance over the top ``fetch_k``, ``lambda_mult``; relevance
+    #: is the pipeline's score, so the best hit stays first) or
+    #: ``similarity_score_threshold`` (hits whose final score is at least ``score_threshold``).
+    search_type: Literal["similarity", "mmr", "similarity_score_threshold"] = "similarity"
+    #: Defaults for every call, with the names of :data:`CALL_OPTIONS`.
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    def __init__(self, **data: Any) -> None:
+        # Checked here, not in a pydantic validator: the caller gets InputError itself.
+        unknown = sorted(set(data) - set(type(self).model_fields))
+        if unknown:
+            raise InputError(f"KBRetriever got unexpected argument(s) {unknown}; valid: "
+                             f"{', '.join(sorted(type(self).model_fields))}")
+        _check_options("search_kwargs", data.get("search_kwargs") or {})
+        if (data.get("search_type") == "similarity_score_threshold"
+                and (data.get("search_kwargs") or {}).get("score_threshold") is None):
+            raise InputError("search_type='similarity_score_threshold' needs a score_threshold "
+                             "in search_kwargs")
+        super().__init__(**data)
 
     @classmethod
     def from_url(cls, database_url: str | None = None, *, settings: Settings | None = None,
@@ -103,29 +159,40 @@ class KBRetriever(BaseRetriever):
 
     # --- per-call options ---------------------------------------------------------------
     def _call(self, kwargs: Mapping[str, Any]) -> _Call:
-        unknown = sorted(set(kwargs) - set(CALL_OPTIONS) - _IGNORED)
-        if unknown:
-            raise InputError(
-                f"KBRetriever got unexpected keyword argument(s) {unknown}; "
-                f"valid: {', '.join(CALL_OPTIONS)}"
-            )
-        k = kwargs.get("k", self.k)
+        _check_options("KBRetriever", kwargs)
+        opts = {**self.search_kwargs, **kwargs}
+        k = opts.get("k", self.k)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InputError(f"k must be a positive integer, got {k!r}")
         filters = self.filters
-        if kwargs.get("filters") is not None:
-            extra = kwargs["filters"]
-            if not isinstance(extra, Mapping):
-                raise InputError(f"filters must be a mapping, got {type(extra).__name__}")
-            filters = {**(self.filters or {}), **extra}
+        for layer in (self.search_kwargs, kwargs):
+            extra = layer.get("filters")
+            if extra is not None:
+                if not isinstance(extra, Mapping):
+                    raise InputError(f"filters must be a mapping, got {type(extra).__name__}")
+                filters = {**(filters or {}), **extra}
+        for layer in (self.search_kwargs, kwargs):
+            filters = _merge_filters(filters, layer.get("filter"))
+        fetch_k, lambda_mult = opts.get("fetch_k", 20), opts.get("lambda_mult", 0.5)
+        if isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1:
+            raise InputError(f"fetch_k must be a positive integer, got {fetch_k!r}")
+        if not isinstance(lambda_mult, int | float) or not 0 <= lambda_mult <= 1:
+            raise InputError(f"lambda_mult must be a number in [0, 1], got {lambda_mult!r}")
+        threshold = opts.get("score_threshold")
+        if threshold is not None and (isinstance(threshold, bool)
+                                      or not isinstance(threshold, int | float)):
+            raise InputError(f"score_threshold must be a number, got {threshold!r}")
         return _Call(
             k=k,
             filters=filters,
-            project=kwargs.get("project", self.project),
-            tenant=kwargs.get("tenant", self.tenant),
-            include_context=bool(kwargs.get("include_context", self.include_context)),
-            include_expanded=bool(kwargs.get("include_expanded", self.include_expanded)),
-            include_rejected=bool(kwargs.get("include_rejected", self.include_rejected)),
+            project=opts.get("project", self.project),
+            tenant=opts.get("tenant", self.tenant),
+            include_context=bool(opts.get("include_context", self.include_context)),
+            include_expanded=bool(opts.get("include_expanded", self.include_expanded)),
+            include_rejected=bool(opts.get("include_rejected", self.include_rejected)),
+            fetch_k=fetch_k, lambda_mult=float(lambda_mult),
+            score_threshold=None if threshold is None else float(threshold),
+            mmr=self.search_type == "mmr",
         )
 
     def search(self, query: str, **kwargs: Any) -> SearchResult:
@@ -135,21 +202,39 @@ class KBRetriever(BaseRetriever):
         agent tool so that all three see the same hits.
         """
         call = self._call(kwargs)
-        return self.kb.search(query, limit=call.k, project=call.project, tenant=call.tenant,
-                              filters=call.filters)
+        return self.kb.search(query, limit=call.limit, project=call.project,
+                              tenant=call.tenant, filters=call.filters)
 
     async def asearch(self, query: str, **kwargs: Any) -> SearchResult:
         """The async twin of :meth:`search` (``KnowledgeBase.asearch``, real async I/O)."""
         call = self._call(kwargs)
-        return await self.kb.asearch(query, limit=call.k, project=call.project,
+        return await self.kb.asearch(query, limit=call.limit, project=call.project,
                                      tenant=call.tenant, filters=call.filters)
 
     def to_documents(self, result: SearchResult, **kwargs: Any) -> list[Document]:
-        """Convert a :class:`SearchResult` the way ``invoke`` does (same per-call keywords)."""
+        """Convert a :class:`SearchResult` the way ``invoke`` does (same per-call keywords).
+
+        With ``search_type="mmr"`` the primary hits are re-ordered (and cut to ``k``) by
+        maximal marginal relevance first; the scores stay the pipeline's.
+        """
         call = self._call(kwargs)
+        if self.search_type == "mmr":
+            result = self._mmr(result, call)
+        elif call.score_threshold is not None:
+            result = replace(result, primary=tuple(
+                h for h in result.primary if h.score >= call.score_threshold))
         return result_to_documents(result, k=call.k, include_context=call.include_context,
                                    include_expanded=call.include_expanded,
                                    include_rejected=call.include_rejected)
+
+    def _mmr(self, result: SearchResult, call: _Call) -> SearchResult:
+        hits = result.primary
+        if len(hits) <= 1:
+            return result
+        vectors = np.asarray(self.kb.embedder.embed_documents([h.text for h in hits]),
+                             dtype=np.float32)
+        order = mmr_order([h.score for h in hits], vectors, call.k, call.lambda_mult)
+        return replace(result, primary=tuple(hits[i] for i in order))
 
     # --- BaseRetriever hooks --------------------------------------------------------------
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
@@ -159,7 +244,10 @@ class KBRetriever(BaseRetriever):
     async def _aget_relevant_documents(self, query: str, *,
                                        run_manager: AsyncCallbackManagerForRetrieverRun,
                                        **kwargs: Any) -> list[Document]:
-        return self.to_documents(await self.asearch(query, **kwargs), **kwargs)
+        result = await self.asearch(query, **kwargs)
+        if self.search_type == "mmr":  # the embedder is synchronous: keep the loop free
+            return await asyncio.to_thread(self.to_documents, result, **kwargs)
+        return self.to_documents(result, **kwargs)
 
     def _get_ls_params(self, **kwargs: Any) -> LangSmithRetrieverParams:
         params = super()._get_ls_params(**kwargs)

@@ -29,7 +29,7 @@ RELATED = "## \U0001f4ce RELATED CONTEXT"
 
 
 def test_query_engine_with_kb_synthesizer_sends_the_three_blocks(kb: KnowledgeBase) -> None:
-    retriever = KBRetriever(kb, k=1)
+    retriever = KBRetriever(kb, k=1, include_context=True)
     engine = RetrieverQueryEngine(retriever=retriever,
                                   response_synthesizer=KBSynthesizer(llm=MockLLM(), project="p"))
     response = engine.query(ALL_ORIGINS)
@@ -46,7 +46,7 @@ def test_query_engine_with_kb_synthesizer_sends_the_three_blocks(kb: KnowledgeBa
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_async_query_engine_and_tool(akb: KnowledgeBase) -> None:
-    retriever = KBRetriever(akb, k=2)
+    retriever = KBRetriever(akb, k=2, include_context=True)
     engine = RetrieverQueryEngine(retriever=retriever,
                                   response_synthesizer=KBSynthesizer(llm=MockLLM()))
     sync = engine.query(CACHE)
@@ -60,7 +60,7 @@ async def test_async_query_engine_and_tool(akb: KnowledgeBase) -> None:
 
 
 def test_standard_engine_and_retriever_tool(kb: KnowledgeBase) -> None:
-    retriever = KBRetriever(kb, k=2)
+    retriever = KBRetriever(kb, k=2, include_context=True)
     engine = RetrieverQueryEngine.from_args(retriever, llm=MockLLM())
     response = engine.query(CACHE)
     assert response.source_nodes[0].metadata["slug"] == "dec-cache-v2"

@@ -22,7 +22,7 @@ def _ids_scores(nodes):
 
 
 def test_nodes_carry_score_metadata_and_unique_ids(kb: KnowledgeBase) -> None:
-    nodes = KBRetriever(kb, k=1).retrieve(ALL_ORIGINS)
+    nodes = KBRetriever(kb, k=1, include_context=True).retrieve(ALL_ORIGINS)
     origins = [n.metadata["kb_origin"] for n in nodes]
     assert origins[0] == "primary"
     assert {"graph_expansion", "rejected"} <= set(origins)
@@ -48,7 +48,7 @@ def test_nodes_carry_score_metadata_and_unique_ids(kb: KnowledgeBase) -> None:
 
 
 def test_breakdown_and_origin_are_hidden_from_llm_and_embedding_text(kb: KnowledgeBase) -> None:
-    for n in KBRetriever(kb, k=2).retrieve(ALL_ORIGINS):
+    for n in KBRetriever(kb, k=2, include_context=True).retrieve(ALL_ORIGINS):
         for mode in (MetadataMode.LLM, MetadataMode.EMBED):
             text = n.node.get_content(metadata_mode=mode)
             for key in ("kb_scores", "kb_origin", "kb_chunk_id", "similarity", "from_slug"):
@@ -60,7 +60,7 @@ def test_breakdown_and_origin_are_hidden_from_llm_and_embedding_text(kb: Knowled
 
 
 def test_relationships_point_to_document_and_graph_seed(kb: KnowledgeBase) -> None:
-    nodes = KBRetriever(kb, k=1).retrieve(ALL_ORIGINS)
+    nodes = KBRetriever(kb, k=1, include_context=True).retrieve(ALL_ORIGINS)
     by_id = {n.node_id: n for n in nodes}
     for n in nodes:
         source = n.node.relationships[NodeRelationship.SOURCE]

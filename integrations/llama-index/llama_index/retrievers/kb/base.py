@@ -9,15 +9,25 @@ from typing import Any
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.vector_stores.types import MetadataFilters
 
-from kb_retriever import KnowledgeBase, SearchFilters
+from kb_retriever import InputError, KnowledgeBase, SearchFilters
 from kb_retriever.filters import parse_filters
 
 from .convert import result_to_nodes
+from .filters import to_search_filters
 
 __all__ = ["KBQueryBundle", "KBRetriever"]
 
-FiltersArg = SearchFilters | Mapping[str, Any] | None
+#: The core's filter mapping (``{"tags": [...], "$or": [...]}``), parsed ``SearchFilters``,
+#: or LlamaIndex ``MetadataFilters`` (nested AND/OR/NOT).
+FiltersArg = SearchFilters | MetadataFilters | Mapping[str, Any] | None
+
+
+def as_filters(filters: FiltersArg) -> SearchFilters:
+    if isinstance(filters, MetadataFilters):
+        return to_search_filters(filters)
+    return parse_filters(filters)
 
 
 @dataclass
@@ -41,8 +51,9 @@ class KBQueryBundle(QueryBundle):
 class KBRetriever(BaseRetriever):
     """Retrieve from a kb-retriever knowledge base as LlamaIndex nodes.
 
-    Returns primary hits, then (``include_context=True``) graph-expanded and rejected-approach
-    hits, each a ``NodeWithScore(TextNode)`` with id :attr:`Hit.uid`, the final score on
+    Returns exactly ``k`` (``similarity_top_k``) primary hits, as LangChain's ``KBRetriever``
+    does; with ``include_context=True`` the graph-expanded and rejected-approach hits follow.
+    Each is a ``NodeWithScore(TextNode)`` with id :attr:`Hit.uid`, the final score on
     ``.score`` and the breakdown in ``metadata["kb_scores"]`` (hidden from LLM and embedding
     text; see :mod:`llama_index.retrievers.kb.convert`). A pre-computed
     ``query_bundle.embedding`` is used instead of embedding the query again; set
@@ -65,23 +76,26 @@ class KBRetriever(BaseRetriever):
         self,
         kb: KnowledgeBase,
         *,
-        k: int = 8,
+        k: int | None = None,
+        similarity_top_k: int | None = None,
         project: str | Sequence[str] | None = None,
         tenant: str | None = None,
         filters: FiltersArg = None,
-        include_context: bool = True,
+        include_context: bool = False,
         use_query_embedding: bool = True,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
         if not isinstance(kb, KnowledgeBase):
             raise TypeError(f"kb must be a kb_retriever.KnowledgeBase, not {type(kb).__name__}")
+        if k is not None and similarity_top_k is not None and k != similarity_top_k:
+            raise InputError(f"k ({k}) and similarity_top_k ({similarity_top_k}) disagree")
         self._kb = kb
-        self._k = _check_k(k)
+        self._k = _check_k(k if k is not None else similarity_top_k or 8)
         self._project = project
         self._tenant = tenant
         # Parsed once, here, so a bad filter fails at construction, not at the first query.
-        self._filters = parse_filters(filters)
+        self._filters = as_filters(filters)
         self._include_context = include_context
         self._use_query_embedding = use_query_embedding
         super().__init__(callback_manager=callback_manager, verbose=verbose)
@@ -92,6 +106,11 @@ class KBRetriever(BaseRetriever):
 
     @property
     def k(self) -> int:
+        return self._k
+
+    @property
+    def similarity_top_k(self) -> int:
+        """LlamaIndex's name for :attr:`k`."""
         return self._k
 
     @property
@@ -122,7 +141,7 @@ class KBRetriever(BaseRetriever):
             if query_bundle.k is not None:
                 args["limit"] = _check_k(query_bundle.k)
             if query_bundle.filters is not None:
-                args["filters"] = query_bundle.filters
+                args["filters"] = as_filters(query_bundle.filters)
             if query_bundle.project is not None:
                 args["project"] = query_bundle.project
             if query_bundle.tenant is not None:
@@ -143,5 +162,5 @@ class KBRetriever(BaseRetriever):
 
 def _check_k(k: Any) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+        raise InputError(f"k must be a positive integer, got {k!r}")
     return k

@@ -43,7 +43,7 @@ class KBSynthesizer(BaseSynthesizer):
 
         from llama_index.core.query_engine import RetrieverQueryEngine
 
-        engine = RetrieverQueryEngine(retriever=KBRetriever(kb),
+        engine = RetrieverQueryEngine(retriever=KBRetriever(kb, include_context=True),
                                       response_synthesizer=KBSynthesizer(llm=llm))
         print(engine.query("how do we rotate the oauth key?"))
     """

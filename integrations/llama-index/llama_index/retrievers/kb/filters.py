@@ -1,0 +1,83 @@
+"""LlamaIndex ``MetadataFilters`` as a kb-retriever filter expression (``$and``/``$or``/``$not``).
+
+Nested filters keep their structure; each ``FilterOperator`` maps to the core operator of the
+same meaning, and one that has no meaning here raises :class:`kb_retriever.FilterError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
+
+from kb_retriever import FilterError, SearchFilters
+from kb_retriever.filters import where_filters
+
+__all__ = ["metadata_filters_to_expression", "to_search_filters"]
+
+_SAME = {FilterOperator.EQ: "$eq", FilterOperator.NE: "$ne", FilterOperator.GT: "$gt",
+         FilterOperator.GTE: "$gte", FilterOperator.LT: "$lt", FilterOperator.LTE: "$lte",
+         FilterOperator.IN: "$in", FilterOperator.NIN: "$nin"}
+# Fields that hold a list: ANY/ALL/CONTAINS test its members (metadata lists are compared whole).
+_LIST_FIELDS = frozenset({"tags"})
+
+
+def to_search_filters(filters: MetadataFilters) -> SearchFilters:
+    """The core's :class:`SearchFilters` for LlamaIndex ``filters``."""
+    return where_filters(metadata_filters_to_expression(filters))
+
+
+def metadata_filters_to_expression(filters: MetadataFilters) -> dict[str, Any]:
+    """``MetadataFilters(filters=[...], condition=and|or|not)`` as an expression mapping.
+
+    >>> from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+    >>> metadata_filters_to_expression(MetadataFilters(filters=[
+    ...     MetadataFilter(key="tags", value="cache"),
+    ...     MetadataFilter(key="team", value="plat", operator="text_match")], condition="or"))
+    {'$or': [{'tags': {'$eq': 'cache'}}, {'team': {'$like': '%plat%'}}]}
+    """
+    parts = [metadata_filters_to_expression(f) if isinstance(f, MetadataFilters) else _one(f)
+             for f in filters.filters]
+    if not parts:
+        raise FilterError("MetadataFilters has no filters")
+    condition = filters.condition or FilterCondition.AND
+    if condition == FilterCondition.NOT:  # LlamaIndex: none of the filters matches
+        return {"$not": {"$or": parts} if len(parts) > 1 else parts[0]}
+    if len(parts) == 1:
+        return parts[0]
+    return {"$or" if condition == FilterCondition.OR else "$and": parts}
+
+
+def _like(value: Any) -> str:
+    if not isinstance(value, str):
+        raise FilterError("text_match takes a string")
+    escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _one(f: MetadataFilter) -> dict[str, Any]:
+    op, key, value = f.operator, f.key, f.value
+    if op in _SAME:
+        return {key: {_SAME[op]: value}}
+    if op == FilterOperator.TEXT_MATCH:
+        return {key: {"$like": _like(value)}}
+    if op == FilterOperator.TEXT_MATCH_INSENSITIVE:
+        return {key: {"$ilike": _like(value)}}
+    if op == FilterOperator.IS_EMPTY:
+        return {key: {"$exists": False}}
+    if key in _LIST_FIELDS:
+        if op == FilterOperator.CONTAINS:
+            return {key: {"$eq": value}}
+        if op == FilterOperator.ANY:
+            return {key: {"$in": value}}
+        if op == FilterOperator.ALL:
+            if not isinstance(value, list) or not value:
+                raise FilterError("all takes a non-empty list")
+            return {"$and": [{key: {"$eq": v}} for v in value]}
+    raise FilterError(f"filter operator {op.value!r} is not supported on {key!r} "
+                      f"(any/all/contains work on: {', '.join(sorted(_LIST_FIELDS))})")
