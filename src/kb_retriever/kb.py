@@ -135,6 +135,7 @@ class KnowledgeBase:
         self._cache: dict[tuple[Any, ...], tuple[float, Any]] = {}
         self._cache_lock = threading.Lock()
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
+        self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -161,13 +162,40 @@ class KnowledgeBase:
         return self
 
     def close(self) -> None:
-        """Close the pools. The embedded server stops when the last process using it exits."""
+        """Close both pools. The embedded server stops when the last process using it exits.
+
+        The async pool (opened by an ``asearch``) is closed on its own event loop when that
+        loop can still run; when it has ended (``asyncio.run`` returned), its connections are
+        closed directly."""
+        if self._apool is not None:
+            self._close_async_pool()
         if self._pool is not None:
             self._pool.close()
             self._pool = None
         if self._threads is not None:
             self._threads.shutdown(wait=True)
             self._threads = None
+
+    def _close_async_pool(self) -> None:
+        pool, loop = self._apool, self._apool_loop
+        self._apool = self._apool_loop = self._alock = None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is not None and not loop.is_closed():
+            if loop is running:  # close() called inside the loop: finish it in the background
+                self._closing = loop.create_task(pool.close())
+                return
+            if not loop.is_running():
+                loop.run_until_complete(pool.close())
+                return
+            asyncio.run_coroutine_threadsafe(pool.close(), loop).result(timeout=30)
+            return
+        # The loop is gone, and with it the pool's tasks: close the sockets themselves.
+        # psycopg_pool keeps idle connections in ``_pool``; in-use ones went with the loop.
+        for conn in list(getattr(pool, "_pool", ())):
+            conn.pgconn.finish()
 
     async def aclose(self) -> None:
         if self._apool is not None:

@@ -107,6 +107,7 @@ def compose_prompt(
     timezone: str = "UTC",
     max_chars: int | None = None,
     template: PromptTemplate | None = None,
+    include_preamble: bool = True,
 ) -> str:
     """Render ``result`` with the rejected, related and context blocks (module docstring).
 
@@ -115,7 +116,9 @@ def compose_prompt(
     text is longer, items are dropped, least useful first: related items from the end, then
     primary chunks from the end (at least one primary and every rejected item stay), and each
     affected block ends with ``(omitted N items to fit the budget)``. If that is still not
-    enough, the shortest possible rendering is returned.
+    enough, the shortest possible rendering is returned. ``include_preamble=False`` leaves out
+    the rules and the date line (for a tool's output, inside a conversation that has its own
+    system prompt).
 
     Example::
 
@@ -125,7 +128,9 @@ def compose_prompt(
                     {"role": "user", "content": result.query}]
     """
     tpl = template or PromptTemplate()
-    head = [_preamble(tpl, now, timezone), f"Project: {_one_line(project) or 'all'}"]
+    head = [f"Project: {_one_line(project) or 'all'}"]
+    if include_preamble:
+        head.insert(0, _preamble(tpl, now, timezone))
     rejected = [_rejected_item(h) for h in result.rejected]
     related = [_related_item(h) for h in result.expanded]
     primary = [_primary_item(i, h) for i, h in enumerate(result.primary, start=1)]

@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     default_limit: int = _field(8, "KB_DEFAULT_LIMIT", ge=1, le=200)
     max_limit: int = _field(200, "KB_MAX_LIMIT", ge=1, le=10_000)
     max_query_chars: int = _field(10_000, "KB_MAX_QUERY_CHARS", ge=1)
-    prompt_timezone: str = _field("Europe/Rome", "KB_PROMPT_TIMEZONE")
+    prompt_timezone: str = _field("UTC", "KB_PROMPT_TIMEZONE")
 
     # --- hybrid (FTS + RRF) ---------------------------------------------------------------
     hybrid_search_enabled: bool = _field(

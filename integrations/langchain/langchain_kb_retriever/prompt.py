@@ -58,6 +58,7 @@ class KBPromptComposer(RunnableSerializable[ComposerInput, str]):
     max_chars: int | None = Field(default=None, ge=1)
     template: PromptTemplate | None = None
     now: datetime | None = None  # fixes the date line (reproducible output)
+    include_preamble: bool = True  # False: the blocks only, without the rules and date line
 
     def invoke(self, input: ComposerInput, config: RunnableConfig | None = None,
                **kwargs: Any) -> str:
@@ -74,7 +75,7 @@ class KBPromptComposer(RunnableSerializable[ComposerInput, str]):
         """Render a :class:`SearchResult` with this composer's options (no run, no I/O)."""
         return compose_prompt(result, project=self._project(), now=self.now,
                               timezone=self._timezone(), max_chars=self.max_chars,
-                              template=self.template)
+                              template=self.template, include_preamble=self.include_preamble)
 
     # --- internals -----------------------------------------------------------------------
     def _compose(self, value: ComposerInput, config: RunnableConfig, **kwargs: Any) -> str:

@@ -45,6 +45,11 @@ class KBSearchFilters(BaseModel):
         None, description="Path globs such as 'runbooks/**'.")
     date_from: date | None = Field(None, description="Only documents dated on/after (ISO).")
     date_to: date | None = Field(None, description="Only documents dated on/before (ISO).")
+    where: dict[str, Any] | None = Field(
+        None, description="A filter expression over document fields (canonical_type, "
+        "canonical_status, slug, title, tags, retrieval_priority, doc_date, ...) and metadata "
+        "keys: {field: value} or {field: {$eq|$ne|$in|$nin|$gt|$gte|$lt|$lte|$between|$like|"
+        "$ilike|$exists: value}}, combined with $and, $or, $not.")
 
 
 class KBSearchInput(BaseModel):
@@ -61,16 +66,20 @@ class KBSearchInput(BaseModel):
 def kb_search_tool(source: KnowledgeBase | KBRetriever, *, name: str = "kb_search",
                    description: str = DEFAULT_DESCRIPTION,
                    composer: KBPromptComposer | None = None,
-                   allowed_projects: Sequence[str] | None = None, **retriever_fields: Any,
+                   allowed_projects: Sequence[str] | None = None,
+                   include_preamble: bool = False, **retriever_fields: Any,
                    ) -> StructuredTool:
     """A ``StructuredTool`` over a knowledge base, for agents.
 
     Arguments the model fills in: ``query``, ``k``, ``filters`` (typed: source_types,
     canonical_types, tags, folder_globs, date_from, date_to) and ``project``. The tool
     returns the composed context (the three blocks of :func:`kb_retriever.compose_prompt`)
-    as content and, with ``response_format="content_and_artifact"``, the ``Document`` list
-    (primary, then graph and rejected) as the ``ToolMessage`` artifact. Bad arguments come
-    back to the model as a ``ToolException`` message instead of crashing the agent.
+    as content, without the system preamble (its rules belong in the agent's own system
+    prompt; ``include_preamble=True`` adds them), and, with
+    ``response_format="content_and_artifact"``, the ``Document`` list (primary, then graph and
+    rejected) as the ``ToolMessage`` artifact. Bad arguments (a schema violation such as
+    ``k: 500`` or an unknown canonical type, or a value the knowledge base refuses) come back
+    to the model as an error ``ToolMessage`` it can read and correct, never as an exception.
 
     ``source`` is a :class:`KnowledgeBase` (``retriever_fields`` such as ``k`` or ``tenant``
     build the retriever) or a ready :class:`KBRetriever`. ``allowed_projects`` restricts
@@ -86,7 +95,7 @@ def kb_search_tool(source: KnowledgeBase | KBRetriever, *, name: str = "kb_searc
     """
     retriever = (source if isinstance(source, KBRetriever)
                  else KBRetriever(kb=source, **retriever_fields))
-    render = composer or KBPromptComposer(retriever=retriever)
+    render = composer or KBPromptComposer(retriever=retriever, include_preamble=include_preamble)
     allowed = None if allowed_projects is None else frozenset(allowed_projects)
 
     def options(k: int | None, filters: KBSearchFilters | dict[str, Any] | None,
@@ -99,6 +108,10 @@ def kb_search_tool(source: KnowledgeBase | KBRetriever, *, name: str = "kb_searc
             opts["k"] = k
         if isinstance(filters, KBSearchFilters):
             filters = filters.model_dump(exclude_none=True)
+        filters = dict(filters or {})
+        if filters.get("where") is not None:
+            opts["filter"] = filters.pop("where")
+        filters.pop("where", None)
         if filters:
             opts["filters"] = {key: (v.isoformat() if isinstance(v, date) else v)
                                for key, v in filters.items()}
@@ -127,5 +140,17 @@ def kb_search_tool(source: KnowledgeBase | KBRetriever, *, name: str = "kb_searc
     return StructuredTool.from_function(
         func=run, coroutine=arun, name=name, description=description,
         args_schema=KBSearchInput, response_format="content_and_artifact",
-        handle_tool_error=True,
+        handle_tool_error=True, handle_validation_error=_validation_message,
     )
+
+
+def _validation_message(exc: Exception) -> str:
+    """A schema violation as one readable line per bad field, for the model to correct."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return f"invalid arguments: {exc}"
+    lines = []
+    for err in errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+        lines.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "invalid arguments: " + "; ".join(lines)

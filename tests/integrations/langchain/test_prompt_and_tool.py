@@ -12,7 +12,6 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableParallel, RunnablePassthrough
 from langchain_kb_retriever import KBPromptComposer, KBRetriever, kb_search_tool
-from pydantic import ValidationError
 
 from kb_retriever import InputError, KnowledgeBase, compose_prompt
 
@@ -76,7 +75,7 @@ def test_tool_schema(example_kb: KnowledgeBase) -> None:
     assert schema["required"] == ["query"]
     filters = tool.args_schema.model_json_schema()["$defs"]["KBSearchFilters"]["properties"]
     assert set(filters) == {"source_types", "canonical_types", "tags", "folder_globs",
-                            "date_from", "date_to"}
+                            "date_from", "date_to", "where"}
     assert tool.response_format == "content_and_artifact"
 
 
@@ -95,8 +94,33 @@ def test_tool_invoked_like_an_agent(example_kb: KnowledgeBase) -> None:
     # Mistakes go back to the model as text, not as a crash of the agent loop.
     denied = tool.invoke({**call, "args": {"query": Q, "project": "secret"}})
     assert "not available" in denied.content
-    with pytest.raises(ValidationError):
-        tool.invoke({**call, "args": {"query": Q, "filters": {"canonical_types": ["memo"]}}})
+    # Schema violations too (issue 19: they used to raise ValidationError into the agent).
+    for args, field in (({"query": Q, "filters": {"canonical_types": ["adr"]}}, "canonical_types"),
+                        ({"query": Q, "k": 500}, "k"),
+                        ({"query": Q, "filters": {"date_from": "last week"}}, "date_from")):
+        bad = tool.invoke({**call, "args": args})
+        assert isinstance(bad, ToolMessage) and bad.status == "error"
+        assert bad.content.startswith("invalid arguments:") and field in bad.content
+    refused = tool.invoke({**call, "args": {"query": Q, "filters": {"where": {"$xor": []}}}})
+    assert refused.status == "error" and "$xor" in refused.content
+
+
+def test_tool_output_is_the_blocks_without_the_preamble(example_kb: KnowledgeBase) -> None:
+    call = {"type": "tool_call", "id": "c2", "name": "kb_search", "args": {"query": Q, "k": 2}}
+    bare = kb_search_tool(example_kb).invoke(call).content
+    assert CONTEXT in bare and "You are the knowledge assistant" not in bare
+    assert "__NO_GROUNDED_ANSWER__" not in bare
+    full = kb_search_tool(example_kb, include_preamble=True).invoke(call).content
+    assert full.startswith("You are the knowledge assistant") and full.endswith(bare)
+
+
+def test_tool_accepts_a_filter_expression(example_kb: KnowledgeBase) -> None:
+    tool = kb_search_tool(example_kb, k=3)
+    msg = tool.invoke({"type": "tool_call", "id": "c3", "name": "kb_search", "args": {
+        "query": Q, "filters": {"where": {"$not": {"canonical_type": "decision"}}}}})
+    primary = [d for d in msg.artifact if d.metadata["kb"]["origin"] == "primary"]
+    assert primary and all(d.metadata["kb"]["document"]["canonical_type"] != "decision"
+                           for d in primary)
 
 
 async def test_tool_async(async_example_kb: KnowledgeBase) -> None:
