@@ -3,9 +3,16 @@
 PostgreSQL + pgvector candidates (vector + full-text, fused by weighted RRF), a transparent
 weighted-sum reranker with the canonical trust gradient, graph expansion, rejected-approach
 injection, and a prompt composer. Framework-free: adapters live in their own distributions.
+
+The names below are imported on first use (PEP 562), so ``import kb_retriever`` and
+``kb-retriever --help`` do not load numpy, psycopg and the model runtime.
 """
 
-from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     ConfigError,
     EmbeddingError,
@@ -16,14 +23,26 @@ from .errors import (
     SchemaError,
     StoreError,
 )
-from .filters import SearchFilters
-from .ingestion import IngestReport
-from .kb import KnowledgeBase
-from .models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
-from .prompt import PromptTemplate, compose_prompt
-from .settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder
+    from .filters import SearchFilters
+    from .ingestion import IngestReport
+    from .kb import KnowledgeBase
+    from .models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
+    from .prompt import PromptTemplate, compose_prompt
+    from .settings import Settings, load_settings
 
 __version__ = "0.1.0"
+
+# name -> the module that defines it
+_LAZY = {
+    "Embedder": ".embedding", "HashingEmbedder": ".embedding", "MiniLMEmbedder": ".embedding",
+    "SearchFilters": ".filters", "IngestReport": ".ingestion", "KnowledgeBase": ".kb",
+    "Candidate": ".models", "DocumentRef": ".models", "Hit": ".models", "Origin": ".models",
+    "ScoreBreakdown": ".models", "SearchResult": ".models", "PromptTemplate": ".prompt",
+    "compose_prompt": ".prompt", "Settings": ".settings", "load_settings": ".settings",
+}
 
 __all__ = [
     "Candidate", "ConfigError", "DocumentRef", "Embedder", "EmbeddingError", "FilterError",
@@ -32,3 +51,16 @@ __all__ = [
     "SchemaError", "SearchFilters", "SearchResult", "Settings", "StoreError", "compose_prompt",
     "load_settings", "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kb_retriever' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

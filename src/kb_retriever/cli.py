@@ -1,12 +1,14 @@
-"""The ``kb-retriever`` command line: a thin shell over :class:`KnowledgeBase`.
+"""The kb-retriever command line: a thin shell over KnowledgeBase.
 
-Exit codes: 0 ok, 2 bad input or configuration (one line on stderr), 1 unexpected failure.
+Exit codes: 0 ok, 1 a file failed to ingest or an unexpected failure, 2 bad input or
+configuration (one line on stderr), 3 a benchmark gate was missed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -16,6 +18,14 @@ from .errors import KbError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
+DESCRIPTION = ("Retrieval with a trust gradient for engineering knowledge bases, on\n"
+               "PostgreSQL and pgvector. Without --database-url (or KB_DATABASE_URL) an\n"
+               "embedded PostgreSQL is started under --home (or KB_HOME).")
+EPILOG = ("examples:\n"
+          "  kb-retriever ingest examples/kb --project demo\n"
+          "  kb-retriever search \"what cache layer did we standardise on?\" --project demo\n"
+          "  kb-retriever prompt \"how do we roll back a deploy?\" --project demo")
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse's own usage errors: exit 2, one line
@@ -24,18 +34,37 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kb-retriever")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        from . import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kb-retriever", description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--database-url", help="PostgreSQL URL (else KB_DATABASE_URL, else embedded)")
-    p.add_argument("--home", help="data directory of the embedded server (else KB_HOME)")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="kb-retriever", description=DESCRIPTION, epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    p.add_argument("--database-url", metavar="URL",
+                   help="PostgreSQL with pgvector (default: KB_DATABASE_URL, else embedded)")
+    p.add_argument("--home", metavar="DIR",
+                   help="data directory of the embedded server (default: KB_HOME, "
+                        "else ~/.kb-retriever)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def scope(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--project", default="default", help="project key (default: default)")
         sp.add_argument("--tenant", default="default", help="tenant id (default: default)")
 
-    sp = sub.add_parser("ingest", help="ingest files or directories")
-    sp.add_argument("paths", nargs="+")
+    sp = sub.add_parser("ingest", help="ingest files or folders (Markdown, text, PDF, DOCX)",
+                        description="Ingest files and folders. Unchanged files are skipped; a "
+                                    "file that fails is reported and the run goes on.")
+    sp.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
     scope(sp)
     sp.add_argument("--prune", action="store_true",
                     help="delete the documents found under these paths before whose file is gone")
@@ -43,36 +72,44 @@ def build_parser() -> argparse.ArgumentParser:
                     help="follow symlinks that point outside the ingest paths")
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
 
-    for name, helptext in (("search", "search and print the result"),
+    for name, helptext in (("search", "search and print the ranked result"),
                            ("prompt", "print the composed prompt for a question")):
-        sp = sub.add_parser(name, help=helptext)
-        sp.add_argument("query")
+        sp = sub.add_parser(name, help=helptext, description=helptext.capitalize() + ".")
+        sp.add_argument("query", help="the question, in natural language")
         scope(sp)
         sp.add_argument("--also-project", action="append", default=[], metavar="P",
-                        help="search these projects too (repeatable)")
-        sp.add_argument("--limit", type=int, default=None)
-        sp.add_argument("--filters", default=None, help="filters as a JSON object")
+                        help="search this project too (repeatable)")
+        sp.add_argument("--limit", type=int, default=None, metavar="N",
+                        help="how many chunks (default: KB_DEFAULT_LIMIT, 8)")
+        sp.add_argument("--filters", default=None, metavar="JSON",
+                        help='filters as a JSON object, e.g. \'{"tags": ["cache"], "$or": '
+                             '[{"canonical_type": "decision"}, {"team": "platform"}]}\'')
         if name == "search":
             sp.add_argument("--json", action="store_true", help="print the contract JSON")
             sp.add_argument("--explain", action="store_true", help="show every score term")
             sp.add_argument("--sql", action="store_true", help="print the candidate SQL")
         else:
-            sp.add_argument("--max-chars", type=int, default=None, help="prompt budget")
+            sp.add_argument("--max-chars", type=int, default=None, metavar="N",
+                            help="budget of the prompt in characters")
 
-    sp = sub.add_parser("bench", help="run a retrieval benchmark (AskMyDocs format)")
-    sp.add_argument("--corpus", required=True)
-    sp.add_argument("--queries", required=True)
-    sp.add_argument("--k", type=int, default=5)
-    sp.add_argument("--json", action="store_true")
+    sp = sub.add_parser("bench", help="run a retrieval benchmark (AskMyDocs format)",
+                        description="Ingest a corpus, run its queries and report nDCG, MRR, "
+                                    "citation, refusal, graph and rejected metrics.")
+    sp.add_argument("--corpus", required=True, metavar="DIR", help="folder of documents")
+    sp.add_argument("--queries", required=True, metavar="FILE", help="queries YAML file")
+    sp.add_argument("--k", type=int, default=5, help="cut-off of the metrics (default: 5)")
+    sp.add_argument("--json", action="store_true", help="print the report as JSON")
     sp.add_argument("--gate", action="store_true", help="exit 3 when a threshold is missed")
     sp.add_argument("--tune", action="store_true", help="tune reranker weights (train/held-out)")
-    sp.add_argument("--project", default="benchmark")
-    sp.add_argument("--tenant", default="default")
+    sp.add_argument("--project", default="benchmark",
+                    help="project to ingest into (default: benchmark)")
+    sp.add_argument("--tenant", default="default", help="tenant id (default: default)")
 
-    sp = sub.add_parser("doctor", help="check the index: recall of approximate vs exact search")
+    sp = sub.add_parser("doctor", help="check the index: recall of approximate vs exact search",
+                        description="Compare the HNSW index's answers with an exact scan.")
     scope(sp)
-    sp.add_argument("--samples", type=int, default=20)
-    sp.add_argument("--k", type=int, default=10)
+    sp.add_argument("--samples", type=int, default=20, help="queries to sample (default: 20)")
+    sp.add_argument("--k", type=int, default=10, help="neighbours compared (default: 10)")
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
@@ -85,18 +122,24 @@ def _kb(args: argparse.Namespace, **kw: Any) -> Any:
                          project=getattr(args, "project", "default"), **kw)
 
 
-def _progress() -> Any:
-    if not sys.stderr.isatty():
-        return None
+def _progress(label: str = "ingest") -> Any:
+    from .progress import Progress
 
-    def show(done: int, total: int, name: str) -> None:
-        width = 30
-        filled = int(width * done / total) if total else width
-        bar = "#" * filled + "." * (width - filled)
-        end = "\n" if done >= total else ""
-        print(f"\r[{bar}] {done}/{total} {name[:40]:<40}", end=end, file=sys.stderr, flush=True)
+    return Progress(label)
 
-    return show
+
+def _setup_logging(verbose: bool) -> None:
+    """Library logs (ours, pypdf's) go to stderr as one line each; pypdf's per-page chatter
+    only with --verbose (a broken file is already in the ingest report)."""
+    for name, quiet in (("kb_retriever", logging.WARNING), ("pypdf", logging.ERROR)):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO if verbose else quiet)
+        if not any(getattr(h, "_kb_cli", False) for h in logger.handlers):
+            handler = logging.StreamHandler()  # sys.stderr at the time of each message
+            handler.setFormatter(logging.Formatter("kb-retriever: %(levelname)s: %(message)s"))
+            handler._kb_cli = True  # type: ignore[attr-defined]
+            logger.addHandler(handler)
+            logger.propagate = False
 
 
 def printable(text: str) -> str:
@@ -137,6 +180,20 @@ def _search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "project": projects if len(projects) > 1 else args.project}
 
 
+def _hint_if_empty(kb: Any, args: argparse.Namespace, result: Any) -> None:
+    """An empty result from an empty scope (a misspelt project?) says so on stderr."""
+    if result.primary or result.meta.get("retrieval_stats", {}).get("candidates_pre_threshold"):
+        return
+    existing = kb.projects(tenant=args.tenant)
+    wanted = [args.project, *args.also_project]
+    if any(p in existing for p in wanted):
+        return
+    have = ", ".join(f"{printable(p)} ({n})" for p, n in existing.items()) or "none"
+    print(f"kb-retriever: hint: project {printable(', '.join(wanted))} of tenant "
+          f"{printable(args.tenant)} has no documents; projects with documents: {have}",
+          file=sys.stderr)
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from .render import render_result
 
@@ -145,6 +202,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(kb.search_sql(args.query, **_search_kwargs(args)))
             return EXIT_OK
         result = kb.search(args.query, **_search_kwargs(args))
+        _hint_if_empty(kb, args, result)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False, default=str))
     else:
@@ -157,6 +215,7 @@ def cmd_prompt(args: argparse.Namespace) -> int:
 
     with _kb(args) as kb:
         result = kb.search(args.query, **_search_kwargs(args))
+        _hint_if_empty(kb, args, result)
         print(compose_prompt(result, project=args.project, timezone=kb.settings.prompt_timezone,
                              max_chars=args.max_chars))
     return EXIT_OK
@@ -180,6 +239,7 @@ COMMANDS = {"ingest": cmd_ingest, "search": cmd_search, "prompt": cmd_prompt,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
     try:
         return COMMANDS[args.command](args)
     except KbError as exc:

@@ -305,6 +305,16 @@ class KnowledgeBase:
                  _name("term", term), [_name("synonym", s) for s in synonyms]],
             )
 
+    def projects(self, *, tenant: str | None = None) -> dict[str, int]:
+        """The tenant's projects that hold documents, with their document counts."""
+        pool = self._require_pool()
+        with translated(), pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT project_key, count(*) FROM kb_documents WHERE tenant_id = %s "
+                "GROUP BY project_key ORDER BY project_key",
+                [_name("tenant", self.tenant if tenant is None else tenant)]).fetchall()
+        return {str(p): int(n) for p, n in rows}
+
     # --- search --------------------------------------------------------------------------
     def _request(self, query: Any, *, limit: int | None, project: str | Sequence[str] | None,
                  tenant: str | None, filters: SearchFilters | Mapping[str, Any] | None,

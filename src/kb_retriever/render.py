@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .ingest.chunking import clip_words
 from .models import Hit, SearchResult
 
 _SIGNALS = ("vector", "keyword", "heading", "tag_overlap", "preamble", "recency",
@@ -13,8 +14,17 @@ def _row(i: int, hit: Hit) -> str:
     status = f"{d.canonical_type}/{d.canonical_status}" if d.is_canonical else "-"
     sim = "" if hit.similarity is None else f"{hit.similarity:.3f}"
     name = d.slug or d.doc_key
-    return (f"{i:>3}  {hit.score:7.4f}  {sim:>6}  {name[:34]:<34}  {status[:28]:<28}  "
-            f"{hit.heading_path[:40]}")
+    return (f"{i:>3}  {hit.score:7.4f}  {sim:>6}  {_fit(name, 34):<34}  {_fit(status, 28):<28}  "
+            f"{_fit(hit.heading_path, 40)}")
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, cut after a whole word and marked with an ellipsis."""
+    return text if len(text) <= width else clip_words(text, width - 1) + "…"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def render_result(result: SearchResult, *, explain: bool = False) -> str:
@@ -28,7 +38,7 @@ def render_result(result: SearchResult, *, explain: bool = False) -> str:
             lines.append(f"        {terms}")
             lines.append(
                 f"        base={s.base:.4f} additive={s.additive:.4f} canonical={s.canonical:.4f}"
-                f" total={s.total:.4f}  (raw sim={s.raw_similarity}, vec rank={s.vector_rank},"
+                f" total={s.total:.4f}  (raw sim={_num(s.raw_similarity)}, vec rank={s.vector_rank},"
                 f" fts rank={s.fts_rank}, fused={s.fused_score:.5f})"
             )
     if result.expanded:

@@ -25,7 +25,7 @@ RUNNER_UP_MAX = 1000  # the Settings upper bound of runner_up_limit
 
 def run_bench_command(args: argparse.Namespace) -> int:
     """Run ``bench`` from parsed arguments; print the report; return the exit code."""
-    from kb_retriever.cli import _progress  # the same quiet-unless-a-TTY progress bar as ingest
+    from kb_retriever.progress import Progress
 
     queries = load_queries(args.queries)
     settings = load_settings()
@@ -37,7 +37,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
     kb = KnowledgeBase(settings, database_url=args.database_url, home=args.home,
                        tenant=args.tenant, project=args.project)
     with kb:
-        report = run_benchmark(kb, args.corpus, queries, k=args.k, progress=_progress())
+        report = run_benchmark(kb, args.corpus, queries, k=args.k,
+                               progress=Progress("bench", unit="step"))
     gates = check_gates(report.aggregates, kb.settings) if args.gate else None
     tuning = _tune(report, kb, args.k) if args.tune else None
 

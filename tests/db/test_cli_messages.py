@@ -1,0 +1,50 @@
+"""What the command line tells a person: hints, progress, whole numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kb_retriever.cli import main
+
+pytestmark = pytest.mark.db
+
+
+@pytest.fixture
+def url(new_database: Callable[[], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> str:
+    monkeypatch.setenv("KB_EMBEDDER", "hashing")
+    url = new_database()
+    (tmp_path / "a.md").write_text("# Redis\n\nredis is the cache layer\n")
+    assert main(["--database-url", url, "ingest", str(tmp_path), "--project", "platform"]) == 0
+    capsys.readouterr()
+    return url
+
+
+def test_a_misspelt_project_gets_a_hint(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--database-url", url, "search", "redis", "--project", "platfrom"]) == 0
+    err = capsys.readouterr().err
+    assert "hint: project platfrom of tenant default has no documents" in err
+    assert "platform (1)" in err
+    assert main(["--database-url", url, "search", "redis", "--project", "platform"]) == 0
+    assert "hint" not in capsys.readouterr().err
+
+
+def test_ingest_progress_is_printed_when_not_a_terminal(url: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(3):
+        (tmp_path / f"n{i}.md").write_text(f"# N{i}\n\nnote {i}\n")
+    assert main(["--database-url", url, "ingest", str(tmp_path), "--project", "p2"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "ingest: 0/4 files (0%)" and err[-1] == "ingest: 4/4 files (100%)"
+
+
+def test_explain_rounds_numbers(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--database-url", url, "search", "redis cache", "--project", "platform",
+                 "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "raw sim=" in out
+    raw = out.split("raw sim=")[1].split(",")[0]
+    assert len(raw.split(".")[-1]) <= 3
