@@ -5,6 +5,7 @@ weighted-sum reranker with the canonical trust gradient, graph expansion, reject
 injection, and a prompt composer. Framework-free: adapters live in their own distributions.
 """
 
+from .documents import ChunkRecord, DocumentRecord, StoredChunk, StoredDocument
 from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder
 from .errors import (
     ConfigError,
@@ -26,9 +27,11 @@ from .settings import Settings, load_settings
 __version__ = "0.1.0"
 
 __all__ = [
-    "Candidate", "ConfigError", "DocumentRef", "Embedder", "EmbeddingError", "FilterError",
+    "Candidate", "ChunkRecord", "ConfigError", "DocumentRecord", "DocumentRef", "Embedder",
+    "EmbeddingError", "FilterError",
     "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
     "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
-    "SchemaError", "SearchFilters", "SearchResult", "Settings", "StoreError", "compose_prompt",
+    "SchemaError", "SearchFilters", "SearchResult", "Settings", "StoreError", "StoredChunk",
+    "StoredDocument", "compose_prompt",
     "load_settings", "__version__",
 ]

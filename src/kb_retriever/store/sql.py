@@ -28,7 +28,7 @@ DOC_COLUMNS = sql.SQL(
     "d.language, d.doc_date"
 )
 CHUNK_COLUMNS = sql.SQL(
-    "c.id AS chunk_id, c.text, c.heading_path, c.chunk_order, c.metadata"
+    "c.id AS chunk_id, c.text, c.heading_path, c.chunk_order, c.metadata, c.chunk_uid"
 )
 DOC_JOIN = sql.SQL("JOIN kb_documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id")
 
