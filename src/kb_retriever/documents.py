@@ -92,6 +92,7 @@ class StoredChunk:
     order: int
     heading_path: str = ""
     metadata: Mapping[str, Any] = field(default_factory=_empty)
+    embedding: tuple[float, ...] | None = None  # only when asked for (with_embeddings=True)
 
 
 @dataclass(frozen=True)

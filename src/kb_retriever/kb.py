@@ -367,19 +367,21 @@ class KnowledgeBase:
         return counts[0]
 
     def get_by_ids(self, ids: Iterable[str], *, project: str | None = None,
-                   tenant: str | None = None) -> list[StoredDocument]:
+                   tenant: str | None = None, with_embeddings: bool = False
+                   ) -> list[StoredDocument]:
         """The documents with these ids (a file's id is its path), in the order asked;
-        unknown ids are skipped."""
+        unknown ids are skipped. ``with_embeddings`` also reads each chunk's vector."""
         wanted = docs.validate_ids(ids)
-        found = records.documents_from_rows(self._read(
-            records.get_documents_sql(*self._scope(project, tenant), wanted)))
+        found = records.documents_from_rows(self._read(records.get_documents_sql(
+            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
         return _in_order(found, wanted)
 
     async def aget_by_ids(self, ids: Iterable[str], *, project: str | None = None,
-                          tenant: str | None = None) -> list[StoredDocument]:
+                          tenant: str | None = None, with_embeddings: bool = False
+                          ) -> list[StoredDocument]:
         wanted = docs.validate_ids(ids)
-        found = records.documents_from_rows(await self._aread(
-            records.get_documents_sql(*self._scope(project, tenant), wanted)))
+        found = records.documents_from_rows(await self._aread(records.get_documents_sql(
+            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
         return _in_order(found, wanted)
 
     def get_chunks(self, ids: Iterable[str], *, project: str | None = None,

@@ -213,3 +213,23 @@ def test_migration_0003_gives_old_chunks_the_ids_the_writer_computes(new_databas
     draft = DocumentDraft("dir/a.md", "a", "A", "markdown", "h",
                           tuple(ChunkDraft(i, t) for i, t in enumerate(texts)))
     assert got == chunk_uids(draft) and len(set(got)) == 4
+
+
+def test_metadata_groups_or_and_not(make_kb):
+    kb = make_kb()
+    kb.add_documents([{"text": f"shared cache note {i}", "id": f"d{i}",
+                       "metadata": {"team": team, "level": level}}
+                      for i, (team, level) in enumerate([("sre", 1), ("sre", 3), ("web", 2)])])
+
+    def ids(meta):
+        return {h.document.source_path for h in kb.search("shared cache note", limit=10,
+                                                         filters={"metadata": meta}).primary}
+
+    assert ids({"$or": [{"team": "web"}, {"level": {"$gte": 3}}]}) == {"d1", "d2"}
+    assert ids({"team": "sre", "$not": {"level": 1}}) == {"d1"}
+    assert ids({"$and": [{"team": "sre"}, {"$or": [{"level": 1}, {"level": 2}]}]}) == {"d0"}
+    assert ids({"$not": {"missing_key": 1}}) == {"d0", "d1", "d2"}
+    from kb_retriever import FilterError
+
+    with pytest.raises(FilterError, match=r"\$or takes a non-empty list"):
+        ids({"$or": []})

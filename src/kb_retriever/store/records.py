@@ -14,6 +14,7 @@ from typing import Any
 from psycopg import sql
 
 from ..documents import StoredChunk, StoredDocument
+from .rows import vector_array
 
 __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
            "documents_from_rows", "get_chunks_sql", "get_documents_sql"]
@@ -33,14 +34,16 @@ def _params(tenant: str, project: str, ids: Sequence[str]) -> dict[str, Any]:
     return {"tenant": tenant, "project": project, "ids": list(ids)}
 
 
-def get_documents_sql(tenant: str, project: str, ids: Sequence[str]) -> Statement:
+def get_documents_sql(tenant: str, project: str, ids: Sequence[str], *,
+                      with_embeddings: bool = False) -> Statement:
     """The documents with these ids, each with its chunks in order (one row per chunk; a
     document without chunks has one row of NULL chunk columns)."""
+    chunk = sql.SQL("{}, c.embedding").format(_CHUNK_COLS) if with_embeddings else _CHUNK_COLS
     return sql.SQL(
         "SELECT {doc}, {chunk} FROM kb_documents d LEFT JOIN kb_chunks c "
         "ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
         "WHERE {scope} AND d.source_path = ANY(%(ids)s) ORDER BY d.source_path, c.chunk_order"
-    ).format(doc=_DOC_COLS, chunk=_CHUNK_COLS, scope=_SCOPE), _params(tenant, project, ids)
+    ).format(doc=_DOC_COLS, chunk=chunk, scope=_SCOPE), _params(tenant, project, ids)
 
 
 def get_chunks_sql(tenant: str, project: str, ids: Sequence[str]) -> Statement:
@@ -85,9 +88,11 @@ def clear_sql(tenant: str, project: str) -> list[Statement]:
 
 
 def _chunk(row: Mapping[str, Any]) -> StoredChunk:
+    emb = row.get("embedding")
     return StoredChunk(id=row["chunk_uid"], document_id=row["document_uid"], text=row["text"],
                        order=int(row["chunk_order"]), heading_path=row["heading_path"] or "",
-                       metadata=MappingProxyType(dict(row["chunk_metadata"] or {})))
+                       metadata=MappingProxyType(dict(row["chunk_metadata"] or {})),
+                       embedding=None if emb is None else tuple(vector_array(emb).tolist()))
 
 
 def chunks_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[StoredChunk]:
