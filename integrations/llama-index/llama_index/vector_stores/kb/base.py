@@ -93,8 +93,10 @@ class KBVectorStore(BasePydanticVectorStore):
                 text=n.get_content(metadata_mode=MetadataMode.NONE), id=n.node_id,
                 metadata=node_to_metadata_dict(n, remove_text=True, flat_metadata=False),
                 embedding=n.embedding) for n in group]
-            # The document's own fields (canonical ones included) are its nodes' metadata.
-            out.append(DocumentRecord(id=doc_id, metadata=dict(group[0].metadata),
+            # The document's own fields (canonical ones included) are its nodes' metadata, and
+            # a frontmatter block that opens its first node (a reader that kept it in the text).
+            head = added[0].text if added[0].text.startswith("---") else ""
+            out.append(DocumentRecord(text=head, id=doc_id, metadata=dict(group[0].metadata),
                                       chunks=(*kept, *added)))
         return out
 
@@ -200,9 +202,11 @@ def _node(node_id: str, doc_id: str, text: str, metadata: Any) -> BaseNode:
 
 def _hit_node(hit: Hit) -> BaseNode:
     node = _node(hit.chunk_uid or hit.uid, hit.document.source_path, hit.text, hit.metadata)
-    # The breakdown rides along for code, hidden from the LLM and the embedder.
+    # The breakdown and the document's canonical fields ride along for code, hidden from the
+    # LLM and the embedder.
     node.metadata["kb_scores"] = hit.scores.to_dict()
-    for key in ("kb_scores",):
+    node.metadata["kb_document"] = hit.document.to_dict()
+    for key in ("kb_scores", "kb_document"):
         if key not in node.excluded_llm_metadata_keys:
             node.excluded_llm_metadata_keys.append(key)
         if key not in node.excluded_embed_metadata_keys:
