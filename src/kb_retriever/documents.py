@@ -237,14 +237,14 @@ def _vectors(conn: psycopg.Connection, embedder: Embedder, tenant: str,
     embedding cache."""
     given = [(i, c.embedding) for i, c in enumerate(draft.chunks) if c.embedding is not None]
     out: list[np.ndarray | None] = [None] * len(draft.chunks)
-    for i, vec in given:
-        out[i] = check_vector(vec, dimension=embedder.dimension, model_id=embedder.model_id,
+    for i, raw in given:
+        out[i] = check_vector(raw, dimension=embedder.dimension, model_id=embedder.model_id,
                               item=i).astype(np.float32)
     todo = [i for i, v in enumerate(out) if v is None]
     if todo:
         vectors, _ = embed_chunks(conn, embedder, tenant, [draft.chunks[i].text for i in todo])
-        for i, vec in zip(todo, vectors, strict=True):
-            out[i] = vec
+        for i, arr in zip(todo, vectors, strict=True):
+            out[i] = arr
     return [v for v in out if v is not None]
 
 

@@ -151,7 +151,9 @@ class KnowledgeBase:
         self._given_pool, self._given_apool = pool, async_pool
         # The server of a borrowed pool, for the pool of the other flavour we may open.
         given = pool if pool is not None else async_pool
-        self._conn_kwargs: dict[str, Any] = dict(given.kwargs or {}) if given is not None else {}
+        # (a pool built with a kwargs callable has no fixed kwargs to copy: none are taken)
+        kwargs = getattr(given, "kwargs", None)
+        self._conn_kwargs: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -166,7 +168,9 @@ class KnowledgeBase:
             return self
         given = self._given_pool if self._given_pool is not None else self._given_apool
         if given is not None:
-            url = given.conninfo
+            if not isinstance(given.conninfo, str):
+                raise ConfigError("a borrowed pool needs a conninfo string (not a callable)")
+            url: str = given.conninfo
         else:
             url = self.settings.database_url or start_embedded(self.settings.home)
         with translated():

@@ -19,7 +19,7 @@ from .rows import vector_array
 __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
            "documents_from_rows", "get_chunks_sql", "get_documents_sql"]
 
-Statement = tuple[sql.Composed, dict[str, Any]]
+Statement = tuple[sql.Composable, dict[str, Any]]
 
 _CHUNK_COLS = sql.SQL(
     "c.chunk_uid, d.source_path AS document_uid, c.text, c.chunk_order, c.heading_path, "
