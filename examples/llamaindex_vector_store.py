@@ -19,7 +19,7 @@ from typing import Any
 
 from llama_index.core import SimpleDirectoryReader, StorageContext, VectorStoreIndex
 from llama_index.core.llms import MockLLM
-from llama_index.retrievers.kb import KBCoreEmbedding
+from llama_index.embeddings.kb import KBCoreEmbedding
 from llama_index.vector_stores.kb import KBVectorStore
 
 from kb_retriever import KnowledgeBase

@@ -14,7 +14,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
     VectorStoreQuery,
 )
-from llama_index.retrievers.kb import KBCoreEmbedding
+from llama_index.embeddings.kb import KBCoreEmbedding
 from llama_index.vector_stores.kb import KBVectorStore
 
 from kb_retriever import FilterError, HashingEmbedder, InputError

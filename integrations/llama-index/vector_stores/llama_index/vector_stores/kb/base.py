@@ -37,7 +37,7 @@ class KBVectorStore(BasePydanticVectorStore):
 
         from kb_retriever import KnowledgeBase
         from llama_index.core import Document, StorageContext, VectorStoreIndex
-        from llama_index.retrievers.kb import KBCoreEmbedding
+        from llama_index.embeddings.kb import KBCoreEmbedding
         from llama_index.vector_stores.kb import KBVectorStore
 
         with KnowledgeBase() as kb:

@@ -1,10 +1,10 @@
-"""LlamaIndex vector store over kb-retriever (``llama_index.vector_stores.kb``).
+"""LlamaIndex vector store over kb-retriever (distribution ``llama-index-vector-stores-kb``).
 
 Example::
 
     from kb_retriever import KnowledgeBase
     from llama_index.core import StorageContext, VectorStoreIndex
-    from llama_index.retrievers.kb import KBCoreEmbedding
+    from llama_index.embeddings.kb import KBCoreEmbedding
     from llama_index.vector_stores.kb import KBVectorStore
 
     with KnowledgeBase() as kb:
