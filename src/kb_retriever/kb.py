@@ -78,6 +78,15 @@ async def _acount(cur: Any) -> int:
     return max(cur.rowcount, 0)
 
 
+def _selection(ids: Iterable[str] | None, filters: SearchFilters | Mapping[str, Any] | None
+               ) -> tuple[list[str] | None, SearchFilters | None]:
+    """Chunk ids and/or filters; at least one (a call with neither would mean every chunk)."""
+    parsed = parse_filters(filters) if filters is not None else None
+    if ids is None and (parsed is None or parsed.is_empty()):
+        raise InputError("give chunk ids, filters or both (clear() deletes everything)")
+    return (None if ids is None else docs.validate_ids(ids)), parsed
+
+
 def _in_order(found: Sequence[Any], wanted: Sequence[str]) -> list[Any]:
     by_id = {item.id: item for item in found}
     return [by_id[i] for i in wanted if i in by_id]
@@ -388,20 +397,24 @@ class KnowledgeBase:
             *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
         return _in_order(found, wanted)
 
-    def get_chunks(self, ids: Iterable[str], *, project: str | None = None,
-                   tenant: str | None = None) -> list[StoredChunk]:
-        """The chunks with these stable ids (``Hit.chunk_uid``), in the order asked."""
-        wanted = docs.validate_ids(ids)
+    def get_chunks(self, ids: Iterable[str] | None = None, *,
+                   filters: SearchFilters | Mapping[str, Any] | None = None,
+                   project: str | None = None, tenant: str | None = None) -> list[StoredChunk]:
+        """The chunks with these stable ids (``Hit.chunk_uid``; in the order asked) and/or
+        matching ``filters`` (the search's filters; in document order)."""
+        wanted, parsed = _selection(ids, filters)
         found = records.chunks_from_rows(self._read(
-            records.get_chunks_sql(*self._scope(project, tenant), wanted)))
-        return _in_order(found, wanted)
+            records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)))
+        return found if wanted is None else _in_order(found, wanted)
 
-    async def aget_chunks(self, ids: Iterable[str], *, project: str | None = None,
-                          tenant: str | None = None) -> list[StoredChunk]:
-        wanted = docs.validate_ids(ids)
+    async def aget_chunks(self, ids: Iterable[str] | None = None, *,
+                          filters: SearchFilters | Mapping[str, Any] | None = None,
+                          project: str | None = None, tenant: str | None = None
+                          ) -> list[StoredChunk]:
+        wanted, parsed = _selection(ids, filters)
         found = records.chunks_from_rows(await self._aread(
-            records.get_chunks_sql(*self._scope(project, tenant), wanted)))
-        return _in_order(found, wanted)
+            records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)))
+        return found if wanted is None else _in_order(found, wanted)
 
     def delete(self, ids: Iterable[str], *, project: str | None = None,
                tenant: str | None = None) -> int:
@@ -415,16 +428,19 @@ class KnowledgeBase:
         return await self._awrite(records.delete_documents_sql(*self._scope(project, tenant),
                                                                docs.validate_ids(ids)))
 
-    def delete_chunks(self, ids: Iterable[str], *, project: str | None = None,
-                      tenant: str | None = None) -> int:
-        """Delete chunks by stable id; a document left without chunks goes too."""
+    def delete_chunks(self, ids: Iterable[str] | None = None, *,
+                      filters: SearchFilters | Mapping[str, Any] | None = None,
+                      project: str | None = None, tenant: str | None = None) -> int:
+        """Delete chunks by stable id and/or ``filters``; returns how many went. A document
+        left without chunks goes too."""
         return self._write(records.delete_chunks_sql(*self._scope(project, tenant),
-                                                     docs.validate_ids(ids)))
+                                                     *_selection(ids, filters)))
 
-    async def adelete_chunks(self, ids: Iterable[str], *, project: str | None = None,
-                             tenant: str | None = None) -> int:
+    async def adelete_chunks(self, ids: Iterable[str] | None = None, *,
+                             filters: SearchFilters | Mapping[str, Any] | None = None,
+                             project: str | None = None, tenant: str | None = None) -> int:
         return await self._awrite(records.delete_chunks_sql(*self._scope(project, tenant),
-                                                            docs.validate_ids(ids)))
+                                                            *_selection(ids, filters)))
 
     def clear(self, *, project: str | None = None, tenant: str | None = None) -> int:
         """Delete every document of the project (files and documents added from memory)."""

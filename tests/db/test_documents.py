@@ -233,3 +233,19 @@ def test_metadata_groups_or_and_not(make_kb):
 
     with pytest.raises(FilterError, match=r"\$or takes a non-empty list"):
         ids({"$or": []})
+
+
+def test_chunks_by_filters(make_kb):
+    kb = make_kb()
+    kb.add_documents([{"text": f"note {i}", "id": f"n{i}", "metadata": {"team": team}}
+                      for i, team in enumerate(["sre", "web", "sre"])])
+    sre = kb.get_chunks(filters={"metadata": {"team": "sre"}})
+    assert [c.document_id for c in sre] == ["n0", "n2"]
+    both = kb.get_chunks([sre[0].id], filters={"metadata": {"team": "sre"}})
+    assert [c.id for c in both] == [sre[0].id]
+    assert kb.delete_chunks(filters={"metadata": {"$or": [{"team": "web"}, {"team": "x"}]}}) == 1
+    assert [d.id for d in kb.get_by_ids(["n0", "n1", "n2"])] == ["n0", "n2"]
+    with pytest.raises(InputError, match="clear"):
+        kb.delete_chunks()
+    with pytest.raises(InputError, match="clear"):
+        kb.get_chunks(filters={})

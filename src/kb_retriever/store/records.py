@@ -14,7 +14,9 @@ from typing import Any
 from psycopg import sql
 
 from ..documents import StoredChunk, StoredDocument
+from ..filters import SearchFilters
 from .rows import vector_array
+from .sql import doc_filter_sql
 
 __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
            "documents_from_rows", "get_chunks_sql", "get_documents_sql"]
@@ -46,13 +48,26 @@ def get_documents_sql(tenant: str, project: str, ids: Sequence[str], *,
     ).format(doc=_DOC_COLS, chunk=chunk, scope=_SCOPE), _params(tenant, project, ids)
 
 
-def get_chunks_sql(tenant: str, project: str, ids: Sequence[str]) -> Statement:
+def _chunk_selection(tenant: str, project: str, ids: Sequence[str] | None,
+                     filters: SearchFilters | None) -> tuple[sql.Composable, dict[str, Any]]:
+    """``FROM … WHERE …`` of the chunks with these ids and/or matching these filters (the
+    search's own filter predicates, ``store.sql.doc_filter_sql``)."""
+    filt, params = doc_filter_sql(filters or SearchFilters(), with_doc_ids=False)
+    by_id = sql.SQL(" AND c.chunk_uid = ANY(%(ids)s)") if ids is not None else sql.SQL("")
     return sql.SQL(
-        "SELECT {chunk} FROM kb_chunks c JOIN kb_documents d "
-        "ON d.tenant_id = c.tenant_id AND d.id = c.document_id "
-        "WHERE {scope} AND c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
-        "AND c.chunk_uid = ANY(%(ids)s) ORDER BY d.source_path, c.chunk_order"
-    ).format(chunk=_CHUNK_COLS, scope=_SCOPE), _params(tenant, project, ids)
+        "FROM kb_chunks c JOIN kb_documents d ON d.tenant_id = c.tenant_id "
+        "AND d.id = c.document_id WHERE {scope} AND c.tenant_id = %(tenant)s "
+        "AND c.project_key = %(project)s{by_id}{filt}"
+    ).format(scope=_SCOPE, by_id=by_id, filt=filt), {
+        **params, **_params(tenant, project, list(ids or ()))}
+
+
+def get_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,
+                   filters: SearchFilters | None = None) -> Statement:
+    """The chunks with these ids and/or matching ``filters``, in document order."""
+    where, params = _chunk_selection(tenant, project, ids, filters)
+    return sql.SQL("SELECT {chunk} {where} ORDER BY d.source_path, c.chunk_order").format(
+        chunk=_CHUNK_COLS, where=where), params
 
 
 def delete_documents_sql(tenant: str, project: str, ids: Sequence[str]) -> list[Statement]:
@@ -61,19 +76,20 @@ def delete_documents_sql(tenant: str, project: str, ids: Sequence[str]) -> list[
                      ).format(scope=_SCOPE), _params(tenant, project, ids))]
 
 
-def delete_chunks_sql(tenant: str, project: str, ids: Sequence[str]) -> list[Statement]:
-    """Delete chunks by id. Their documents lose their content hash (adding the same content
-    again writes it again, instead of a no-op over the gap); documents left without chunks go.
-    The first statement returns the number of chunks deleted."""
-    params = _params(tenant, project, ids)
+def delete_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,
+                      filters: SearchFilters | None = None) -> list[Statement]:
+    """Delete chunks by id and/or filters. Their documents lose their content hash (adding the
+    same content again writes it again, instead of a no-op over the gap); documents left
+    without chunks go. The first statement returns the number of chunks deleted."""
+    where, params = _chunk_selection(tenant, project, ids, filters)
     return [
         (sql.SQL(
-            "WITH gone AS (DELETE FROM kb_chunks c WHERE c.tenant_id = %(tenant)s "
-            "AND c.project_key = %(project)s AND c.chunk_uid = ANY(%(ids)s) "
-            "RETURNING c.document_id), "
+            "WITH gone AS (DELETE FROM kb_chunks x WHERE x.tenant_id = %(tenant)s "
+            "AND x.project_key = %(project)s AND x.id IN (SELECT c.id {where}) "
+            "RETURNING x.document_id), "
             "stale AS (UPDATE kb_documents d SET content_hash = '' WHERE d.tenant_id = %(tenant)s "
             "AND d.id IN (SELECT document_id FROM gone)) "
-            "SELECT count(*) FROM gone"), params),
+            "SELECT count(*) FROM gone").format(where=where), params),
         (sql.SQL(
             "DELETE FROM kb_documents d WHERE {scope} AND d.content_hash = '' AND NOT EXISTS "
             "(SELECT 1 FROM kb_chunks c WHERE c.tenant_id = d.tenant_id "

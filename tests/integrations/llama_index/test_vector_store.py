@@ -98,6 +98,18 @@ def test_metadata_filters_nested_and_or(index):
         store.query(VectorStoreQuery(query_embedding=[0.1] * 256))
 
 
+def test_get_and_delete_nodes_by_filters(index):
+    store: KBVectorStore = index.vector_store
+    office = MetadataFilters(filters=[MetadataFilter(key="team", value="office")])
+    nodes = store.get_nodes(filters=office)
+    assert {n.ref_doc_id for n in nodes} == {"lunch"} and nodes[0].text == DOCS[2].text
+    assert store.get_nodes() == []
+    store.delete_nodes(filters=MetadataFilters(filters=[
+        MetadataFilter(key="level", value=2, operator=FilterOperator.LTE)]))
+    assert {n.ref_doc_id for n in store.get_nodes(filters=MetadataFilters(filters=[
+        MetadataFilter(key="level", value=0, operator=FilterOperator.GT)]))} == {"lunch"}
+
+
 def test_inserting_nodes_adds_to_their_document(index):
     store: KBVectorStore = index.vector_store
     before = [c.id for c in store.client.get_by_ids(["lunch"])[0].chunks]

@@ -9,6 +9,7 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
+    MetadataFilters,
     VectorStoreQuery,
     VectorStoreQueryResult,
 )
@@ -128,23 +129,26 @@ class KBVectorStore(BasePydanticVectorStore):
         await self._kb.adelete([ref_doc_id], **self._scope())
 
     @staticmethod
-    def _node_ids_only(node_ids: list[str] | None, filters: Any, verb: str) -> list[str]:
-        if filters is not None:
-            raise NotImplementedError(f"KBVectorStore.{verb} takes node_ids; filters are "
-                                      "applied by query()")
-        return list(node_ids or [])
+    def _selection(node_ids: list[str] | None, filters: MetadataFilters | None
+                   ) -> dict[str, Any] | None:
+        """``get_chunks`` / ``delete_chunks`` arguments, or None when nothing is selected."""
+        kb_filters = to_kb_filters(filters)
+        if node_ids is None and kb_filters is None:
+            return None
+        return {"ids": None if node_ids is None else list(node_ids), "filters": kb_filters}
 
-    def delete_nodes(self, node_ids: list[str] | None = None, filters: Any = None,
-                     **delete_kwargs: Any) -> None:
-        ids = self._node_ids_only(node_ids, filters, "delete_nodes")
-        if ids:
-            self._kb.delete_chunks(ids, **self._scope())
+    def delete_nodes(self, node_ids: list[str] | None = None,
+                     filters: MetadataFilters | None = None, **delete_kwargs: Any) -> None:
+        selection = self._selection(node_ids, filters)
+        if selection is not None:
+            self._kb.delete_chunks(**selection, **self._scope())
 
-    async def adelete_nodes(self, node_ids: list[str] | None = None, filters: Any = None,
+    async def adelete_nodes(self, node_ids: list[str] | None = None,
+                            filters: MetadataFilters | None = None,
                             **delete_kwargs: Any) -> None:
-        ids = self._node_ids_only(node_ids, filters, "adelete_nodes")
-        if ids:
-            await self._kb.adelete_chunks(ids, **self._scope())
+        selection = self._selection(node_ids, filters)
+        if selection is not None:
+            await self._kb.adelete_chunks(**selection, **self._scope())
 
     def clear(self) -> None:
         self._kb.clear(**self._scope())
@@ -154,16 +158,20 @@ class KBVectorStore(BasePydanticVectorStore):
 
     # --- read -----------------------------------------------------------------------------
     def get_nodes(self, node_ids: list[str] | None = None,
-                  filters: Any = None) -> list[BaseNode]:
-        ids = self._node_ids_only(node_ids, filters, "get_nodes")
+                  filters: MetadataFilters | None = None) -> list[BaseNode]:
+        selection = self._selection(node_ids, filters)
+        if selection is None:
+            return []
         return [_node(c.id, c.document_id, c.text, c.metadata)
-                for c in self._kb.get_chunks(ids, **self._scope())]
+                for c in self._kb.get_chunks(**selection, **self._scope())]
 
     async def aget_nodes(self, node_ids: list[str] | None = None,
-                         filters: Any = None) -> list[BaseNode]:
-        ids = self._node_ids_only(node_ids, filters, "aget_nodes")
+                         filters: MetadataFilters | None = None) -> list[BaseNode]:
+        selection = self._selection(node_ids, filters)
+        if selection is None:
+            return []
         return [_node(c.id, c.document_id, c.text, c.metadata)
-                for c in await self._kb.aget_chunks(ids, **self._scope())]
+                for c in await self._kb.aget_chunks(**selection, **self._scope())]
 
     def _search_args(self, query: VectorStoreQuery) -> dict[str, Any]:
         if not query.query_str or not query.query_str.strip():
