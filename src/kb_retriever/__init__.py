@@ -25,6 +25,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .documents import ChunkRecord, DocumentRecord, StoredChunk, StoredDocument
     from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder
     from .filters import SearchFilters
     from .ingestion import IngestReport
@@ -42,13 +43,17 @@ _LAZY = {
     "Candidate": ".models", "DocumentRef": ".models", "Hit": ".models", "Origin": ".models",
     "ScoreBreakdown": ".models", "SearchResult": ".models", "PromptTemplate": ".prompt",
     "compose_prompt": ".prompt", "Settings": ".settings", "load_settings": ".settings",
+    "ChunkRecord": ".documents", "DocumentRecord": ".documents", "StoredChunk": ".documents",
+    "StoredDocument": ".documents",
 }
 
 __all__ = [
-    "Candidate", "ConfigError", "DocumentRef", "Embedder", "EmbeddingError", "FilterError",
+    "Candidate", "ChunkRecord", "ConfigError", "DocumentRecord", "DocumentRef", "Embedder",
+    "EmbeddingError", "FilterError",
     "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
     "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
-    "SchemaError", "SearchFilters", "SearchResult", "Settings", "StoreError", "compose_prompt",
+    "SchemaError", "SearchFilters", "SearchResult", "Settings", "StoreError", "StoredChunk",
+    "StoredDocument", "compose_prompt",
     "load_settings", "__version__",
 ]
 

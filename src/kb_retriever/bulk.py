@@ -36,6 +36,7 @@ from .store.connection import translated
 from .store.writer import (
     _COPY_CHUNKS,
     _COPY_TYPES,
+    chunk_uids,
     refresh_document_stats,
     text_hash,
     write_document,
@@ -143,11 +144,11 @@ def _write_batch(conn: psycopg.Connection, tenant: str, project: str,
             copy.set_types(_COPY_TYPES)
             for d, embs in fresh:
                 doc_pk = ids[d.source_path]
-                for chunk, emb in zip(d.chunks, embs, strict=True):
+                for chunk, emb, uid in zip(d.chunks, embs, chunk_uids(d), strict=True):
                     copy.write_row((
                         tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
                         text_hash(chunk.text), f"{d.title} {chunk.heading_path}".strip(),
-                        _json(chunk.metadata), emb,
+                        _json(chunk.metadata), emb, uid,
                     ))
                 report.chunks += len(d.chunks)
         edges = [(tenant, project, d.slug, e.to_slug, e.edge_type, e.weight, e.provenance,

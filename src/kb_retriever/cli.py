@@ -228,9 +228,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import run_doctor
+    from dataclasses import asdict
+    from pathlib import Path
 
-    return run_doctor(args)
+    from .doctor import diagnose, format_report
+
+    report = diagnose(database_url=args.database_url, home=Path(args.home) if args.home else None,
+                      tenant=args.tenant, project=args.project, samples=args.samples, k=args.k)
+    print(json.dumps(asdict(report), indent=2) if args.json else format_report(report))
+    return EXIT_OK  # whatever the recall: the report says what to do
 
 
 COMMANDS = {"ingest": cmd_ingest, "search": cmd_search, "prompt": cmd_prompt,

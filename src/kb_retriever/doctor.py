@@ -8,10 +8,10 @@ with ``SET LOCAL enable_indexscan = off``, same tenant/project filter) — pgvec
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,7 +21,7 @@ from .errors import InputError
 from .settings import Settings, load_settings
 from .store.connection import translated
 
-__all__ = ["DoctorReport", "check_index", "run_doctor"]
+__all__ = ["DoctorReport", "check_index", "diagnose", "format_report"]
 
 RECALL_HINT_BELOW = 0.95  # below this, more ef_search usually buys recall cheaply (§2.4)
 
@@ -152,26 +152,21 @@ def format_report(r: DoctorReport) -> str:
     return "\n".join(lines)
 
 
-def run_doctor(args: Any) -> int:
-    """CLI entry: print the report (JSON with ``--json``); exit 0 whatever the recall."""
+def diagnose(*, database_url: str | None = None, home: Path | None = None,
+             tenant: str = "default", project: str = "default", samples: int = 20,
+             k: int = 10) -> DoctorReport:
+    """Connect (by URL, ``KB_DATABASE_URL``, else the embedded server of ``home``/``KB_HOME``)
+    and :func:`check_index` the scope."""
     settings: Settings = load_settings()
-    url = getattr(args, "database_url", None) or settings.database_url
+    url = database_url or settings.database_url
     if not url:
-        from pathlib import Path
-
         from .store.server import start_embedded
 
-        home = getattr(args, "home", None)
-        url = start_embedded(Path(home) if home else settings.home)
+        url = start_embedded(home or settings.home)
     with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
         has = conn.execute("SELECT to_regclass('kb_chunks') IS NOT NULL").fetchone()
         if not has or not has[0]:
             raise InputError("this database has no kb-retriever schema yet (run ingest first)")
         register_vector(conn)
-        report = check_index(conn, tenant=args.tenant, project=args.project,
-                             samples=args.samples, k=args.k, ef_search=settings.hnsw_ef_search)
-    if getattr(args, "json", False):
-        print(json.dumps(asdict(report), indent=2))
-    else:
-        print(format_report(report))
-    return 0
+        return check_index(conn, tenant=tenant, project=project, samples=samples, k=k,
+                           ef_search=settings.hnsw_ef_search)

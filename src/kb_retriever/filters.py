@@ -24,6 +24,11 @@ from .models import CANONICAL_TYPES, SOURCE_TYPES
 __all__ = ["METADATA_OPERATORS", "SearchFilters", "parse_filters", "where_filters"]
 
 METADATA_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
+# Boolean groups inside ``metadata``: ``{"$or": [{...}, {...}]}``, ``{"$and": [...]}``,
+# ``{"$not": {...}}`` (the framework filters' nested AND / OR / NOT).
+METADATA_GROUPS = ("$and", "$or", "$not")
+# Deeper nesting is never a real filter and would only make a huge statement.
+_MAX_GROUP_DEPTH = 8
 _META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 _MAX_VALUES = 1000  # per dimension; bounds parameter arrays (reference caps at 50/1000)
 
@@ -40,8 +45,9 @@ class SearchFilters:
     folder_globs: tuple[str, ...] = ()
     date_from: datetime | None = None
     date_to: datetime | None = None
-    metadata: tuple[tuple[str, str, Any], ...] = field(default=())  # (key, op, value)
-    where: Expr | None = None  # the $and/$or/$not expressions, AND-ed together
+    # (key, op, value) triples, AND-ed; a group is (group, "", (triples, ...)) (see _metadata)
+    metadata: tuple[tuple[str, str, Any], ...] = field(default=())
+    where: Expr | None = None  # the top-level $and/$or/$not expressions, AND-ed together
 
     def is_empty(self) -> bool:
         return not any(
@@ -125,11 +131,27 @@ def _scalar_ok(v: Any) -> bool:
     return isinstance(v, str) and "\x00" not in v and len(v) <= 10_000
 
 
-def _metadata(value: Any) -> tuple[tuple[str, str, Any], ...]:
+def _group(key: str, cond: Any, depth: int) -> tuple[str, str, Any]:
+    """``("$or" | "$and", "", (branch, ...))`` or ``("$not", "", (branch,))``, each branch
+    a parsed mapping (AND-ed triples)."""
+    if depth >= _MAX_GROUP_DEPTH:
+        raise FilterError(f"metadata groups nest deeper than {_MAX_GROUP_DEPTH} levels")
+    branches = [cond] if key == "$not" else cond
+    if key == "$not" and not isinstance(cond, Mapping) or key != "$not" and (
+            not isinstance(cond, (list, tuple)) or not cond):
+        raise FilterError(f"metadata {key} takes " + (
+            "a mapping" if key == "$not" else "a non-empty list of mappings"))
+    return key, "", tuple(_metadata(b, depth + 1) for b in branches)
+
+
+def _metadata(value: Any, depth: int = 0) -> tuple[tuple[str, str, Any], ...]:
     if not isinstance(value, Mapping):
         raise FilterError("filter 'metadata' takes a mapping {key: value | {$op: value}}")
     out = []
     for key, cond in value.items():
+        if key in METADATA_GROUPS:
+            out.append(_group(key, cond, depth))
+            continue
         if not isinstance(key, str) or not _META_KEY.match(key):
             raise FilterError(
                 f"metadata key {key!r} is invalid: letters, digits, '_' and '-' only"

@@ -92,4 +92,5 @@ def _graph_hit(row: dict[str, Any], hop: int, decay: float) -> Hit:
         chunk_order=int(row["chunk_order"]), similarity=sim, edge_type=row["edge_type"],
         from_slug=row["from_slug"], hop=hop,
         metadata={"edge_weight": weight, "direction": row["direction"]},
+        chunk_uid=row.get("chunk_uid"),
     )

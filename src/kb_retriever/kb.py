@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
+from . import documents as docs
+from .documents import StoredChunk, StoredDocument
 from .embedding import Embedder, default_embedder, embedder_errors
 from .embedding.base import check_vector
 from .errors import ConfigError, InputError, StoreError
@@ -34,7 +36,8 @@ from .pipeline import (
     validate_query,
 )
 from .settings import Settings, load_settings
-from .store import schema
+from .store import records, schema
+from .store.borrowed import BorrowedAsyncPool, BorrowedPool
 from .store.connection import (
     atranslated,
     is_retryable,
@@ -64,10 +67,46 @@ _CACHE_MAX_ENTRIES = 256
 _IDLE_WAIT_S = 0.005
 
 
+def _count(cur: Any) -> int:
+    """A statement's count: the row it returned (``SELECT count(*)``), else its row count."""
+    if cur.description is not None:
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+    return max(cur.rowcount, 0)
+
+
+async def _acount(cur: Any) -> int:
+    if cur.description is not None:
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+    return max(cur.rowcount, 0)
+
+
+def _selection(ids: Iterable[str] | None, filters: SearchFilters | Mapping[str, Any] | None
+               ) -> tuple[list[str] | None, SearchFilters | None]:
+    """Chunk ids and/or filters; at least one (a call with neither would mean every chunk)."""
+    parsed = parse_filters(filters) if filters is not None else None
+    if ids is None and (parsed is None or parsed.is_empty()):
+        raise InputError("give chunk ids, filters or both (clear() deletes everything)")
+    return (None if ids is None else docs.validate_ids(ids)), parsed
+
+
+def _in_order(found: Sequence[Any], wanted: Sequence[str]) -> list[Any]:
+    by_id = {item.id: item for item in found}
+    return [by_id[i] for i in wanted if i in by_id]
+
+
 def _name(kind: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX or "\x00" in value:
         raise InputError(f"{kind} must be a non-empty string of at most {_NAME_MAX} characters")
     return value.strip()
+
+
+def _quietly(load: Any) -> None:
+    try:
+        load()
+    except Exception:  # the first embed raises it again, typed, where the caller sees it
+        logger.debug("embedder warm-up failed", exc_info=True)
 
 
 def _doc_ids(values: Any) -> frozenset[int]:
@@ -96,12 +135,19 @@ class KnowledgeBase:
     embedded PostgreSQL is started under ``KB_HOME``. Constructing does no I/O; ``open()`` (or
     ``with``/``async with``) connects and applies migrations.
 
+    ``pool=`` / ``async_pool=`` take a ``psycopg_pool.ConnectionPool`` /
+    ``AsyncConnectionPool`` you opened: the knowledge base uses it (for the other flavour it
+    opens a small pool of its own to the same server, with the pool's ``conninfo`` and
+    ``kwargs``) and never closes it (``store/borrowed.py`` says what it sets on a borrowed
+    connection).
+
     Example::
 
         from kb_retriever import KnowledgeBase, compose_prompt
 
         with KnowledgeBase(project="docs") as kb:
             kb.ingest(["examples/kb"])
+            kb.add_documents([{"text": "Deploys freeze on Fridays.", "id": "note-freeze"}])
             result = kb.search("what cache layer did we standardise on?")
             print(result.primary[0].document.slug)
             print(compose_prompt(result))
@@ -109,7 +155,9 @@ class KnowledgeBase:
 
     def __init__(self, settings: Settings | None = None, *, embedder: Embedder | None = None,
                  database_url: str | None = None, home: str | Path | None = None,
-                 tenant: str = "default", project: str = "default") -> None:
+                 tenant: str = "default", project: str = "default",
+                 pool: ConnectionPool | None = None,
+                 async_pool: AsyncConnectionPool | None = None) -> None:
         base = settings or load_settings()
         updates: dict[str, Any] = {}
         if database_url is not None:
@@ -136,6 +184,18 @@ class KnowledgeBase:
         self._cache_lock = threading.Lock()
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
         self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
+        self._loader: threading.Thread | None = None  # loads the embedder during open()
+        if pool is not None and not isinstance(pool, ConnectionPool):
+            raise ConfigError(f"pool must be a psycopg_pool.ConnectionPool, got {type(pool).__name__}")
+        if async_pool is not None and not isinstance(async_pool, AsyncConnectionPool):
+            raise ConfigError("async_pool must be a psycopg_pool.AsyncConnectionPool, got "
+                              f"{type(async_pool).__name__}")
+        self._given_pool, self._given_apool = pool, async_pool
+        # The server of a borrowed pool, for the pool of the other flavour we may open.
+        given = pool if pool is not None else async_pool
+        # (a pool built with a kwargs callable has no fixed kwargs to copy: none are taken)
+        kwargs = getattr(given, "kwargs", None)
+        self._conn_kwargs: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -145,19 +205,52 @@ class KnowledgeBase:
         return self._url
 
     def open(self) -> KnowledgeBase:
-        """Connect (starting the embedded server if needed) and migrate. Idempotent."""
+        """Connect (starting the embedded server if needed) and migrate. Idempotent.
+
+        An embedder with a ``load()`` method (the default model) loads in a thread meanwhile,
+        so the first search does not wait for both one after the other."""
         if self._pool is not None:
             return self
-        url = self.settings.database_url or start_embedded(self.settings.home)
+        load = getattr(self.embedder, "load", None)
+        if callable(load) and self._loader is None:
+            self._loader = threading.Thread(target=_quietly, args=(load,),
+                                            name="kb-retriever-load", daemon=True)
+            self._loader.start()
+        try:
+            return self._open()
+        except BaseException:
+            self._join_loader()  # never exit with the model runtime half-loaded in a thread
+            raise
+
+    def _join_loader(self) -> None:
+        if self._loader is not None:
+            self._loader.join()
+            self._loader = None
+
+    def _open(self) -> KnowledgeBase:
+        given = self._given_pool if self._given_pool is not None else self._given_apool
+        if given is not None:
+            if not isinstance(given.conninfo, str):
+                raise ConfigError("a borrowed pool needs a conninfo string (not a callable)")
+            url: str = given.conninfo
+        else:
+            url = self.settings.database_url or start_embedded(self.settings.home)
         with translated():
-            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            migrating = (self._given_pool.connection() if self._given_pool is not None else
+                         psycopg.connect(url, autocommit=True, connect_timeout=10,
+                                         **self._conn_kwargs))
+            with migrating as conn:
                 schema.migrate(conn)
                 schema.ensure_fixed_choices(
                     conn, dimension=self.embedder.dimension, model_id=self.embedder.model_id,
                     fts_language=self.settings.fts_language,
                 )
-            pool = make_pool(url, self.settings, vector_ready=True)
-            pool.open(wait=True, timeout=30)
+            if self._given_pool is not None:
+                pool: Any = BorrowedPool(self._given_pool, self.settings)
+            else:
+                pool = make_pool(url, self.settings, vector_ready=True,
+                                 conn_kwargs=self._conn_kwargs)
+                pool.open(wait=True, timeout=30)
         self._url, self._pool = url, pool
         return self
 
@@ -167,6 +260,7 @@ class KnowledgeBase:
         The async pool (opened by an ``asearch``) is closed on its own event loop when that
         loop can still run; when it has ended (``asyncio.run`` returned), its connections are
         closed directly."""
+        self._join_loader()
         if self._apool is not None:
             self._close_async_pool()
         if self._pool is not None:
@@ -234,6 +328,10 @@ class KnowledgeBase:
         # An async pool belongs to the event loop that opened it. When called from another loop
         # (a new asyncio.run(), a test framework's per-test loop) open a fresh pool for it; the
         # old one is dropped (its loop is gone or not ours to drive).
+        if self._given_apool is not None:  # the caller's, on the caller's loop
+            if self._apool is None:
+                self._apool = BorrowedAsyncPool(self._given_apool, self.settings)
+            return self._apool
         loop = asyncio.get_running_loop()
         if self._apool is not None and self._apool_loop is not loop:
             logger.debug("event loop changed: opening a new async pool")
@@ -243,7 +341,7 @@ class KnowledgeBase:
                 self._alock = asyncio.Lock()
             async with self._alock:
                 if self._apool is None:
-                    pool = make_async_pool(self.url, self.settings)
+                    pool = make_async_pool(self.url, self.settings, self._conn_kwargs)
                     async with atranslated():
                         await pool.open(wait=True, timeout=30)
                     self._apool, self._apool_loop = pool, loop
@@ -314,6 +412,146 @@ class KnowledgeBase:
                 "GROUP BY project_key ORDER BY project_key",
                 [_name("tenant", self.tenant if tenant is None else tenant)]).fetchall()
         return {str(p): int(n) for p, n in rows}
+    # --- documents from memory, by id (logic in documents.py, SQL in store/records.py) ---
+    def _scope(self, project: str | None, tenant: str | None) -> tuple[str, str]:
+        return (_name("tenant", self.tenant if tenant is None else tenant),
+                _name("project", self.project if project is None else project))
+
+    def add_documents(self, documents: Iterable[Any], *, project: str | None = None,
+                      tenant: str | None = None) -> list[str]:
+        """Add in-memory documents (:class:`~kb_retriever.documents.DocumentRecord` or mappings
+        with ``text``, ``metadata``, ``id``, ``chunks``); returns their ids, in order.
+
+        Each is chunked (unless it brings its chunks), embedded through the embedding cache
+        and written in its own transaction, like a file; canonical fields come from its
+        metadata or a frontmatter block and are validated as for files. An id that exists is
+        replaced (chunks whose text is unchanged keep their ids); unchanged content is a no-op.
+
+        Example::
+
+            ids = kb.add_documents([{"text": "# Pager\n\nPage the on-call via Opsgenie.",
+                                     "metadata": {"team": "sre"}, "id": "runbook-pager"}])
+        """
+        tenant, project = self._scope(project, tenant)
+        drafts = [docs.record_draft(docs.as_record(d), self.settings) for d in documents]
+        last = {d.source_path: d for d in drafts}  # one id twice in a call: the last wins
+        pool = self._write_pool()
+        try:
+            with translated(), pool.connection() as conn:
+                docs.write_records(conn, self.embedder, tenant=tenant, project=project,
+                                   drafts=last.values())
+        finally:
+            self._cache.clear()
+        return [d.source_path for d in drafts]
+
+    async def aadd_documents(self, documents: Iterable[Any], *, project: str | None = None,
+                             tenant: str | None = None) -> list[str]:
+        """The async twin of :meth:`add_documents`. Embedding is CPU work and the write is one
+        COPY per document, so it runs in a worker thread (the event loop stays free)."""
+        items = list(documents)
+        return await asyncio.to_thread(self.add_documents, items, project=project, tenant=tenant)
+
+    def _read(self, stmt: records.Statement) -> list[dict[str, Any]]:
+        with translated(), self._require_pool().connection() as conn, \
+                conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(*stmt)
+            return cur.fetchall()
+
+    async def _aread(self, stmt: records.Statement) -> list[dict[str, Any]]:
+        pool = await self._async_pool()
+        async with atranslated(), pool.connection() as conn, \
+                conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(*stmt)
+            return await cur.fetchall()
+
+    def _write(self, stmts: list[records.Statement]) -> int:
+        """Run ``stmts`` in one transaction; the first one's count (returned or affected)."""
+        pool = self._write_pool()
+        try:
+            with translated(), pool.connection() as conn, conn.transaction():
+                counts = [_count(conn.execute(*s)) for s in stmts]
+        finally:
+            self._cache.clear()
+        return counts[0]
+
+    async def _awrite(self, stmts: list[records.Statement]) -> int:
+        pool = await self._async_pool()
+        try:
+            async with atranslated(), pool.connection() as conn, conn.transaction():
+                counts = [await _acount(await conn.execute(*s)) for s in stmts]
+        finally:
+            self._cache.clear()
+        return counts[0]
+
+    def get_by_ids(self, ids: Iterable[str], *, project: str | None = None,
+                   tenant: str | None = None, with_embeddings: bool = False
+                   ) -> list[StoredDocument]:
+        """The documents with these ids (a file's id is its path), in the order asked;
+        unknown ids are skipped. ``with_embeddings`` also reads each chunk's vector."""
+        wanted = docs.validate_ids(ids)
+        found = records.documents_from_rows(self._read(records.get_documents_sql(
+            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
+        return _in_order(found, wanted)
+
+    async def aget_by_ids(self, ids: Iterable[str], *, project: str | None = None,
+                          tenant: str | None = None, with_embeddings: bool = False
+                          ) -> list[StoredDocument]:
+        wanted = docs.validate_ids(ids)
+        found = records.documents_from_rows(await self._aread(records.get_documents_sql(
+            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
+        return _in_order(found, wanted)
+
+    def get_chunks(self, ids: Iterable[str] | None = None, *,
+                   filters: SearchFilters | Mapping[str, Any] | None = None,
+                   project: str | None = None, tenant: str | None = None) -> list[StoredChunk]:
+        """The chunks with these stable ids (``Hit.chunk_uid``; in the order asked) and/or
+        matching ``filters`` (the search's filters; in document order)."""
+        wanted, parsed = _selection(ids, filters)
+        found = records.chunks_from_rows(self._read(
+            records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)))
+        return found if wanted is None else _in_order(found, wanted)
+
+    async def aget_chunks(self, ids: Iterable[str] | None = None, *,
+                          filters: SearchFilters | Mapping[str, Any] | None = None,
+                          project: str | None = None, tenant: str | None = None
+                          ) -> list[StoredChunk]:
+        wanted, parsed = _selection(ids, filters)
+        found = records.chunks_from_rows(await self._aread(
+            records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)))
+        return found if wanted is None else _in_order(found, wanted)
+
+    def delete(self, ids: Iterable[str], *, project: str | None = None,
+               tenant: str | None = None) -> int:
+        """Delete whole documents by id (a file's id is its path: its key); returns how many
+        went. Unknown ids are ignored. A deleted file comes back on its next ingest."""
+        return self._write(records.delete_documents_sql(*self._scope(project, tenant),
+                                                        docs.validate_ids(ids)))
+
+    async def adelete(self, ids: Iterable[str], *, project: str | None = None,
+                      tenant: str | None = None) -> int:
+        return await self._awrite(records.delete_documents_sql(*self._scope(project, tenant),
+                                                               docs.validate_ids(ids)))
+
+    def delete_chunks(self, ids: Iterable[str] | None = None, *,
+                      filters: SearchFilters | Mapping[str, Any] | None = None,
+                      project: str | None = None, tenant: str | None = None) -> int:
+        """Delete chunks by stable id and/or ``filters``; returns how many went. A document
+        left without chunks goes too."""
+        return self._write(records.delete_chunks_sql(*self._scope(project, tenant),
+                                                     *_selection(ids, filters)))
+
+    async def adelete_chunks(self, ids: Iterable[str] | None = None, *,
+                             filters: SearchFilters | Mapping[str, Any] | None = None,
+                             project: str | None = None, tenant: str | None = None) -> int:
+        return await self._awrite(records.delete_chunks_sql(*self._scope(project, tenant),
+                                                            *_selection(ids, filters)))
+
+    def clear(self, *, project: str | None = None, tenant: str | None = None) -> int:
+        """Delete every document of the project (files and documents added from memory)."""
+        return self._write(records.clear_sql(*self._scope(project, tenant)))
+
+    async def aclear(self, *, project: str | None = None, tenant: str | None = None) -> int:
+        return await self._awrite(records.clear_sql(*self._scope(project, tenant)))
 
     # --- search --------------------------------------------------------------------------
     def _request(self, query: Any, *, limit: int | None, project: str | Sequence[str] | None,

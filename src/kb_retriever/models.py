@@ -5,7 +5,7 @@ Stages never mutate these; they return new objects (``dataclasses.replace``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
@@ -111,6 +111,8 @@ class ChunkDraft:
     text: str
     heading_path: str = ""
     metadata: Mapping[str, Any] = field(default_factory=_empty)
+    uid: str | None = None  # the caller's chunk id; None: derived (documents.chunk_uid)
+    embedding: Sequence[float] | None = None  # the caller's vector; None: the embedder's
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,10 @@ class DocumentDraft:
     doc_date: datetime | None = None
     frontmatter: Mapping[str, Any] = field(default_factory=_empty)
     canonical_warnings: tuple[str, ...] = ()
+    # A document added from memory (KnowledgeBase.add_documents): its text and metadata as
+    # given, returned by get_by_ids. None for files.
+    content: str | None = None
+    record_metadata: Mapping[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,6 +232,7 @@ class Candidate:
     # count (from the database's tsvector); None when unknown (e.g. framework documents).
     lexeme_tf: Mapping[str, int] | None = None
     lexeme_count: int | None = None
+    chunk_uid: str | None = None  # the stable chunk id (None for framework documents)
 
 
 @dataclass(frozen=True)
@@ -284,17 +291,23 @@ class Hit:
     from_slug: str | None = None
     hop: int | None = None
     metadata: Mapping[str, Any] = field(default_factory=_empty)
+    # The stable chunk id: survives re-ingesting its document while its text is unchanged
+    # (None for hits over framework documents, which have no row).
+    chunk_uid: str | None = None
 
     @property
     def uid(self) -> str:
-        """An id unique within one result: the chunk id, suffixed for non-primary origins."""
+        """An id unique within one result: the stable chunk id (else the integer one),
+        suffixed for non-primary origins."""
+        base = self.chunk_uid or str(self.chunk_id)
         if self.origin in (Origin.PRIMARY, Origin.RUNNER_UP):
-            return str(self.chunk_id)
-        return f"{self.chunk_id}:{self.origin.value}"
+            return base
+        return f"{base}:{self.origin.value}"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "chunk_id": self.chunk_id,
+            "chunk_uid": self.chunk_uid,
             "text": self.text,
             "heading_path": self.heading_path,
             "score": round(self.score, 6),

@@ -360,6 +360,7 @@ def _rejected_hit(row: Mapping[str, Any], sim: float) -> Hit:
         chunk_id=int(row["chunk_id"]), text=row["text"], heading_path=row["heading_path"] or "",
         score=sim, scores=ScoreBreakdown(total=sim, raw_similarity=sim), origin=Origin.REJECTED,
         document=document_from_row(row), chunk_order=int(row["chunk_order"]), similarity=sim,
+        chunk_uid=row.get("chunk_uid"),
     )
 
 

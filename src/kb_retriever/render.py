@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .ingest.chunking import clip_words
 from .models import Hit, SearchResult
+from .textclip import clip_words
 
 _SIGNALS = ("vector", "keyword", "heading", "tag_overlap", "preamble", "recency",
             "status_active", "mention_boost", "canonical_boost", "canonical_penalty")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from argparse import Namespace
 
 import numpy as np
 import psycopg
@@ -12,7 +11,8 @@ from pgvector.psycopg import register_vector
 
 from kb_retriever import HashingEmbedder, Settings, StoreError
 from kb_retriever.bulk import bulk_load
-from kb_retriever.doctor import check_index, run_doctor
+from kb_retriever.cli import main
+from kb_retriever.doctor import check_index
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
 from tests.conftest import fk_lookups_by_path_index
 
@@ -105,9 +105,7 @@ def test_doctor_hints_when_recall_is_low_or_index_missing(make_kb, monkeypatch):
 
 def test_doctor_cli_prints_json_and_exits_zero(make_kb, capsys):
     kb, _ = _loaded(make_kb, n_docs=10)
-    args = Namespace(database_url=kb.url, home=None, tenant="default", project="default",
-                     samples=3, k=5, json=True)
-    assert run_doctor(args) == 0
+    assert main(["--database-url", kb.url, "doctor", "--samples", "3", "--k", "5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["samples"] == 3 and "recall_at_k" in out and out["indexes"]
 

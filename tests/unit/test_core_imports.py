@@ -21,11 +21,12 @@ def test_importing_core_loads_no_framework():
 
 def test_public_surface_is_pinned():
     assert sorted(kb_retriever.__all__) == sorted([
-        "Candidate", "ConfigError", "DocumentRef", "Embedder", "EmbeddingError", "FilterError",
+        "Candidate", "ChunkRecord", "ConfigError", "DocumentRecord", "DocumentRef", "Embedder",
+        "EmbeddingError", "FilterError",
         "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
         "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
-        "SchemaError", "SearchFilters", "SearchResult", "Settings", "StoreError",
-        "compose_prompt", "load_settings", "__version__",
+        "SchemaError", "SearchFilters", "SearchResult", "Settings", "StoreError", "StoredChunk",
+        "StoredDocument", "compose_prompt", "load_settings", "__version__",
     ])
     for name in kb_retriever.__all__:
         assert hasattr(kb_retriever, name)

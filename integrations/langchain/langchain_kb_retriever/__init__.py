@@ -6,6 +6,8 @@
 * :class:`KBPromptComposer` — a runnable rendering the rejected / related / context blocks.
 * :func:`kb_search_tool` — a ``StructuredTool`` with typed filters, for agents.
 * :class:`KBEmbeddings` — any LangChain ``Embeddings`` as the core's embedder.
+* :class:`KBVectorStore` — a ``VectorStore``: LangChain documents in, the pipeline's ranking
+  out (``from_documents``, ``add_documents``, ``delete``, ``get_by_ids``, async twins).
 
 Example::
 
@@ -23,6 +25,7 @@ from .embeddings import KBEmbeddings
 from .prompt import KBPromptComposer
 from .retrievers import KBRetriever
 from .tools import KBSearchFilters, KBSearchInput, kb_search_tool
+from .vectorstores import KBVectorStore
 
 __version__ = "0.1.0"
 
@@ -33,6 +36,7 @@ __all__ = [
     "KBRetriever",
     "KBSearchFilters",
     "KBSearchInput",
+    "KBVectorStore",
     "__version__",
     "kb_search_tool",
 ]

@@ -33,6 +33,7 @@ def hit_to_document(hit: Hit) -> Document:
         "document": doc.to_dict(),
         "heading_path": hit.heading_path,
         "chunk_id": hit.chunk_id,
+        "chunk_uid": hit.chunk_uid,
         "similarity": hit.similarity,
     }
     for key in ("edge_type", "from_slug", "hop"):

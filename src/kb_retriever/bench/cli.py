@@ -14,6 +14,7 @@ from kb_retriever.kb import KnowledgeBase
 from kb_retriever.settings import load_settings
 
 from .dataset import load_queries
+from .metrics import require_ranx
 from .report import check_gates, render_report
 from .runner import run_benchmark
 
@@ -27,6 +28,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     """Run ``bench`` from parsed arguments; print the report; return the exit code."""
     from kb_retriever.progress import Progress
 
+    require_ranx()  # before the corpus is ingested: say which extra to install at once
     queries = load_queries(args.queries)
     settings = load_settings()
     if args.tune:

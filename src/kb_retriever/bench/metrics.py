@@ -9,11 +9,15 @@ dominate; a test pins the two to each other.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+
+from ..errors import ConfigError
 
 __all__ = [
     "answer_contained",
@@ -21,6 +25,7 @@ __all__ = [
     "ndcg_at_k",
     "percentile",
     "ranking_metrics",
+    "require_ranx",
     "unique_keys",
 ]
 
@@ -46,6 +51,27 @@ def ndcg_at_k(ranked: Sequence[str], grades: Mapping[str, int], k: int) -> float
     return min(1.0, max(0.0, dcg / idcg))
 
 
+_NO_RANX = ("the benchmark needs ranx, which the core install leaves out: "
+            "pip install 'kb-retriever[bench]'")
+
+
+def require_ranx() -> None:
+    """Fail at once, before a long benchmark run, when ranx (the ``bench`` extra) is missing;
+    looks the package up without importing it (the import takes ~5 s: numba)."""
+    if importlib.util.find_spec("ranx") is None:
+        raise ConfigError(_NO_RANX)
+
+
+def _ranx() -> tuple[Any, Any, Any]:
+    """ranx's Qrels, Run and evaluate, imported only when there is work. ranx is the ``bench``
+    extra: the core install leaves its stack (numba, scipy, pandas) out."""
+    try:
+        from ranx import Qrels, Run, evaluate
+    except ImportError:
+        raise ConfigError(_NO_RANX) from None
+    return Qrels, Run, evaluate
+
+
 def ranking_metrics(
     runs: Mapping[str, Sequence[str]], grades: Mapping[str, Mapping[str, int]], k: int
 ) -> dict[str, dict[str, float]]:
@@ -62,7 +88,7 @@ def ranking_metrics(
     ]
     if not scored:
         return out
-    from ranx import Qrels, Run, evaluate  # ~5 s import (numba); only when there is work
+    Qrels, Run, evaluate = _ranx()
 
     qrels = Qrels({qid: {d: int(v) for d, v in grades[qid].items() if v > 0} for qid in scored})
     run = Run({

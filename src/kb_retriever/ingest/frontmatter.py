@@ -18,7 +18,7 @@ from kb_retriever.models import CANONICAL_STATUSES, CANONICAL_TYPES
 from kb_retriever.settings import EDGE_TYPE_WEIGHTS
 
 __all__ = ["EVIDENCE_TIERS", "SLUG_RE", "TYPED_EDGE_KEYS", "FrontmatterResult",
-           "parse_frontmatter", "split_frontmatter"]
+           "frontmatter_from_mapping", "parse_frontmatter", "split_frontmatter"]
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9\-]*$")
 EVIDENCE_TIERS = ("guideline", "peer_reviewed", "official", "preprint", "news", "blog",
@@ -127,6 +127,24 @@ def parse_frontmatter(text: str) -> FrontmatterResult:
         what = "empty" if data is None else f"not a map (got {type(data).__name__})"
         return _rejected(body, f"frontmatter is {what}")
     return _validate(data, body)
+
+
+def frontmatter_from_mapping(data: Any, body: str) -> FrontmatterResult:
+    """Validate canonical fields given as a mapping (an in-memory document's metadata) exactly
+    as those of a YAML block; never raises, like :func:`parse_frontmatter`.
+
+    Example::
+
+        fm = frontmatter_from_mapping({"slug": "auth", "type": "decision", "status": "accepted"}, "")
+        assert fm.is_canonical and fm.slug == "auth"
+    """
+    if not data:
+        return FrontmatterResult(data={}, body=body)
+    try:
+        plain = _plain(dict(data), 0, set())
+    except (_UnsafeYaml, RecursionError) as exc:
+        return _rejected(body, f"metadata rejected: {exc}")
+    return _validate(plain, body)
 
 
 def _rejected(body: str, reason: str) -> FrontmatterResult:

@@ -121,6 +121,7 @@ class Scored(NamedTuple):
             "chunk_order": c.chunk_order,
             "similarity": c.vector_similarity,
             "metadata": c.metadata,
+            "chunk_uid": c.chunk_uid,
             "edge_type": None, "from_slug": None, "hop": None,  # not reached through the graph
         })
 

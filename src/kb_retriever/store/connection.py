@@ -34,7 +34,8 @@ def _configure_sql(settings: Settings) -> list[tuple[str, list[str]]]:
     return [("SELECT set_config(%s, %s, false)", [k, v]) for k, v in _gucs(settings)]
 
 
-def make_pool(url: str, settings: Settings, *, vector_ready: bool) -> ConnectionPool:
+def make_pool(url: str, settings: Settings, *, vector_ready: bool,
+              conn_kwargs: dict[str, Any] | None = None) -> ConnectionPool:
     """A sync pool whose connections have pgvector types registered and our GUCs set."""
 
     def configure(conn: psycopg.Connection[Any]) -> None:
@@ -53,14 +54,15 @@ def make_pool(url: str, settings: Settings, *, vector_ready: bool) -> Connection
         # fresh connection when the server dropped theirs (KnowledgeBase._fetch), and writes
         # check the pool first (KnowledgeBase._write_pool).
         timeout=settings.pool_timeout_s,  # how long a caller waits for a connection
-        kwargs={"connect_timeout": _CONNECT_TIMEOUT_S},
+        kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, **(conn_kwargs or {})},
         open=False,
         name="kb-retriever",
     )
     return pool
 
 
-def make_async_pool(url: str, settings: Settings) -> AsyncConnectionPool:
+def make_async_pool(url: str, settings: Settings,
+                    conn_kwargs: dict[str, Any] | None = None) -> AsyncConnectionPool:
     """The async twin of :func:`make_pool`."""
 
     async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -75,7 +77,7 @@ def make_async_pool(url: str, settings: Settings) -> AsyncConnectionPool:
         max_size=settings.pool_max_size,
         configure=configure,
         timeout=settings.pool_timeout_s,
-        kwargs={"connect_timeout": _CONNECT_TIMEOUT_S},
+        kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, **(conn_kwargs or {})},
         open=False,
         name="kb-retriever-async",
     )

@@ -68,6 +68,7 @@ def candidate_from_row(row: Mapping[str, Any],
         "metadata": MappingProxyType(dict(row["metadata"] or {})),
         "lexeme_tf": _lexeme_tf(row),
         "lexeme_count": row.get("lexeme_count"),
+        "chunk_uid": row.get("chunk_uid"),
     })
 
 

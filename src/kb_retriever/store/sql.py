@@ -9,8 +9,9 @@ PostgreSQL can keep one plan per scope (see :class:`LegShape`). Tested by render
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import count
 from typing import Any
 
 from psycopg import sql
@@ -29,7 +30,7 @@ DOC_COLUMNS = sql.SQL(
     "d.language, d.doc_date"
 )
 CHUNK_COLUMNS = sql.SQL(
-    "c.id AS chunk_id, c.text, c.heading_path, c.chunk_order, c.metadata"
+    "c.id AS chunk_id, c.text, c.heading_path, c.chunk_order, c.metadata, c.chunk_uid"
 )
 DOC_JOIN = sql.SQL("JOIN kb_documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id")
 
@@ -185,7 +186,32 @@ def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.C
     if filters.date_to:
         parts.append(sql.SQL("coalesce(d.doc_date, d.indexed_at) <= %(f_date_to)s"))
         p["f_date_to"] = filters.date_to
-    for i, (key, op, value) in enumerate(filters.metadata):
+    parts.extend(_metadata_sql(filters.metadata, p, count()))
+    if filters.where is not None:
+        where, wp = where_sql(filters.where)
+        parts.append(where)
+        p.update(wp)
+    if not parts:
+        return sql.SQL(""), p
+    return sql.SQL(" AND ") + sql.SQL(" AND ").join(parts), p
+
+
+def _metadata_sql(items: tuple[tuple[str, str, Any], ...], p: Params,
+                  counter: Iterator[int]) -> list[sql.Composable]:
+    """One predicate per metadata item (AND-ed by the caller); a group renders its branches
+    recursively: ``(a OR b)``, ``(a AND b)``, ``NOT coalesce(a, false)``."""
+    parts: list[sql.Composable] = []
+    for key, op, value in items:
+        if key in ("$and", "$or", "$not"):
+            branches = [sql.SQL("({})").format(sql.SQL(" AND ").join(
+                _metadata_sql(b, p, counter) or [sql.SQL("true")])) for b in value]
+            if key == "$not":  # a NULL comparison (key absent) is not a match: NOT it is one
+                parts.append(sql.SQL("NOT coalesce({}, false)").format(branches[0]))
+            else:
+                joiner = sql.SQL(" OR " if key == "$or" else " AND ")
+                parts.append(sql.SQL("({})").format(joiner.join(branches)))
+            continue
+        i = next(counter)
         p[f"mk{i}"] = key
         expr = _meta_expr(i)
         name = f"mv{i}"
@@ -215,13 +241,7 @@ def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.C
                 cast = sql.SQL("text")
             parts.append(sql.SQL("{} {} %({})s::{}").format(
                 left, sql.SQL(_JSON_OPS[op]), sql.SQL(name), cast))
-    if filters.where is not None:
-        where, wp = where_sql(filters.where)
-        parts.append(where)
-        p.update(wp)
-    if not parts:
-        return sql.SQL(""), p
-    return sql.SQL(" AND ") + sql.SQL(" AND ").join(parts), p
+    return parts
 
 
 def _jsonb(value: Any) -> str:

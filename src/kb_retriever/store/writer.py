@@ -16,8 +16,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ..ingest.chunking import MAX_HEADING_CHARS, clip_words
 from ..models import DocumentDraft
+from ..textclip import MAX_HEADING_CHARS, clip_words
 from .rows import vector_array
 
 logger = logging.getLogger(__name__)
@@ -25,13 +25,39 @@ logger = logging.getLogger(__name__)
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 _COPY_CHUNKS = (
     "COPY kb_chunks (tenant_id, document_id, project_key, chunk_order, heading_path, text, "
-    "text_hash, search_prefix, metadata, embedding) FROM STDIN WITH (FORMAT BINARY)"
+    "text_hash, search_prefix, metadata, embedding, chunk_uid) FROM STDIN WITH (FORMAT BINARY)"
 )
-_COPY_TYPES = ["text", "int8", "text", "int4", "text", "text", "text", "text", "jsonb", "vector"]
+_COPY_TYPES = ["text", "int8", "text", "int4", "text", "text", "text", "text", "jsonb", "vector",
+               "text"]
 
 
 def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def chunk_uids(draft: DocumentDraft) -> list[str]:
+    """The stable id of each chunk: the caller's, else derived from the document's id (its
+    ``source_path``) and the chunk's text, so an unchanged chunk keeps its id when its
+    document changes. ``occurrence`` tells apart equal texts within one document; migration
+    0003 computes the same values in SQL for chunks written before it.
+
+    >>> from kb_retriever.models import ChunkDraft
+    >>> d = DocumentDraft("a.md", "a", "A", "markdown", "h", (ChunkDraft(0, "x"), ChunkDraft(1, "x")))
+    >>> a, b = chunk_uids(d)
+    >>> len(a), a != b, a == chunk_uids(d)[0]
+    (32, True, True)
+    """
+    seen: dict[str, int] = {}
+    out = []
+    for chunk in draft.chunks:
+        occurrence = seen.get(chunk.text, 0)
+        seen[chunk.text] = occurrence + 1
+        if chunk.uid is not None:
+            out.append(chunk.uid)
+            continue
+        key = "\x1f".join((draft.source_path, str(occurrence), chunk.text))
+        out.append(hashlib.sha256(key.encode("utf-8")).hexdigest()[:32])
+    return out
 
 
 def refresh_document_stats(conn: psycopg.Connection) -> None:
@@ -93,6 +119,8 @@ def _doc_values(draft: DocumentDraft) -> dict[str, Any]:
         "tags": list(draft.tags), "owners": list(draft.owners), "summary": draft.summary,
         "language": draft.language, "doc_date": draft.doc_date,
         "frontmatter": Jsonb(json.loads(json.dumps(dict(draft.frontmatter), default=str))),
+        "content": draft.content,
+        "metadata": None if draft.record_metadata is None else Jsonb(dict(draft.record_metadata)),
     }
 
 
@@ -166,11 +194,11 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
         prefix = clip_words(draft.title, MAX_HEADING_CHARS)
         with conn.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:
             copy.set_types(_COPY_TYPES)
-            for chunk, emb in zip(draft.chunks, embeddings, strict=True):
+            for chunk, emb, uid in zip(draft.chunks, embeddings, chunk_uids(draft), strict=True):
                 copy.write_row((
                     tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
                     text_hash(chunk.text), f"{prefix} {chunk.heading_path}".strip(),
-                    Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb,
+                    Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid,
                 ))
         if draft.slug and draft.edges:
             with conn.cursor() as cur:

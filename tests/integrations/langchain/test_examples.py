@@ -40,3 +40,14 @@ def test_agent_tool_example(example_kb: KnowledgeBase) -> None:
     assert len(primary) == 3
     assert {d.metadata["kb"]["document"]["canonical_type"] for d in primary} <= {
         "runbook", "standard"}
+
+
+def test_langchain_vectorstore_example(new_database, capsys: pytest.CaptureFixture[str]) -> None:
+    # A database of its own: the example adds 57 splits, which would move the shared
+    # example_kb's lexeme statistics.
+    out = _load("langchain_vectorstore").main(database_url=new_database())
+    assert out["answer"].startswith("Redis cluster")
+    top = out["docs"][0].metadata["kb"]["document"]
+    assert top["slug"] == "dec-cache-v2" and top["canonical_status"] == "accepted"
+    assert out["top"][0].metadata["source"] == "dec-cache-v2.md"
+    assert "splits stored" in capsys.readouterr().out

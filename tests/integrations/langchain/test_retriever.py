@@ -57,8 +57,10 @@ def test_metadata_keys(example_kb: KnowledgeBase) -> None:
     assert meta["slug"] == kb["document"]["slug"] == "dec-cache-v2"
     assert meta["source"] == "dec-cache-v2.md"
     assert meta["title"] == kb["document"]["title"]
-    assert {"origin", "scores", "document", "heading_path", "chunk_id", "similarity"} <= set(kb)
-    assert doc.id == str(kb["chunk_id"])
+    assert {"origin", "scores", "document", "heading_path", "chunk_id", "chunk_uid",
+            "similarity"} <= set(kb)
+    # Document.id is the stable chunk id (issue 15); the integer row id stays in chunk_id.
+    assert doc.id == kb["chunk_uid"] and len(doc.id) == 32 and isinstance(kb["chunk_id"], int)
     assert kb["scores"]["total"] == pytest.approx(meta["score"], abs=1e-5)
     assert kb["document"]["canonical_status"] == "accepted"
     assert doc.page_content.strip()

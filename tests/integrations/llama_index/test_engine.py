@@ -11,13 +11,9 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import TextNode
 from llama_index.core.tools import RetrieverTool
+from llama_index.embeddings.kb import KBCoreEmbedding, KBLlamaEmbedding
 from llama_index.postprocessor.kb import KBNodePostprocessor
-from llama_index.retrievers.kb import (
-    KBCoreEmbedding,
-    KBLlamaEmbedding,
-    KBRetriever,
-    KBSynthesizer,
-)
+from llama_index.retrievers.kb import KBRetriever, KBSynthesizer
 
 from kb_retriever import HashingEmbedder, KnowledgeBase
 

@@ -45,3 +45,19 @@ def test_example_runs(new_database: Callable[[], str], minilm: MiniLMEmbedder,
     assert "=== VectorStoreIndex retriever + KBNodePostprocessor ===" in out
     assert "## Context" in out and "(retrieval score " in out
     assert "answer sources: ['dec-cache-v2', 'dec-cache-v2']" in out
+
+
+def test_vector_store_example_runs(new_database: Callable[[], str], minilm: MiniLMEmbedder,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "examples" / "llamaindex_vector_store.py"
+    spec = importlib.util.spec_from_file_location("llamaindex_vector_store", path)
+    assert spec and spec.loader
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    response = example.main(database_url=new_database(), embedder=minilm)
+    top = response.source_nodes[0].node
+    assert top.metadata["file_name"] == "dec-cache-v2.md"
+    assert top.metadata["kb_document"]["canonical_status"] == "accepted"
+    statuses = [n.node.metadata["kb_document"]["canonical_status"] for n in response.source_nodes]
+    assert "superseded" not in statuses[:1]
+    assert "documents indexed" in capsys.readouterr().out

@@ -64,7 +64,7 @@ def test_relationships_point_to_document_and_graph_seed(kb: KnowledgeBase) -> No
     by_id = {n.node_id: n for n in nodes}
     for n in nodes:
         source = n.node.relationships[NodeRelationship.SOURCE]
-        assert source.node_id == f"kb-document-{n.metadata['kb_document_id']}"
+        assert source.node_id == n.metadata["source_path"] == n.node.ref_doc_id
         assert source.metadata["slug"] == n.metadata.get("slug")
     expanded = [n for n in nodes if n.metadata["kb_origin"] == "graph_expansion"]
     assert expanded

@@ -7,7 +7,7 @@ goes on ``NodeWithScore.score`` and the breakdown under ``metadata["kb_scores"]`
 Node → candidate/hit (the postprocessor and the synthesizer): canonical fields are read from
 ``node.metadata``, so nodes from any retriever can be reranked and rendered.
 
-Relationships: every node has ``SOURCE`` → its document (``kb-document-<id>``); a
+Relationships: every node has ``SOURCE`` → its document (its stable id); a
 graph-expanded node has ``PARENT`` → the node of the document it was reached from (the seed,
 ``from_slug``), with ``edge_type``, ``from_slug`` and ``hop`` in the relation's metadata.
 """
@@ -54,8 +54,9 @@ HIDDEN_METADATA_KEYS = (
 
 
 def document_node_id(doc: DocumentRef) -> str:
-    """The id of a chunk's SOURCE document node (database ids are unique per server)."""
-    return f"kb-document-{doc.id}"
+    """The id of a chunk's SOURCE document node, its ``ref_doc_id``: the document's stable id
+    (a file's path, or the id it was added with), as ``KBVectorStore`` stores it."""
+    return doc.source_path
 
 
 def result_to_nodes(result: SearchResult, *, include_context: bool = True) -> list[NodeWithScore]:

@@ -1,4 +1,4 @@
-"""LlamaIndex node postprocessor for kb-retriever (distribution ``llama-index-kb-retriever``).
+"""LlamaIndex node postprocessor for kb-retriever (distribution ``llama-index-postprocessor-kb``).
 
 Example::
 
@@ -9,4 +9,6 @@ Example::
 
 from .base import KBNodePostprocessor
 
-__all__ = ["KBNodePostprocessor"]
+__version__ = "0.1.0"
+
+__all__ = ["KBNodePostprocessor", "__version__"]

@@ -1,0 +1,275 @@
+"""``KBVectorStore``: a LangChain ``VectorStore`` whose searches run the whole kb-retriever
+pipeline (hybrid candidates, rerank, canonical trust gradient)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+
+from kb_retriever import ConfigError, KnowledgeBase, SearchResult, Settings, StoredDocument
+from kb_retriever.settings import load_settings
+
+from .embeddings import KBEmbeddings
+from .retrievers import KBRetriever
+
+__all__ = ["KBVectorStore"]
+
+# A search asks for this many chunks per document it returns: the per-document cap keeps up to
+# a few chunks of one document in the top-k, and the store returns each document once.
+_CHUNKS_PER_DOCUMENT = 3
+
+
+class KBVectorStore(VectorStore):
+    """Documents in, documents out, with the trust gradient on every search.
+
+    ``add_documents`` / ``add_texts`` store each LangChain ``Document`` as one knowledge-base
+    document (chunked along its headings, embedded through the embedding cache, canonical
+    fields read from its metadata or a frontmatter block). Its id is ``Document.id`` or the
+    ``ids`` you pass, else one derived from its text and metadata (adding the same document
+    twice is a no-op). ``similarity_search`` runs the full pipeline and returns the documents
+    as they were added; ``similarity_search_with_score`` adds the final score, and
+    ``as_retriever()`` returns a :class:`KBRetriever` (chunks, score breakdown, graph and
+    rejected context).
+
+    ``filter`` is a metadata filter as in langchain-postgres (``{"team": "sre"}``, ``{"level":
+    {"$gte": 2}}``); ``filters`` takes the knowledge base's own filters (``canonical_types``,
+    ``tags``, ``folder_globs`` …).
+
+    Without ``kb``, the store opens a :class:`KnowledgeBase` (embedded PostgreSQL unless
+    ``database_url``) on first use, with ``embedding`` as its embedder (else the default
+    MiniLM) and no similarity floor, as vector stores have none; :meth:`close` closes it. A
+    ``kb`` you pass is used as it is configured and never closed.
+
+    Example::
+
+        from langchain_core.documents import Document
+        from langchain_kb_retriever import KBVectorStore
+
+        store = KBVectorStore.from_documents(
+            [Document("We standardise on Redis cluster.", metadata={"type": "decision",
+             "status": "accepted", "slug": "dec-cache"})], embedding=None)
+        print(store.similarity_search("which cache?", k=1)[0].metadata["slug"])
+        store.close()
+    """
+
+    def __init__(self, embedding: Embeddings | None = None, *, kb: KnowledgeBase | None = None,
+                 tenant: str | None = None, project: str | None = None,
+                 database_url: str | None = None, settings: Settings | None = None) -> None:
+        if kb is not None and (embedding is not None or database_url is not None
+                               or settings is not None):
+            raise ConfigError("pass embedding, database_url and settings to the KnowledgeBase "
+                              "(KnowledgeBase(embedder=KBEmbeddings(embedding), ...)), not "
+                              "next to kb=")
+        self._owned = kb is None
+        if kb is None:
+            base = settings or load_settings()
+            if settings is None:  # a vector store returns the top k, however dissimilar
+                base = base.model_copy(update={"default_min_similarity": -1.0})
+            kb = KnowledgeBase(base, embedder=KBEmbeddings(embedding) if embedding else None,
+                               database_url=database_url)
+        self.kb = kb
+        self.tenant, self.project = tenant, project
+        self._embedding = embedding
+        self._opened = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def _open(self) -> KnowledgeBase:
+        if self._owned and not self._opened:
+            self.kb.open()
+            self._opened = True
+        return self.kb
+
+    async def _aopen(self) -> KnowledgeBase:
+        if self._owned and not self._opened:
+            await asyncio.to_thread(self.kb.open)
+            self._opened = True
+        return self.kb
+
+    def close(self) -> None:
+        """Close the knowledge base this store opened (never one passed in)."""
+        if self._owned:
+            self.kb.close()
+            self._opened = False
+
+    async def aclose(self) -> None:
+        if self._owned:
+            await self.kb.aclose()
+            self._opened = False
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        if self._embedding is not None:
+            return self._embedding
+        return getattr(self.kb.embedder, "embeddings", None)  # a KBEmbeddings' model
+
+    def _scope(self) -> dict[str, Any]:
+        return {"project": self.project, "tenant": self.tenant}
+
+    # --- writing --------------------------------------------------------------------------
+    @staticmethod
+    def _records(texts: Iterable[str], metadatas: Sequence[Mapping[str, Any]] | None,
+                 ids: Sequence[str | None] | None) -> list[dict[str, Any]]:
+        items = list(texts)
+        if metadatas is not None and len(metadatas) != len(items):
+            raise ConfigError(f"got {len(metadatas)} metadatas for {len(items)} texts")
+        if ids is not None and len(ids) != len(items):
+            raise ConfigError(f"got {len(ids)} ids for {len(items)} texts")
+        return [{"text": text, "metadata": dict(metadatas[i]) if metadatas else {},
+                 "id": ids[i] if ids else None} for i, text in enumerate(items)]
+
+    def add_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None,
+                  *, ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
+        return self._open().add_documents(self._records(texts, metadatas, ids), **self._scope())
+
+    async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None,
+                         *, ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
+        kb = await self._aopen()
+        return await kb.aadd_documents(self._records(texts, metadatas, ids), **self._scope())
+
+    def add_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:
+        ids = kwargs.pop("ids", None) or [doc.id for doc in documents]
+        return self.add_texts([d.page_content for d in documents],
+                              [d.metadata for d in documents], ids=ids)
+
+    async def aadd_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:
+        ids = kwargs.pop("ids", None) or [doc.id for doc in documents]
+        return await self.aadd_texts([d.page_content for d in documents],
+                                     [d.metadata for d in documents], ids=ids)
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Delete documents by id; ``ids=None`` deletes every document of the project."""
+        kb = self._open()
+        if ids is None:
+            kb.clear(**self._scope())
+        else:
+            kb.delete(ids, **self._scope())
+        return True
+
+    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        kb = await self._aopen()
+        if ids is None:
+            await kb.aclear(**self._scope())
+        else:
+            await kb.adelete(ids, **self._scope())
+        return True
+
+    # --- reading --------------------------------------------------------------------------
+    @staticmethod
+    def _document(stored: StoredDocument) -> Document:
+        return Document(id=stored.id, page_content=stored.text, metadata=dict(stored.metadata))
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        return [self._document(d) for d in self._open().get_by_ids(list(ids), **self._scope())]
+
+    async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        kb = await self._aopen()
+        return [self._document(d) for d in await kb.aget_by_ids(list(ids), **self._scope())]
+
+    def _search_args(self, k: int, filter: Mapping[str, Any] | None,
+                     filters: Mapping[str, Any] | None) -> dict[str, Any]:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"k must be a positive integer, got {k!r}")
+        merged = dict(filters or {})
+        if filter:
+            merged["metadata"] = {**merged.get("metadata", {}), **filter}
+        limit = min(k * _CHUNKS_PER_DOCUMENT, self.kb.settings.max_limit)
+        return {"limit": limit, "filters": merged or None, **self._scope()}
+
+    @staticmethod
+    def _best_documents(result: SearchResult, k: int) -> list[tuple[str, float]]:
+        """(document id, its best chunk's score) for the first ``k`` documents of the result."""
+        best: dict[str, float] = {}
+        for hit in result.primary:
+            best.setdefault(hit.document.source_path, hit.score)
+        return list(best.items())[:k]
+
+    def _with_scores(self, ranked: list[tuple[str, float]],
+                     stored: list[StoredDocument]) -> list[tuple[Document, float]]:
+        by_id = {d.id: d for d in stored}
+        return [(self._document(by_id[i]), score) for i, score in ranked if i in by_id]
+
+    def similarity_search_with_score(self, query: str, k: int = 4,
+                                     filter: dict[str, Any] | None = None, *,
+                                     filters: dict[str, Any] | None = None,
+                                     **kwargs: Any) -> list[tuple[Document, float]]:
+        """The top ``k`` documents with their best chunk's final score (higher is better)."""
+        kb = self._open()
+        ranked = self._best_documents(kb.search(query, **self._search_args(k, filter, filters)), k)
+        return self._with_scores(ranked, kb.get_by_ids([i for i, _ in ranked], **self._scope()))
+
+    async def asimilarity_search_with_score(self, query: str, k: int = 4,
+                                            filter: dict[str, Any] | None = None, *,
+                                            filters: dict[str, Any] | None = None,
+                                            **kwargs: Any) -> list[tuple[Document, float]]:
+        kb = await self._aopen()
+        result = await kb.asearch(query, **self._search_args(k, filter, filters))
+        ranked = self._best_documents(result, k)
+        stored = await kb.aget_by_ids([i for i, _ in ranked], **self._scope())
+        return self._with_scores(ranked, stored)
+
+    def similarity_search(self, query: str, k: int = 4, filter: dict[str, Any] | None = None,
+                          **kwargs: Any) -> list[Document]:
+        return [d for d, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
+
+    async def asimilarity_search(self, query: str, k: int = 4,
+                                 filter: dict[str, Any] | None = None,
+                                 **kwargs: Any) -> list[Document]:
+        pairs = await self.asimilarity_search_with_score(query, k, filter, **kwargs)
+        return [d for d, _ in pairs]
+
+    def _select_relevance_score_fn(self) -> Any:
+        # Final scores are relevance already (higher is better); they are not distances.
+        return lambda score: score
+
+    def as_retriever(self, **kwargs: Any) -> KBRetriever:  # type: ignore[override]
+        """A :class:`KBRetriever` over the same knowledge base: chunks with their score
+        breakdown (``search_kwargs``: ``k``, ``filter`` (metadata), ``filters``)."""
+        search = dict(kwargs.get("search_kwargs") or {})
+        filters = dict(search.get("filters") or {})
+        if search.get("filter"):
+            filters["metadata"] = {**filters.get("metadata", {}), **search["filter"]}
+        return KBRetriever(kb=self._open(), k=search.get("k", 4), filters=filters or None,
+                           project=self.project, tenant=self.tenant,
+                           tags=[*(kwargs.get("tags") or []), type(self).__name__])
+
+    # --- constructors ---------------------------------------------------------------------
+    @classmethod
+    def from_documents(cls, documents: list[Document], embedding: Embeddings | None = None,
+                       **kwargs: Any) -> KBVectorStore:
+        """A store (``kwargs``: ``kb``, ``tenant``, ``project``, ``database_url``,
+        ``settings``, ``ids``) with ``documents`` added; ``embedding`` may be omitted (the
+        knowledge base's own embedder)."""
+        store = cls(embedding, **{k: v for k, v in kwargs.items() if k != "ids"})
+        store.add_documents(documents, **({"ids": kwargs["ids"]} if "ids" in kwargs else {}))
+        return store
+
+    @classmethod
+    async def afrom_documents(cls, documents: list[Document], embedding: Embeddings | None = None,
+                              **kwargs: Any) -> KBVectorStore:
+        store = cls(embedding, **{k: v for k, v in kwargs.items() if k != "ids"})
+        await store.aadd_documents(documents,
+                                   **({"ids": kwargs["ids"]} if "ids" in kwargs else {}))
+        return store
+
+    @classmethod
+    def from_texts(cls, texts: list[str], embedding: Embeddings | None = None,
+                   metadatas: list[dict[str, Any]] | None = None, *,
+                   ids: list[str | None] | None = None, **kwargs: Any) -> KBVectorStore:
+        """A store (``kwargs``: ``kb``, ``tenant``, ``project``, ``database_url``,
+        ``settings``) with ``texts`` added."""
+        store = cls(embedding, **kwargs)
+        store.add_texts(texts, metadatas, ids=ids)
+        return store
+
+    @classmethod
+    async def afrom_texts(cls, texts: list[str], embedding: Embeddings | None = None,
+                          metadatas: list[dict[str, Any]] | None = None, *,
+                          ids: list[str | None] | None = None, **kwargs: Any) -> KBVectorStore:
+        store = cls(embedding, **kwargs)
+        await store.aadd_texts(texts, metadatas, ids=ids)
+        return store

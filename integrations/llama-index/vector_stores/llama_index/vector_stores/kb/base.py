@@ -1,0 +1,223 @@
+"""``KBVectorStore``: a LlamaIndex vector store whose queries run the kb-retriever pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryResult,
+)
+from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
+
+from kb_retriever import ChunkRecord, DocumentRecord, Hit, InputError, KnowledgeBase, SearchResult
+
+from .filters import to_kb_filters
+
+__all__ = ["KBVectorStore"]
+
+class KBVectorStore(BasePydanticVectorStore):
+    """LlamaIndex nodes in a kb-retriever knowledge base; queries ranked by its pipeline.
+
+    The nodes of one ``ref_doc_id`` are one knowledge-base document (its id is the
+    ``ref_doc_id``), its chunks the nodes, kept as given: their ids, text, metadata and
+    embeddings. Canonical fields (``type``, ``status``, ``slug``, ``retrieval_priority``,
+    ``tags`` …) come from the nodes' metadata, so the trust gradient applies to every query:
+    hybrid candidates (the query text's full-text leg plus the query embedding's vector leg),
+    rerank with the canonical adjustment, the per-document cap. ``MetadataFilters`` (nested
+    AND / OR / NOT; ``== != > >= < <= in nin``) and ``doc_ids`` are applied in SQL.
+
+    The knowledge base must be open; the store never closes it.
+
+    Example::
+
+        from kb_retriever import KnowledgeBase
+        from llama_index.core import Document, StorageContext, VectorStoreIndex
+        from llama_index.embeddings.kb import KBCoreEmbedding
+        from llama_index.vector_stores.kb import KBVectorStore
+
+        with KnowledgeBase() as kb:
+            index = VectorStoreIndex.from_documents(
+                [Document(text="We use Redis.", metadata={"type": "decision",
+                          "status": "accepted", "slug": "dec-cache"})],
+                storage_context=StorageContext.from_defaults(vector_store=KBVectorStore(kb)),
+                embed_model=KBCoreEmbedding(kb.embedder))
+            print(index.as_retriever(similarity_top_k=1).retrieve("which cache?")[0].score)
+    """
+
+    stores_text: bool = True
+    is_embedding_query: bool = True
+    flat_metadata: bool = False
+    project: str | None = None
+    tenant: str | None = None
+
+    _kb: KnowledgeBase = PrivateAttr()
+
+    def __init__(self, kb: KnowledgeBase, *, project: str | None = None,
+                 tenant: str | None = None) -> None:
+        if not isinstance(kb, KnowledgeBase):
+            raise TypeError(f"kb must be a kb_retriever.KnowledgeBase, not {type(kb).__name__}")
+        super().__init__(project=project, tenant=tenant)
+        self._kb = kb
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "KBVectorStore"
+
+    @property
+    def client(self) -> KnowledgeBase:
+        return self._kb
+
+    def _scope(self) -> dict[str, Any]:
+        return {"project": self.project, "tenant": self.tenant}
+
+    # --- add ------------------------------------------------------------------------------
+    def _records(self, nodes: Sequence[BaseNode],
+                 existing: dict[str, Any]) -> list[DocumentRecord]:
+        """One record per ``ref_doc_id``: its stored chunks (vectors kept) that these nodes do
+        not replace, then these nodes, so adding nodes to a document adds, never truncates."""
+        groups: dict[str, list[BaseNode]] = {}
+        for node in nodes:
+            groups.setdefault(node.ref_doc_id or node.node_id, []).append(node)
+        out = []
+        for doc_id, group in groups.items():
+            new_ids = {n.node_id for n in group}
+            kept = [ChunkRecord(text=c.text, id=c.id, metadata=c.metadata, embedding=c.embedding)
+                    for c in (existing[doc_id].chunks if doc_id in existing else ())
+                    if c.id not in new_ids]
+            added = [ChunkRecord(
+                text=n.get_content(metadata_mode=MetadataMode.NONE), id=n.node_id,
+                metadata=node_to_metadata_dict(n, remove_text=True, flat_metadata=False),
+                embedding=n.embedding) for n in group]
+            # The document's own fields (canonical ones included) are its nodes' metadata, and
+            # a frontmatter block that opens its first node (a reader that kept it in the text).
+            head = added[0].text if added[0].text.startswith("---") else ""
+            out.append(DocumentRecord(text=head, id=doc_id, metadata=dict(group[0].metadata),
+                                      chunks=(*kept, *added)))
+        return out
+
+    @staticmethod
+    def _doc_ids(nodes: Sequence[BaseNode]) -> list[str]:
+        return list(dict.fromkeys(n.ref_doc_id or n.node_id for n in nodes))
+
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        if not nodes:
+            return []
+        existing = {d.id: d for d in self._kb.get_by_ids(
+            self._doc_ids(nodes), with_embeddings=True, **self._scope())}
+        self._kb.add_documents(self._records(nodes, existing), **self._scope())
+        return [n.node_id for n in nodes]
+
+    async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        if not nodes:
+            return []
+        existing = {d.id: d for d in await self._kb.aget_by_ids(
+            self._doc_ids(nodes), with_embeddings=True, **self._scope())}
+        await self._kb.aadd_documents(self._records(nodes, existing), **self._scope())
+        return [n.node_id for n in nodes]
+
+    # --- delete ---------------------------------------------------------------------------
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        self._kb.delete([ref_doc_id], **self._scope())
+
+    async def adelete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        await self._kb.adelete([ref_doc_id], **self._scope())
+
+    @staticmethod
+    def _selection(node_ids: list[str] | None, filters: MetadataFilters | None
+                   ) -> dict[str, Any] | None:
+        """``get_chunks`` / ``delete_chunks`` arguments, or None when nothing is selected."""
+        kb_filters = to_kb_filters(filters)
+        if node_ids is None and kb_filters is None:
+            return None
+        return {"ids": None if node_ids is None else list(node_ids), "filters": kb_filters}
+
+    def delete_nodes(self, node_ids: list[str] | None = None,
+                     filters: MetadataFilters | None = None, **delete_kwargs: Any) -> None:
+        selection = self._selection(node_ids, filters)
+        if selection is not None:
+            self._kb.delete_chunks(**selection, **self._scope())
+
+    async def adelete_nodes(self, node_ids: list[str] | None = None,
+                            filters: MetadataFilters | None = None,
+                            **delete_kwargs: Any) -> None:
+        selection = self._selection(node_ids, filters)
+        if selection is not None:
+            await self._kb.adelete_chunks(**selection, **self._scope())
+
+    def clear(self) -> None:
+        self._kb.clear(**self._scope())
+
+    async def aclear(self) -> None:
+        await self._kb.aclear(**self._scope())
+
+    # --- read -----------------------------------------------------------------------------
+    def get_nodes(self, node_ids: list[str] | None = None,
+                  filters: MetadataFilters | None = None) -> list[BaseNode]:
+        selection = self._selection(node_ids, filters)
+        if selection is None:
+            return []
+        return [_node(c.id, c.document_id, c.text, c.metadata)
+                for c in self._kb.get_chunks(**selection, **self._scope())]
+
+    async def aget_nodes(self, node_ids: list[str] | None = None,
+                         filters: MetadataFilters | None = None) -> list[BaseNode]:
+        selection = self._selection(node_ids, filters)
+        if selection is None:
+            return []
+        return [_node(c.id, c.document_id, c.text, c.metadata)
+                for c in await self._kb.aget_chunks(**selection, **self._scope())]
+
+    def _search_args(self, query: VectorStoreQuery) -> dict[str, Any]:
+        if not query.query_str or not query.query_str.strip():
+            raise InputError("KBVectorStore.query needs query_str: the pipeline's full-text "
+                             "leg and rerank read the query text")
+        filters = to_kb_filters(query.filters, doc_ids=query.doc_ids)
+        return {"limit": query.similarity_top_k, "filters": filters,
+                "query_embedding": query.query_embedding, **self._scope()}
+
+    @staticmethod
+    def _result(result: SearchResult, query: VectorStoreQuery) -> VectorStoreQueryResult:
+        hits = [h for h in result.primary
+                if not query.node_ids or (h.chunk_uid or h.uid) in query.node_ids]
+        nodes = [_hit_node(h) for h in hits]
+        return VectorStoreQueryResult(nodes=nodes, similarities=[h.score for h in hits],
+                                      ids=[n.node_id for n in nodes])
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        return self._result(self._kb.search(query.query_str or "", **self._search_args(query)),
+                            query)
+
+    async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        args = self._search_args(query)
+        return self._result(await self._kb.asearch(query.query_str or "", **args), query)
+
+
+def _node(node_id: str, doc_id: str, text: str, metadata: Any) -> BaseNode:
+    """A stored chunk as the node that was added (``_node_content``), else a ``TextNode``
+    (chunks of ingested files) whose SOURCE is its document's id."""
+    meta = dict(metadata)
+    if "_node_content" in meta:
+        return metadata_dict_to_node(meta, text=text)
+    return TextNode(id_=node_id, text=text, metadata=meta, relationships={
+        NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc_id)})
+
+
+def _hit_node(hit: Hit) -> BaseNode:
+    node = _node(hit.chunk_uid or hit.uid, hit.document.source_path, hit.text, hit.metadata)
+    # The breakdown and the document's canonical fields ride along for code, hidden from the
+    # LLM and the embedder.
+    node.metadata["kb_scores"] = hit.scores.to_dict()
+    node.metadata["kb_document"] = hit.document.to_dict()
+    for key in ("kb_scores", "kb_document"):
+        if key not in node.excluded_llm_metadata_keys:
+            node.excluded_llm_metadata_keys.append(key)
+        if key not in node.excluded_embed_metadata_keys:
+            node.excluded_embed_metadata_keys.append(key)
+    return node
+

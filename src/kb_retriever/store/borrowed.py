@@ -1,0 +1,101 @@
+"""Pools the caller owns: used, never closed, their connections prepared on first use.
+
+``KnowledgeBase(pool=...)`` / ``KnowledgeBase(async_pool=...)`` take an open
+``psycopg_pool.ConnectionPool`` / ``AsyncConnectionPool``. Our own pools set up each new
+connection (``store.connection.make_pool``); a borrowed connection gets the same once, the
+first time we use it: pgvector's types and the two HNSW settings (``hnsw.ef_search``,
+``hnsw.iterative_scan``) for the session. ``statement_timeout`` is left as the owner set it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from pgvector.psycopg import register_vector, register_vector_async
+
+from ..settings import Settings
+from .connection import _gucs
+
+__all__ = ["BorrowedAsyncPool", "BorrowedPool"]
+
+
+def _settings_sql(settings: Settings) -> list[tuple[str, list[str]]]:
+    return [("SELECT set_config(%s, %s, false)", [k, v]) for k, v in _gucs(settings)
+            if k != "statement_timeout"]
+
+
+class BorrowedPool:
+    """The subset of ``ConnectionPool`` the knowledge base uses, over the caller's pool."""
+
+    def __init__(self, pool: Any, settings: Settings) -> None:
+        self.pool = pool
+        self._sql = _settings_sql(settings)
+        self._ready: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def _prepare(self, conn: Any) -> Any:
+        if conn not in self._ready:
+            register_vector(conn)
+            for stmt, params in self._sql:
+                conn.execute(stmt, params)
+            self._ready.add(conn)
+        return conn
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        return self._prepare(self.pool.getconn(timeout=timeout))
+
+    def putconn(self, conn: Any) -> None:
+        self.pool.putconn(conn)
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[Any]:
+        with self.pool.connection(timeout=timeout) as conn:
+            yield self._prepare(conn)
+
+    def check(self) -> None:
+        self.pool.check()
+
+    def get_stats(self) -> dict[str, int]:
+        return dict(self.pool.get_stats())
+
+    def close(self) -> None:
+        """Nothing: the caller opened the pool, the caller closes it."""
+
+
+class BorrowedAsyncPool:
+    """The async twin of :class:`BorrowedPool`."""
+
+    def __init__(self, pool: Any, settings: Settings) -> None:
+        self.pool = pool
+        self._sql = _settings_sql(settings)
+        self._ready: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def _prepare(self, conn: Any) -> Any:
+        if conn not in self._ready:
+            await register_vector_async(conn)
+            for stmt, params in self._sql:
+                await conn.execute(stmt, params)
+            self._ready.add(conn)
+        return conn
+
+    async def getconn(self, timeout: float | None = None) -> Any:
+        return await self._prepare(await self.pool.getconn(timeout=timeout))
+
+    async def putconn(self, conn: Any) -> None:
+        await self.pool.putconn(conn)
+
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[Any]:
+        async with self.pool.connection(timeout=timeout) as conn:
+            yield await self._prepare(conn)
+
+    async def check(self) -> None:
+        await self.pool.check()
+
+    def get_stats(self) -> dict[str, int]:
+        return dict(self.pool.get_stats())
+
+    async def close(self) -> None:
+        """Nothing: the caller opened the pool, the caller closes it."""

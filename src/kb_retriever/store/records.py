@@ -1,0 +1,137 @@
+"""SQL of the id-addressed operations: get, delete, clear (build -> execute -> convert).
+
+Each builder returns ``(query, params)`` statements; the knowledge base runs them on its sync
+or async connection in one transaction, and the ``*_from_rows`` functions convert the rows.
+Every statement is scoped by tenant and project.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from psycopg import sql
+
+from ..documents import StoredChunk, StoredDocument
+from ..filters import SearchFilters
+from .rows import vector_array
+from .sql import doc_filter_sql
+
+__all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
+           "documents_from_rows", "get_chunks_sql", "get_documents_sql"]
+
+Statement = tuple[sql.Composable, dict[str, Any]]
+
+_CHUNK_COLS = sql.SQL(
+    "c.chunk_uid, d.source_path AS document_uid, c.text, c.chunk_order, c.heading_path, "
+    "c.metadata AS chunk_metadata")
+_DOC_COLS = sql.SQL(
+    "d.source_path AS document_uid, d.content, d.metadata AS record_metadata, d.frontmatter, "
+    "d.title, d.source_type, d.is_canonical, d.canonical_type, d.canonical_status, d.slug")
+_SCOPE = sql.SQL("d.tenant_id = %(tenant)s AND d.project_key = %(project)s")
+
+
+def _params(tenant: str, project: str, ids: Sequence[str]) -> dict[str, Any]:
+    return {"tenant": tenant, "project": project, "ids": list(ids)}
+
+
+def get_documents_sql(tenant: str, project: str, ids: Sequence[str], *,
+                      with_embeddings: bool = False) -> Statement:
+    """The documents with these ids, each with its chunks in order (one row per chunk; a
+    document without chunks has one row of NULL chunk columns)."""
+    chunk = sql.SQL("{}, c.embedding").format(_CHUNK_COLS) if with_embeddings else _CHUNK_COLS
+    return sql.SQL(
+        "SELECT {doc}, {chunk} FROM kb_documents d LEFT JOIN kb_chunks c "
+        "ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
+        "WHERE {scope} AND d.source_path = ANY(%(ids)s) ORDER BY d.source_path, c.chunk_order"
+    ).format(doc=_DOC_COLS, chunk=chunk, scope=_SCOPE), _params(tenant, project, ids)
+
+
+def _chunk_selection(tenant: str, project: str, ids: Sequence[str] | None,
+                     filters: SearchFilters | None) -> tuple[sql.Composable, dict[str, Any]]:
+    """``FROM … WHERE …`` of the chunks with these ids and/or matching these filters (the
+    search's own filter predicates, ``store.sql.doc_filter_sql``)."""
+    filt, params = doc_filter_sql(filters or SearchFilters(), with_doc_ids=False)
+    by_id = sql.SQL(" AND c.chunk_uid = ANY(%(ids)s)") if ids is not None else sql.SQL("")
+    return sql.SQL(
+        "FROM kb_chunks c JOIN kb_documents d ON d.tenant_id = c.tenant_id "
+        "AND d.id = c.document_id WHERE {scope} AND c.tenant_id = %(tenant)s "
+        "AND c.project_key = %(project)s{by_id}{filt}"
+    ).format(scope=_SCOPE, by_id=by_id, filt=filt), {
+        **params, **_params(tenant, project, list(ids or ()))}
+
+
+def get_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,
+                   filters: SearchFilters | None = None) -> Statement:
+    """The chunks with these ids and/or matching ``filters``, in document order."""
+    where, params = _chunk_selection(tenant, project, ids, filters)
+    return sql.SQL("SELECT {chunk} {where} ORDER BY d.source_path, c.chunk_order").format(
+        chunk=_CHUNK_COLS, where=where), params
+
+
+def delete_documents_sql(tenant: str, project: str, ids: Sequence[str]) -> list[Statement]:
+    """Delete whole documents (their chunks and edges go by cascade); returns their count."""
+    return [(sql.SQL("DELETE FROM kb_documents d WHERE {scope} AND d.source_path = ANY(%(ids)s)"
+                     ).format(scope=_SCOPE), _params(tenant, project, ids))]
+
+
+def delete_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,
+                      filters: SearchFilters | None = None) -> list[Statement]:
+    """Delete chunks by id and/or filters. Their documents lose their content hash (adding the
+    same content again writes it again, instead of a no-op over the gap); documents left
+    without chunks go. The first statement returns the number of chunks deleted."""
+    where, params = _chunk_selection(tenant, project, ids, filters)
+    return [
+        (sql.SQL(
+            "WITH gone AS (DELETE FROM kb_chunks x WHERE x.tenant_id = %(tenant)s "
+            "AND x.project_key = %(project)s AND x.id IN (SELECT c.id {where}) "
+            "RETURNING x.document_id), "
+            "stale AS (UPDATE kb_documents d SET content_hash = '' WHERE d.tenant_id = %(tenant)s "
+            "AND d.id IN (SELECT document_id FROM gone)) "
+            "SELECT count(*) FROM gone").format(where=where), params),
+        (sql.SQL(
+            "DELETE FROM kb_documents d WHERE {scope} AND d.content_hash = '' AND NOT EXISTS "
+            "(SELECT 1 FROM kb_chunks c WHERE c.tenant_id = d.tenant_id "
+            "AND c.document_id = d.id)").format(scope=_SCOPE), params),
+    ]
+
+
+def clear_sql(tenant: str, project: str) -> list[Statement]:
+    """Delete every document of one project (its chunks and edges by cascade)."""
+    return [(sql.SQL("DELETE FROM kb_documents d WHERE {scope}").format(scope=_SCOPE),
+             {"tenant": tenant, "project": project})]
+
+
+def _chunk(row: Mapping[str, Any]) -> StoredChunk:
+    emb = row.get("embedding")
+    return StoredChunk(id=row["chunk_uid"], document_id=row["document_uid"], text=row["text"],
+                       order=int(row["chunk_order"]), heading_path=row["heading_path"] or "",
+                       metadata=MappingProxyType(dict(row["chunk_metadata"] or {})),
+                       embedding=None if emb is None else tuple(vector_array(emb).tolist()))
+
+
+def chunks_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[StoredChunk]:
+    return [_chunk(r) for r in rows]
+
+
+def documents_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[StoredDocument]:
+    """One :class:`StoredDocument` per document, in the rows' order."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault(row["document_uid"], []).append(row)
+    out = []
+    for doc_id, group in grouped.items():
+        head = group[0]
+        chunks = tuple(_chunk(r) for r in group if r["chunk_uid"] is not None)
+        if head["record_metadata"] is not None:  # added from memory: exactly as given
+            text, metadata = head["content"] or "", dict(head["record_metadata"])
+        else:  # a file: its chunks and its frontmatter
+            text = "\n\n".join(c.text for c in chunks)
+            metadata = {k: v for k, v in (head["frontmatter"] or {}).items() if k != "_derived"}
+        out.append(StoredDocument(
+            id=doc_id, text=text, metadata=MappingProxyType(metadata), chunks=chunks,
+            title=head["title"], source_type=head["source_type"],
+            is_canonical=bool(head["is_canonical"]), canonical_type=head["canonical_type"],
+            canonical_status=head["canonical_status"], slug=head["slug"]))
+    return out

@@ -1,0 +1,107 @@
+"""``KBVectorStore`` against LangChain's standard vector-store suite (sync and async) and the
+behaviour the suite does not cover: the trust gradient, filters, ids, as_retriever."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_kb_retriever import KBEmbeddings, KBRetriever, KBVectorStore
+from langchain_tests.integration_tests import VectorStoreIntegrationTests
+
+from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+
+pytestmark = pytest.mark.db
+
+
+class TestKBVectorStoreStandard(VectorStoreIntegrationTests):
+    @pytest.fixture()
+    def vectorstore(self, new_database) -> Iterator[KBVectorStore]:  # type: ignore[override]
+        # The suite's own embeddings; an empty store on a fresh database per test. The store
+        # opens (and closes) its own knowledge base, as a user's from_documents would.
+        store = KBVectorStore(self.get_embeddings(), database_url=new_database())
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+@pytest.fixture
+def store(new_database) -> Iterator[KBVectorStore]:
+    s = KBVectorStore(DeterministicFakeEmbedding(size=64), database_url=new_database())
+    yield s
+    s.close()
+
+
+DECISIONS = [
+    Document(id="dec-v1", page_content="Memcached is the shared cache layer.",
+             metadata={"slug": "dec-cache-v1", "type": "decision", "status": "superseded",
+                       "team": "platform"}),
+    Document(id="dec-v2", page_content="Redis cluster is the shared cache layer.",
+             metadata={"slug": "dec-cache-v2", "type": "decision", "status": "accepted",
+                       "team": "platform", "supersedes": ["[[dec-cache-v1]]"]}),
+    Document(id="note", page_content="Lunch is at noon; the cache of snacks is upstairs.",
+             metadata={"team": "office"}),
+]
+
+
+def test_the_trust_gradient_ranks_the_accepted_decision_first(new_database):
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=new_database())
+    with kb:
+        store = KBVectorStore.from_documents(DECISIONS, kb=kb)
+        docs = store.similarity_search("which shared cache layer?", k=2)
+        assert [d.id for d in docs] == ["dec-v2", "dec-v1"]
+        assert docs[0] == DECISIONS[1]  # exactly as added: text, metadata, id
+        pairs = store.similarity_search_with_score("which shared cache layer?", k=2)
+        assert pairs[0][1] > pairs[1][1]
+        # Metadata filter (langchain-postgres style) and the knowledge base's own filters.
+        assert [d.id for d in store.similarity_search("cache", filter={"team": "office"})] == \
+            ["note"]
+        assert {d.id for d in store.similarity_search(
+            "cache", filters={"canonical_types": ["decision"]})} == {"dec-v1", "dec-v2"}
+        retriever = store.as_retriever(search_kwargs={"k": 1})
+        assert isinstance(retriever, KBRetriever)
+        (chunk,) = retriever.invoke("which shared cache layer?")
+        assert chunk.metadata["kb"]["document"]["source_path"] == "dec-v2"
+        assert chunk.id == chunk.metadata["kb"]["chunk_uid"]
+    assert store.kb is kb  # a knowledge base passed in is never closed by the store
+
+
+def test_long_documents_are_chunked_and_returned_once(store):
+    body = "# Runbook\n\n" + "\n\n".join(f"## Step {i}\n\nRestart worker pool {i} and check "
+                                         f"the queue depth." for i in range(12))
+    (doc_id,) = store.add_documents([Document(page_content=body, metadata={"source": "rb.md"})])
+    (stored,) = store.kb.get_by_ids([doc_id])
+    assert len(stored.chunks) > 1 and stored.title == "Runbook"
+    assert store.similarity_search("restart worker pool", k=3) == [
+        Document(id=doc_id, page_content=body, metadata={"source": "rb.md"})]
+
+
+def test_ids_from_texts_and_the_default_no_op(store):
+    ids = store.add_texts(["alpha text", "beta text"], [{"n": 1}, {"n": 2}], ids=["a", None])
+    assert ids[0] == "a" and ids[1] and ids[1] != "a"
+    assert store.add_texts(["beta text"], [{"n": 2}]) == [ids[1]]  # same content: same id
+    assert len(store.get_by_ids(ids)) == 2
+    store.delete()
+    assert store.get_by_ids(ids) == []
+
+
+async def test_async_from_texts(new_database):
+    store = await KBVectorStore.afrom_texts(["async alpha", "async beta"],
+                                            DeterministicFakeEmbedding(size=16),
+                                            ids=["x", "y"], database_url=new_database())
+    try:
+        assert [d.id for d in await store.asimilarity_search("async beta", k=1)] == ["y"]
+        assert isinstance(store.kb.embedder, KBEmbeddings)
+        assert store.embeddings is not None
+    finally:
+        await store.aclose()
+
+
+def test_kb_and_embedding_together_is_a_config_error(example_kb):
+    from kb_retriever import ConfigError
+
+    with pytest.raises(ConfigError, match="KBEmbeddings"):
+        KBVectorStore(DeterministicFakeEmbedding(size=8), kb=example_kb)

@@ -1,0 +1,156 @@
+"""``llama_index.vector_stores.kb.KBVectorStore``: VectorStoreIndex in, pipeline ranking out."""
+
+from __future__ import annotations
+
+import pytest
+from llama_index.core import Document, StorageContext, VectorStoreIndex
+from llama_index.core import Settings as LlamaSettings
+from llama_index.core.llms import MockLLM
+from llama_index.core.schema import NodeRelationship, TextNode
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+)
+from llama_index.embeddings.kb import KBCoreEmbedding
+from llama_index.vector_stores.kb import KBVectorStore
+
+from kb_retriever import FilterError, HashingEmbedder, InputError
+
+pytestmark = pytest.mark.db
+
+DOCS = [
+    Document(doc_id="dec-v1", text="Memcached is the shared cache layer for sessions.",
+             metadata={"slug": "dec-cache-v1", "type": "decision", "status": "superseded",
+                       "team": "platform", "level": 1}),
+    Document(doc_id="dec-v2", text="Redis cluster is the shared cache layer for sessions.",
+             metadata={"slug": "dec-cache-v2", "type": "decision", "status": "accepted",
+                       "team": "platform", "level": 2}),
+    Document(doc_id="lunch", text="The shared snack cache is upstairs, next to the sessions room.",
+             metadata={"team": "office", "level": 3}),
+]
+
+
+@pytest.fixture
+def index(make_kb):
+    kb = make_kb(embedder=HashingEmbedder(256))
+    store = KBVectorStore(kb)
+    idx = VectorStoreIndex.from_documents(
+        DOCS, storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=KBCoreEmbedding(kb.embedder))
+    return idx
+
+
+def test_the_pipeline_ranks_the_nodes(index):
+    nodes = index.as_retriever(similarity_top_k=2).retrieve("which shared cache layer?")
+    assert [n.node.ref_doc_id for n in nodes] == ["dec-v2", "dec-v1"]  # the trust gradient
+    assert nodes[0].score > nodes[1].score
+    assert nodes[0].node.metadata["status"] == "accepted" and "kb_scores" in nodes[0].metadata
+    assert "kb_scores" not in nodes[0].node.get_content(metadata_mode="llm")
+
+
+def test_nodes_come_back_as_added(index):
+    store: KBVectorStore = index.vector_store
+    nodes = index.as_retriever(similarity_top_k=3).retrieve("snack cache upstairs")
+    top = nodes[0].node
+    (got,) = store.get_nodes([top.node_id])
+    assert isinstance(got, TextNode) and got.node_id == top.node_id
+    assert got.text == DOCS[2].text and got.ref_doc_id == "lunch"
+    assert got.metadata == DOCS[2].metadata
+
+
+def test_query_engine_and_delete_ref_doc(index):
+    engine = index.as_query_engine(llm=MockLLM(), similarity_top_k=3)
+    response = engine.query("which shared cache layer?")
+    assert {n.node.ref_doc_id for n in response.source_nodes} == {"dec-v1", "dec-v2", "lunch"}
+    index.delete_ref_doc("dec-v2")
+    nodes = index.as_retriever(similarity_top_k=3).retrieve("which shared cache layer?")
+    assert "dec-v2" not in {n.node.ref_doc_id for n in nodes}
+
+
+def test_metadata_filters_nested_and_or(index):
+    store: KBVectorStore = index.vector_store
+    embed = KBCoreEmbedding(store.client.embedder)
+
+    def ids(filters, **kw):
+        q = VectorStoreQuery(query_str="shared cache", similarity_top_k=5, filters=filters,
+                             query_embedding=embed.get_query_embedding("shared cache"), **kw)
+        return {n.ref_doc_id for n in store.query(q).nodes}
+
+    assert ids(MetadataFilters(filters=[MetadataFilter(key="team", value="office")])) == {"lunch"}
+    nested = MetadataFilters(condition=FilterCondition.OR, filters=[
+        MetadataFilter(key="team", value="office"),
+        MetadataFilters(filters=[
+            MetadataFilter(key="team", value="platform"),
+            MetadataFilter(key="level", value=2, operator=FilterOperator.GTE),
+        ]),
+    ])
+    assert ids(nested) == {"lunch", "dec-v2"}
+    assert ids(MetadataFilters(condition=FilterCondition.NOT, filters=[
+        MetadataFilter(key="team", value="platform")])) == {"lunch"}
+    assert ids(None, doc_ids=["dec-v1", "lunch"]) == {"dec-v1", "lunch"}
+    with pytest.raises(FilterError, match="text_match"):
+        ids(MetadataFilters(filters=[MetadataFilter(key="team", value="o",
+                                                    operator=FilterOperator.TEXT_MATCH)]))
+    with pytest.raises(InputError, match="query_str"):
+        store.query(VectorStoreQuery(query_embedding=[0.1] * 256))
+
+
+def test_get_and_delete_nodes_by_filters(index):
+    store: KBVectorStore = index.vector_store
+    office = MetadataFilters(filters=[MetadataFilter(key="team", value="office")])
+    nodes = store.get_nodes(filters=office)
+    assert {n.ref_doc_id for n in nodes} == {"lunch"} and nodes[0].text == DOCS[2].text
+    assert store.get_nodes() == []
+    store.delete_nodes(filters=MetadataFilters(filters=[
+        MetadataFilter(key="level", value=2, operator=FilterOperator.LTE)]))
+    assert {n.ref_doc_id for n in store.get_nodes(filters=MetadataFilters(filters=[
+        MetadataFilter(key="level", value=0, operator=FilterOperator.GT)]))} == {"lunch"}
+
+
+def test_inserting_nodes_adds_to_their_document(index):
+    store: KBVectorStore = index.vector_store
+    before = [c.id for c in store.client.get_by_ids(["lunch"])[0].chunks]
+    extra = TextNode(id_="extra-node", text="Coffee is in the kitchen.",
+                     metadata={"team": "office"},
+                     relationships={NodeRelationship.SOURCE: DOCS[2].as_related_node_info()})
+    index.insert_nodes([extra])
+    after = [c.id for c in store.client.get_by_ids(["lunch"])[0].chunks]
+    assert after == [*before, "extra-node"]  # the earlier node (and its vector) stayed
+    store.delete_nodes(["extra-node"])
+    assert [c.id for c in store.client.get_by_ids(["lunch"])[0].chunks] == before
+    store.clear()
+    assert store.client.get_by_ids(["lunch", "dec-v1"]) == []
+
+
+async def test_async_twins(make_kb):
+    kb = make_kb(embedder=HashingEmbedder(256))
+    store = KBVectorStore(kb)
+    embed = KBCoreEmbedding(kb.embedder)
+    nodes = [TextNode(id_=f"n{i}", text=t, embedding=embed.get_text_embedding(t))
+             for i, t in enumerate(["async alpha cache", "async beta queue"])]
+    assert await store.async_add(nodes) == ["n0", "n1"]
+    q = VectorStoreQuery(query_str="beta queue", similarity_top_k=1,
+                         query_embedding=embed.get_query_embedding("beta queue"))
+    assert (await store.aquery(q)).ids == ["n1"]
+    assert [n.node_id for n in await store.aget_nodes(["n0"])] == ["n0"]
+    await store.adelete_nodes(["n0"])
+    await store.adelete("n1")
+    assert await store.aget_nodes(["n0", "n1"]) == []
+    await kb.aclose()
+    kb.open()
+
+
+def test_settings_embed_model_is_not_needed_for_ingesting_with_kb_embedder(make_kb):
+    # Building the index with the knowledge base's embedder as LlamaIndex's global default.
+    kb = make_kb(embedder=HashingEmbedder(256))
+    old = LlamaSettings._embed_model
+    LlamaSettings.embed_model = KBCoreEmbedding(kb.embedder)
+    try:
+        idx = VectorStoreIndex.from_documents(
+            DOCS[:1], storage_context=StorageContext.from_defaults(vector_store=KBVectorStore(kb)))
+        assert idx.as_retriever().retrieve("memcached")[0].node.ref_doc_id == "dec-v1"
+    finally:
+        LlamaSettings._embed_model = old
