@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .models import Hit, SearchResult
+from .ranking.signals import CANONICAL_TERMS, SIGNALS
 from .textclip import clip_words
 
-_SIGNALS = ("vector", "keyword", "heading", "tag_overlap", "preamble", "recency",
-            "status_active", "mention_boost", "canonical_boost", "canonical_penalty")
+# Every signal of the reranker, then the canonical adjustment's terms.
+_SIGNALS = (*(s.name for s in SIGNALS), *CANONICAL_TERMS)
 
 
 def _row(i: int, hit: Hit) -> str:

@@ -279,3 +279,17 @@ def test_rank_builds_the_hits_of_rerank_on_demand() -> None:
         assert [s.hit() for s in kept] == diversify(hits, 3, 1)[0]
         runner = rest[0].hit(Origin.RUNNER_UP)
         assert runner == dataclasses.replace(diversify(hits, 3, 1)[1][0], origin=Origin.RUNNER_UP)
+
+
+def test_the_signal_table_is_the_breakdown() -> None:
+    """Each signal is one row: a ScoreBreakdown field, a weight setting, a group."""
+    from dataclasses import fields
+
+    from kb_retriever import ScoreBreakdown, Settings
+    from kb_retriever.ranking.signals import SIGNALS, TERMS
+
+    names = [f.name for f in fields(ScoreBreakdown)]
+    assert list(TERMS) == names[:len(TERMS)]
+    for signal in SIGNALS:
+        assert signal.group in ("base", "additive")
+        assert signal.weight is None or signal.weight in Settings.model_fields

@@ -12,15 +12,15 @@ Every term lands in the hit's :class:`~kb_retriever.models.ScoreBreakdown`.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from kb_retriever.models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, construct
 from kb_retriever.settings import Settings
 
 from .bm25 import lexeme_bm25, lexeme_idf, pool_bm25
+from .signals import _PREAMBLE_PATTERNS, RECENCY_BUCKETS, SIGNALS, TERMS, Evidence, _aware
 from .text import (
     normalize_tags,
     pool_idf,
@@ -33,38 +33,6 @@ from .text import (
 
 __all__ = ["RECENCY_BUCKETS", "Scored", "rank", "rerank"]
 
-# "Property" questions (status / owner / date) that a connector's page-property panel answers.
-_PREAMBLE_PATTERNS = tuple(
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        r"^\s*(what'?s|what is)\s+the\s+status\b",
-        r"^\s*who\s+owns?\b",
-        r"^\s*when\s+was\b",
-        r"^\s*who\s+is\s+the\s+owner\b",
-        r"\bowner\s+of\b",
-        r"^\s*qual\s*'?\s*è?\s*lo\s+stato\b",
-        r"^\s*chi\s+(è\s+)?proprietari",
-        r"^\s*quando\s+è\b",
-    )
-)
-
-#: Recency signal per ingest-time bucket (reference §11).
-RECENCY_BUCKETS: Mapping[str, float] = {
-    "this_week": 1.0,
-    "this_month": 0.7,
-    "this_quarter": 0.4,
-    "older": 0.1,
-}
-# The same buckets computed from the document date at query time: a week, a month (30 days) and
-# a quarter (90 days), so the signal ages with the clock instead of freezing at ingest (§24.9).
-_RECENCY_STEPS = (
-    (timedelta(days=7), RECENCY_BUCKETS["this_week"]),
-    (timedelta(days=30), RECENCY_BUCKETS["this_month"]),
-    (timedelta(days=90), RECENCY_BUCKETS["this_quarter"]),
-)
-_FALSE_STRINGS = frozenset({"", "0", "false", "no", "off"})
-
-
 class _Query(NamedTuple):
     """What the reranker derives from the query once, before scoring each candidate."""
 
@@ -76,15 +44,9 @@ class _Query(NamedTuple):
     idf: Mapping[str, float] | None  # token weights over the candidate pool, or None
 
 
-# ScoreBreakdown's terms, in the order Scored.terms holds them.
-_TERMS = ("vector", "keyword", "heading", "tag_overlap", "preamble", "recency", "status_active",
-          "mention_boost", "canonical_boost", "canonical_penalty", "base", "additive",
-          "canonical", "total")
-
-
 class Scored(NamedTuple):
     """A reranked candidate: its score and the terms of its :class:`ScoreBreakdown`
-    (``_TERMS`` order), with its :class:`Hit` built on demand."""
+    (``signals.TERMS`` order), with its :class:`Hit` built on demand."""
 
     score: float
     candidate: Candidate
@@ -101,7 +63,7 @@ class Scored(NamedTuple):
     def hit(self, origin: Origin = Origin.PRIMARY) -> Hit:
         c = self.candidate
         breakdown = construct(ScoreBreakdown, {
-            **dict(zip(_TERMS, self.terms, strict=True)),
+            **dict(zip(TERMS, self.terms, strict=True)),
             "hop_decay": None,  # not reached through the graph
             "raw_similarity": c.vector_similarity,
             "fused_score": c.fused_score,
@@ -231,26 +193,18 @@ def _bm25_keywords(tokens: list[str], candidates: Sequence[Candidate], settings:
 def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: frozenset[str],
            heading: float, bm25: float | None) -> Scored:
     keyword = score_folded(q.tokens, text_words, q.idf) if bm25 is None else bm25
-    base = s.vector_weight * vector + s.keyword_weight * keyword + s.heading_weight * heading
-
-    tag_overlap = _jaccard(q.tags, _chunk_tags(c))
-    preamble = 1.0 if q.asks_property and _flag(c.metadata.get("page_property_panel")) else 0.0
-    recency = _recency(c, q.now)
-    status_active = 1.0 if _flag(c.metadata.get("status_active")) else 0.0
-    mention = s.mention_boost_weight if c.document.id in q.mention_doc_ids else 0.0
-    additive = (
-        s.tag_overlap_weight * tag_overlap
-        + s.preamble_weight * preamble
-        + s.recency_weight * recency
-        + s.status_active_weight * status_active
-        + mention
-    )
-
+    e = Evidence(c, vector, keyword, heading, q.tags, q.asks_property, q.now,
+                 q.mention_doc_ids, s)
+    values: list[float] = []
+    sums = {"base": 0.0, "additive": 0.0}
+    for signal in SIGNALS:
+        value, contribution = signal.weighted(e)
+        values.append(value)
+        sums[signal.group] += contribution
     boost, penalty = _canonical(c.document, s)
     canonical = boost - penalty
-    total = base + additive + canonical
-    return Scored(total, c, (vector, keyword, heading, tag_overlap, preamble, recency,
-                             status_active, mention, boost, penalty, base, additive, canonical,
+    total = sums["base"] + sums["additive"] + canonical
+    return Scored(total, c, (*values, boost, penalty, sums["base"], sums["additive"], canonical,
                              total))
 
 
@@ -261,8 +215,8 @@ def _passthrough(c: Candidate, s: Settings, mention_doc_ids: frozenset[int]) -> 
     canonical = boost - penalty
     total = base + mention + canonical
     # no relevance signal: those terms stay 0.0, as ScoreBreakdown's defaults
-    return Scored(total, c, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, mention, boost, penalty, base,
-                             mention, canonical, total))
+    values = [mention if sig.name == "mention_boost" else 0.0 for sig in SIGNALS]
+    return Scored(total, c, (*values, boost, penalty, base, mention, canonical, total))
 
 
 def _canonical(doc: DocumentRef, s: Settings) -> tuple[float, float]:
@@ -290,50 +244,6 @@ def _vector_signals(candidates: Sequence[Candidate], normalize: bool) -> list[fl
         return [1.0] * len(raw)
     span = hi - lo
     return [(v - lo) / span for v in raw]
-
-
-def _chunk_tags(c: Candidate) -> set[str]:
-    # Connector chunks carry search_tags; otherwise frontmatter tags count (fix of §24.9).
-    raw = c.metadata.get("search_tags")
-    if isinstance(raw, str):
-        raw = raw.split(",")
-    elif raw is not None and not isinstance(raw, (list, tuple, set, frozenset)):
-        raw = [raw]
-    return normalize_tags(raw) if raw else normalize_tags(c.document.tags)
-
-
-def _jaccard(a: set[str], b: set[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / len(a | b)
-
-
-def _recency(c: Candidate, now: datetime) -> float:
-    bucket = c.metadata.get("recency_bucket")
-    if bucket is not None:
-        return RECENCY_BUCKETS.get(str(bucket).strip().lower(), 0.0)
-    doc_date = c.document.doc_date
-    if doc_date is None:
-        return 0.0
-    age = now - _aware(doc_date)
-    for limit, value in _RECENCY_STEPS:
-        if age <= limit:  # a future date has a negative age: newest bucket
-            return value
-    return RECENCY_BUCKETS["older"]
-
-
-def _aware(value: datetime | date) -> datetime:
-    """A timezone-aware datetime; naive values and plain dates are taken as UTC."""
-    if not isinstance(value, datetime):
-        return datetime.combine(value, time(), UTC)
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _flag(value: Any) -> bool:
-    # Metadata comes from JSON written by connectors: "false"/"0" must not read as true.
-    if isinstance(value, str):
-        return value.strip().lower() not in _FALSE_STRINGS
-    return bool(value)
 
 
 def _finite(value: float | None) -> float:
