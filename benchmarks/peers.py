@@ -144,7 +144,8 @@ def sqlalchemy_url(libpq_url: str, driver: str = "asyncpg") -> str:
     user = params.get("user") or "postgres"
     auth = f"{quote(str(user))}:{quote(str(password))}" if password else quote(str(user))
     db = params.get("dbname") or "postgres"
-    return f"postgresql+{driver}://{auth}@/{db}?host={params.get('host') or ''}"
+    port = f"&port={params['port']}" if params.get("port") else ""
+    return f"postgresql+{driver}://{auth}@/{db}?host={params.get('host') or ''}{port}"
 
 
 def langchain_pgvectorstore(url: str, ids: Sequence[str], texts: Sequence[str],

@@ -147,12 +147,9 @@ def child_kb(url: str, data: Path, warmup: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- child: peers
 def _sa_urls(url: str) -> tuple[str, str]:
-    from psycopg.conninfo import conninfo_to_dict
+    from peers import sqlalchemy_url
 
-    d = conninfo_to_dict(url)
-    auth = d.get("user", "postgres") + (f":{d['password']}" if d.get("password") else "")
-    tail = f"@/{d['dbname']}?host={d['host']}" + (f"&port={d['port']}" if d.get("port") else "")
-    return f"postgresql+psycopg://{auth}{tail}", f"postgresql+asyncpg://{auth}{tail}"
+    return sqlalchemy_url(url, "psycopg"), sqlalchemy_url(url, "asyncpg")
 
 
 def _llamaindex_store(url: str) -> Any:
