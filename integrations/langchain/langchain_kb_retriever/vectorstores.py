@@ -228,13 +228,18 @@ class KBVectorStore(VectorStore):
 
     def as_retriever(self, **kwargs: Any) -> KBRetriever:  # type: ignore[override]
         """A :class:`KBRetriever` over the same knowledge base: chunks with their score
-        breakdown (``search_kwargs``: ``k``, ``filter`` (metadata), ``filters``)."""
+        breakdown. ``search_type`` (``similarity``, ``mmr``, ``similarity_score_threshold``)
+        and ``search_kwargs`` as in ``VectorStore.as_retriever``; here ``filter`` is over the
+        documents' metadata, as in :meth:`similarity_search`."""
         search = dict(kwargs.get("search_kwargs") or {})
-        filters = dict(search.get("filters") or {})
+        filters = dict(search.pop("filters", None) or {})
         if search.get("filter"):
-            filters["metadata"] = {**filters.get("metadata", {}), **search["filter"]}
-        return KBRetriever(kb=self._open(), k=search.get("k", 4), filters=filters or None,
+            filters["metadata"] = {**filters.get("metadata", {}), **search.pop("filter")}
+        search.pop("filter", None)
+        return KBRetriever(kb=self._open(), k=search.pop("k", 4), filters=filters or None,
                            project=self.project, tenant=self.tenant,
+                           search_type=kwargs.get("search_type", "similarity"),
+                           search_kwargs=search,
                            tags=[*(kwargs.get("tags") or []), type(self).__name__])
 
     # --- constructors ---------------------------------------------------------------------

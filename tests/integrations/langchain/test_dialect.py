@@ -74,3 +74,13 @@ def test_score_threshold(example_kb: KnowledgeBase) -> None:
                        search_kwargs={"k": 6, "score_threshold": cut}).invoke(QUERY)
     assert kept and all(d.metadata["score"] >= cut for d in kept)
     assert len(kept) < len(everything)
+
+
+def test_vector_store_as_retriever_keeps_search_type(example_kb: KnowledgeBase) -> None:
+    from langchain_kb_retriever import KBVectorStore
+
+    store = KBVectorStore(kb=example_kb)
+    mmr = store.as_retriever(search_type="mmr", search_kwargs={"k": 3, "fetch_k": 10})
+    assert mmr.search_type == "mmr" and len(mmr.invoke(QUERY)) == 3
+    with pytest.raises(InputError, match="score_threshold"):
+        store.as_retriever(search_type="similarity_score_threshold")
