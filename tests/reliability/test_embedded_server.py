@@ -162,3 +162,35 @@ def test_in_process_start_is_idempotent(base: Path) -> None:
     server = _locate(home)
     lifecycle.release(home, server.pgdata, server.bindir, server.user, os.getpid())
     assert lifecycle.live_clients(home) == [] and _wait_gone(server.pgdata, 5)
+
+
+def test_a_crash_before_the_password_took_effect_recovers(base: Path) -> None:
+    """A passfile beside a pg_hba.conf that is not ours (a crash between the steps of the first
+    start) gets its password set again instead of locking the home for good."""
+    home = base / "home"
+    proc = _worker(home, "hold")
+    pgdata = _pgdata(_ready(proc))
+    proc.kill()
+    proc.wait()
+    assert _wait_gone(pgdata)
+    (home / "pgpass").write_text("*:*:*:postgres:another-secret-entirely\n")
+    (home / "pgpass").chmod(0o600)
+    (pgdata / "pg_hba.conf").write_text("local all all trust\n")
+    again = _worker(home)
+    _ready(again)
+    assert again.wait(timeout=60) == 0
+    assert (pgdata / "pg_hba.conf").read_text().strip().endswith("scram-sha-256")
+
+
+def test_a_home_others_can_write_is_refused(base: Path) -> None:
+    from kb_retriever import StoreError
+
+    home = base / "shared"
+    home.mkdir()
+    home.chmod(0o777)
+    with pytest.raises(StoreError, match="writable by no one else"):
+        start_embedded(home)
+    link = base / "link"
+    link.symlink_to(home, target_is_directory=True)
+    with pytest.raises(StoreError, match="writable by no one else"):
+        start_embedded(link)  # the target is what counts

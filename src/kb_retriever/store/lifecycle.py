@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import subprocess
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ PIDFILE = "postmaster.pid"
 @contextlib.contextmanager
 def home_lock(home: Path) -> Iterator[None]:
     """Exclusive, inter-process: one process at a time initialises, starts or stops the server."""
-    fd = os.open(home / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(home / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -35,7 +36,16 @@ def home_lock(home: Path) -> Iterator[None]:
 
 
 def _identity(pid: int) -> tuple[int, float] | None:
-    """(pid, start time): a pid alone may be reused by an unrelated process."""
+    """(pid, start time): a pid alone may be reused by an unrelated process.
+
+    On Linux the start time is the process's start in clock ticks since boot
+    (``/proc/<pid>/stat``), which a step of the wall clock does not move; elsewhere psutil's
+    creation time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return pid, float(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+    except (OSError, IndexError, ValueError):
+        pass
     try:
         return pid, psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
@@ -52,14 +62,13 @@ def live_clients(home: Path) -> list[tuple[int, float]]:
     for item in raw:
         if isinstance(item, list) and len(item) == 2 and isinstance(item[0], int):
             now = _identity(item[0])
-            if now is not None and abs(now[1] - float(item[1])) < 1e-3:
+            if now is not None and now[1] == float(item[1]):
                 out.append(now)
     return out
 
 
 def _write_clients(home: Path, clients: Sequence[tuple[int, float]]) -> None:
-    tmp = home / f".{CLIENTS_NAME}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd, tmp = tempfile.mkstemp(dir=home, prefix=f".{CLIENTS_NAME}.")  # O_EXCL, 0600
     with os.fdopen(fd, "w") as fh:
         json.dump([list(c) for c in clients], fh)
     os.replace(tmp, home / CLIENTS_NAME)

@@ -104,9 +104,10 @@ def start_embedded(home: Path) -> str:
     """
     if os.name != "posix":
         raise StoreError("the embedded PostgreSQL needs a POSIX system; set KB_DATABASE_URL")
-    home = Path(home).expanduser().absolute()
+    home = Path(home).expanduser().resolve()  # a symlinked home: its target is checked
     try:
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _check_home(home)
         with _process_lock, lifecycle.home_lock(home):
             server = _locate(home)
             _ensure_cluster(server)
@@ -122,6 +123,16 @@ def start_embedded(home: Path) -> str:
 
 
 # --- where the cluster lives -------------------------------------------------------------
+
+def _check_home(home: Path) -> None:
+    """KB_HOME holds the password and the lock: it must be this user's, and no one else may
+    write in it (they could plant a symlink where the library writes)."""
+    st = os.stat(home)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise StoreError(f"KB_HOME {home} must belong to this user and be writable by no one "
+                         f"else (mode {oct(st.st_mode & 0o777)}); chmod go-w it or choose "
+                         "another KB_HOME")
+
 
 def _locate(home: Path) -> EmbeddedServer:
     bindir = _bundled_bindir()
@@ -251,33 +262,44 @@ def _reachable_copy(bindir: Path) -> Path:
 def _run(server: EmbeddedServer, *args: str, stdin: str | None = None) -> None:
     result = subprocess.run([str(server.bindir / args[0]), *args[1:]], input=stdin, text=True,
                             capture_output=True, timeout=120, **lifecycle.run_as(server.user))
-    if result.returncode != 0:
-        lines = (result.stderr or result.stdout).strip().splitlines()
+    # Single-user mode exits 0 when its statement fails: its ERROR line is the failure.
+    failed = [ln for ln in result.stderr.splitlines() if ln.lstrip().startswith(("ERROR:", "FATAL:"))]
+    if result.returncode != 0 or failed:
+        lines = failed or (result.stderr or result.stdout).strip().splitlines()
         raise StoreError(f"{args[0]} failed for the embedded PostgreSQL in {server.pgdata}: "
-                         f"{lines[-1] if lines else result.returncode}")
+                         f"{lines[-1].strip() if lines else result.returncode}")
 
 
 def _ensure_cluster(server: EmbeddedServer) -> None:
-    """initdb a new cluster; give it (or an older, password-less one) the home's password."""
+    """initdb a new cluster; give it (or an older, password-less one) the home's password.
+
+    The order makes a crash at any step safe: the password is set (single-user mode, before the
+    server ever accepts a connection), then the passfile is renamed into place, and only then
+    does ``pg_hba.conf`` require the password. A home with a passfile but another
+    ``pg_hba.conf`` gets its password set again."""
     fresh = not (server.pgdata / "PG_VERSION").exists()
     if fresh:
         _run(server, "initdb", "-D", str(server.pgdata), "-U", _SUPERUSER, "--auth=trust",
              "--encoding=utf8", "--no-instructions")
-        with open(server.pgdata / "postgresql.conf", "a", encoding="utf-8") as conf:
-            conf.write(_TUNING)
-    secret = _read_secret(server.passfile)
-    if secret is None:
-        if lifecycle.postmaster_pid(server.pgdata) is not None:
-            lifecycle.pg_ctl_stop(server.bindir, server.pgdata, server.user)  # a trust-era server
-        secret = _write_secret(server.passfile)
-        fresh = True
-    if fresh:
-        # Single-user mode: the password is set before the server ever accepts a connection.
-        _run(server, "postgres", "--single", "-D", str(server.pgdata), _SUPERUSER,
-             stdin=f"ALTER ROLE {_SUPERUSER} PASSWORD '{secret}'\n")
+        _write_file(server.pgdata / "postgresql.conf", _TUNING, append=True)
     hba = server.pgdata / "pg_hba.conf"
-    if hba.read_text(encoding="utf-8") != _HBA and lifecycle.postmaster_pid(server.pgdata) is None:
-        hba.write_text(_HBA, encoding="utf-8")
+    if hba.read_text(encoding="utf-8") == _HBA and server.passfile.is_file():
+        return
+    if lifecycle.postmaster_pid(server.pgdata) is not None:  # a trust-era server: stop it
+        lifecycle.pg_ctl_stop(server.bindir, server.pgdata, server.user)
+    secret = _read_secret(server.passfile) or secrets.token_urlsafe(32)  # [A-Za-z0-9_-]
+    _run(server, "postgres", "--single", "-D", str(server.pgdata), _SUPERUSER,
+         stdin=f"ALTER ROLE {_SUPERUSER} PASSWORD '{secret}'\n")
+    _write_secret(server.passfile, secret)
+    _write_file(hba, _HBA)
+
+
+def _write_file(path: Path, text: str, *, append: bool = False) -> None:
+    """Write a file of the data directory without following a symlink: as root, the service
+    user owns the directory and could plant one pointing anywhere."""
+    mode = os.O_WRONLY | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    with os.fdopen(os.open(path, mode), "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def _read_secret(passfile: Path) -> str | None:
@@ -289,13 +311,12 @@ def _read_secret(passfile: Path) -> str | None:
     return secret or None
 
 
-def _write_secret(passfile: Path) -> str:
-    secret = secrets.token_urlsafe(32)  # [A-Za-z0-9_-]: safe in a SQL literal and a passfile
-    passfile.unlink(missing_ok=True)
-    fd = os.open(passfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+def _write_secret(passfile: Path, secret: str) -> None:
+    """The passfile, complete or not at all (a temp file renamed into place)."""
+    fd, tmp = tempfile.mkstemp(dir=passfile.parent, prefix=".pgpass-")  # 0600, O_EXCL
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(f"*:*:*:{_SUPERUSER}:{secret}\n")
-    return secret
+    os.replace(tmp, passfile)
 
 
 # --- start-up ------------------------------------------------------------------------------
