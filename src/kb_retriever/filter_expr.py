@@ -101,25 +101,38 @@ def _parse(value: Any, depth: int, counter: list[int]) -> Expr:
     return items[0] if len(items) == 1 else And(tuple(items))
 
 
-def _conditions(field: Any, operand: Any, counter: list[int]) -> list[Cond]:
+def _day(v: Any) -> bool:
+    return isinstance(v, date) and not isinstance(v, datetime) or (
+        isinstance(v, str) and len(v.strip()) == 10)
+
+
+def _conditions(field: Any, operand: Any, counter: list[int]) -> list[Expr]:
     if not isinstance(field, str) or not _FIELD.match(field):
         raise FilterError(f"filter field {field!r:.80} is invalid: letters, digits, '_' and '-'")
     ops = operand if isinstance(operand, Mapping) else {"$eq": operand}
     if not ops:
         raise FilterError(f"filter field {field!r} has no condition")
-    out = []
+    out: list[Expr] = []
     for op, v in ops.items():
         if op not in OPERATORS:
             raise FilterError(f"filter operator {op!r:.40} is unknown; valid: {', '.join(OPERATORS)}")
         counter[0] += 1
         if counter[0] > MAX_CONDITIONS:
             raise FilterError(f"a filter has at most {MAX_CONDITIONS} conditions")
+        if TYPED_FIELDS.get(field) == "date" and op in ("$eq", "$ne") and _day(v):
+            on_day = Cond(field, "$between", _value(field, "$between", [v, v]))
+            out.append(on_day if op == "$eq" else Not(on_day))  # that whole day, not midnight
+            continue
         out.append(Cond(field, op, _value(field, op, v)))
     return out
 
 
 def _value(field: str, op: str, v: Any) -> Any:
     kind = TYPED_FIELDS.get(field)
+    if kind == "tags" and op in _ORDERED:
+        raise FilterError(f"tags take $eq, $ne, $in, $nin, $like, $ilike or $exists, not {op}")
+    if kind == "bool" and op not in ("$eq", "$ne", "$exists"):
+        raise FilterError(f"{field} takes $eq, $ne or $exists")
     if op == "$exists":
         if not isinstance(v, bool):
             raise FilterError(f"{field} $exists takes true or false")
@@ -131,7 +144,8 @@ def _value(field: str, op: str, v: Any) -> Any:
     if op == "$between":
         if not isinstance(v, list | tuple) or len(v) != 2:
             raise FilterError(f"{field} $between takes [low, high]")
-        low, high = (_scalar(field, kind, op, x) for x in v)
+        low = _scalar(field, kind, "$gte", v[0])
+        high = _scalar(field, kind, "$lte", v[1])  # a date-only bound takes its whole day
         if type(low) is not type(high) and not {type(low), type(high)} <= {int, float}:
             raise FilterError(f"{field} $between takes two values of one type")
         return (low, high)
@@ -139,16 +153,14 @@ def _value(field: str, op: str, v: Any) -> Any:
         if not isinstance(v, str) or kind in ("bool", "int", "date"):
             raise FilterError(f"{field} {op} takes a text pattern (% and _ are wildcards)")
         return _scalar(field, kind, op, v)
-    if kind == "tags" and op in _ORDERED:
-        raise FilterError(f"tags take $eq, $ne, $in, $nin, $like, $ilike or $exists, not {op}")
-    if kind == "bool" and op not in ("$eq", "$ne"):
-        raise FilterError(f"{field} takes $eq, $ne or $exists")
     return _scalar(field, kind, op, v)
 
 
 def _scalar(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
     if kind == "date":
-        return _as_datetime(field, v, end=op in ("$lte", "$lt"))
+        # A date-only bound: $gt and $lte mean after / up to the end of that day, $lt and $gte
+        # from its start (the typed date_from/date_to filters read it the same way).
+        return _as_datetime(field, v, end=op in ("$gt", "$lte"))
     if kind == "bool":
         if not isinstance(v, bool):
             raise FilterError(f"{field} takes true or false")

@@ -253,7 +253,13 @@ def _ingest_file(conn: psycopg.Connection, embedder: Embedder, settings: Setting
 
 def _ingest_one(conn: psycopg.Connection, embedder: Embedder, tenant: str, project: str,
                 draft: DocumentDraft, report: IngestReport, *, source_root: str | None) -> None:
-    if writer.existing_hash(conn, tenant, project, draft.source_path) == draft.content_hash:
+    stored_hash, stored_root = writer.existing_version(conn, tenant, project, draft.source_path)
+    if (source_root is not None and stored_root is not None and stored_root != source_root
+            and (Path(stored_root) / draft.source_path).is_file()):
+        # Another root's file of the same relative path, still there: not a move, a clash.
+        raise IngestError(f"this project already holds {draft.source_path} from {stored_root}; "
+                          "ingest the two roots into different projects, or their common parent")
+    if stored_hash == draft.content_hash:
         report.unchanged.append(draft.source_path)
         return
     vectors, n_new = embed_in_batches(conn, embedder, tenant, [c.text for c in draft.chunks])

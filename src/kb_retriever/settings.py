@@ -213,8 +213,9 @@ class Settings(BaseSettings):
     chunk_overlap_tokens: int = _field(64, "KB_CHUNK_OVERLAP_TOKENS", ge=0)
 
     # --- ingest limits ---------------------------------------------------------------------
-    # A file with more chunks fails with this reason (20,000 headings in 388 KB is not prose).
-    ingest_max_chunks: int = _field(20_000, "KB_INGEST_MAX_CHUNKS", ge=1, le=1_000_000)
+    # A file with more chunks fails with this reason: 20,000 headings in 388 KB is not prose,
+    # while a 19 MB manual makes about 5,000 chunks.
+    ingest_max_chunks: int = _field(10_000, "KB_INGEST_MAX_CHUNKS", ge=1, le=1_000_000)
     # The statement timeout of an ingest's connection: a large file's COPY takes longer than a
     # search may (KB_STATEMENT_TIMEOUT_MS). 0 means none.
     ingest_statement_timeout_ms: int = _field(600_000, "KB_INGEST_STATEMENT_TIMEOUT_MS", ge=0)

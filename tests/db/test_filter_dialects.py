@@ -126,3 +126,31 @@ def test_unknown_top_level_keys_still_fail_with_the_valid_names() -> None:
 def test_filters_applied_counts_the_expression(kb: KnowledgeBase, tmp_path: Path) -> None:
     result = kb.search("platform", filters={"tags": ["cache"], "$or": [{"a": 1}, {"b": 2}]})
     assert result.meta["search_strategy"]["filters_applied"] == 2
+
+
+def test_date_only_bounds_take_whole_days() -> None:
+    from datetime import UTC, datetime
+
+    def bound(expr: dict) -> Any:
+        return parse_expr(expr)
+
+    lt = bound({"doc_date": {"$lt": "2024-01-01"}})
+    assert lt.value == datetime(2024, 1, 1, tzinfo=UTC)  # type: ignore[union-attr]
+    gt = bound({"doc_date": {"$gt": "2024-01-01"}})
+    assert gt.value.hour == 23  # type: ignore[union-attr]
+    on = bound({"doc_date": "2024-01-01"})
+    assert on.op == "$between" and on.value[1].hour == 23  # type: ignore[union-attr]
+    between = bound({"doc_date": {"$between": ["2024-01-01", "2024-01-31"]}})
+    assert between.value[1].day == 31 and between.value[1].hour == 23  # type: ignore[union-attr]
+
+
+def test_typed_checks_come_before_between(kb: KnowledgeBase) -> None:
+    with pytest.raises(FilterError, match="tags take"):
+        where_filters({"tags": {"$between": ["a", "z"]}})
+    with pytest.raises(FilterError):
+        where_filters({"is_canonical": {"$between": [False, True]}})
+
+
+def test_a_day_matches_its_documents(kb: KnowledgeBase) -> None:
+    assert _keys(kb, where_filters({"doc_date": "2026-03-01"})) == {"dec-cache"}
+    assert "dec-cache" not in _keys(kb, where_filters({"doc_date": {"$ne": "2026-03-01"}}))

@@ -110,6 +110,13 @@ def test_two_roots_with_the_same_relative_path_never_overwrite(make_kb: MakeKb,
         assert [p for p, _ in report.failed] == ["x.md"]
         assert "same relative path" in report.failed[0][1]
     assert "from root a" in kb.search("root").primary[0].text
+    # Nor across runs: b alone may not take over a's x.md while a's file is still there ...
+    clash = kb.ingest([tmp_path / "b"])
+    assert [p for p, _ in clash.failed] == ["x.md"] and "already holds" in clash.failed[0][1]
+    assert "from root a" in kb.search("root").primary[0].text
+    # ... but once it is gone, the file moved: b's version replaces it.
+    (tmp_path / "a" / "x.md").unlink()
+    assert kb.ingest([tmp_path / "b"]).updated == ["x.md"]
 
 
 def test_prune_removes_exactly_the_gone_files_under_the_given_roots(make_kb: MakeKb,
@@ -147,6 +154,7 @@ def test_embedding_is_batched_and_chunk_count_is_limited(make_kb: MakeKb, tmp_pa
     assert report.chunks_written == 600 and max(embedder.batches) <= EMBED_BATCH
     _write(tmp_path / "big", "too-many.md", many)
     _write(tmp_path / "big", "small.md", "# Small\n\nfine\n")
+    assert Settings().ingest_max_chunks < 20_000  # the 20,000-heading file fails
     limited = make_kb(settings=Settings(ingest_max_chunks=100))
     report = limited.ingest([tmp_path / "big"])
     assert report.added == ["small.md"]

@@ -134,10 +134,14 @@ class KBRetriever(BaseRetriever):
             raise InputError(f"KBRetriever got unexpected argument(s) {unknown}; valid: "
                              f"{', '.join(sorted(type(self).model_fields))}")
         _check_options("search_kwargs", data.get("search_kwargs") or {})
+        search_kwargs = data.get("search_kwargs") or {}
         if (data.get("search_type") == "similarity_score_threshold"
-                and (data.get("search_kwargs") or {}).get("score_threshold") is None):
+                and search_kwargs.get("score_threshold") is None):
             raise InputError("search_type='similarity_score_threshold' needs a score_threshold "
                              "in search_kwargs")
+        if data.get("search_type") == "mmr" and search_kwargs.get("score_threshold") is not None:
+            raise InputError("score_threshold goes with search_type='similarity_score_threshold'"
+                             ", not 'mmr'")
         super().__init__(**data)
 
     @classmethod
@@ -171,8 +175,8 @@ class KBRetriever(BaseRetriever):
                 if not isinstance(extra, Mapping):
                     raise InputError(f"filters must be a mapping, got {type(extra).__name__}")
                 filters = {**(filters or {}), **extra}
-        for layer in (self.search_kwargs, kwargs):
-            filters = _merge_filters(filters, layer.get("filter"))
+        # As in VectorStoreRetriever, a per-call filter= replaces search_kwargs' one.
+        filters = _merge_filters(filters, opts.get("filter"))
         fetch_k, lambda_mult = opts.get("fetch_k", 20), opts.get("lambda_mult", 0.5)
         if isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1:
             raise InputError(f"fetch_k must be a positive integer, got {fetch_k!r}")

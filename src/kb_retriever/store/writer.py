@@ -78,12 +78,18 @@ def doc_lock_key(tenant: str, project: str, source_path: str) -> str:
 
 
 def existing_hash(conn: psycopg.Connection, tenant: str, project: str, source_path: str) -> str | None:
+    return existing_version(conn, tenant, project, source_path)[0]
+
+
+def existing_version(conn: psycopg.Connection, tenant: str, project: str,
+                     source_path: str) -> tuple[str | None, str | None]:
+    """(content hash, ingest root) of the stored document at ``source_path``, or Nones."""
     row = conn.execute(
-        "SELECT content_hash FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
-        "AND source_path = %s",
+        "SELECT content_hash, source_root FROM kb_documents WHERE tenant_id = %s "
+        "AND project_key = %s AND source_path = %s",
         [tenant, project, source_path],
     ).fetchone()
-    return None if row is None else row[0]
+    return (None, None) if row is None else (row[0], row[1])
 
 
 def cached_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,

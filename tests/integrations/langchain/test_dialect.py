@@ -35,9 +35,13 @@ def test_search_kwargs_k_and_filter_apply(example_kb: KnowledgeBase) -> None:
     docs = retriever.invoke(QUERY)
     assert len(docs) == 1
     assert docs[0].metadata["kb"]["document"]["canonical_type"] == "decision"
-    # per call wins over search_kwargs; both filters apply
+    # per call wins over search_kwargs, the filter too (as in VectorStoreRetriever)
     assert len(retriever.invoke(QUERY, k=2)) == 2
     assert retriever.invoke(QUERY, filter={"slug": "no-such-slug"}) == []
+    rejected = retriever.invoke(QUERY, filter={"canonical_type": "rejected-approach"})
+    assert rejected[0].metadata["kb"]["document"]["canonical_type"] == "rejected-approach"
+    with pytest.raises(InputError, match="not 'mmr'"):
+        KBRetriever(kb=example_kb, search_type="mmr", search_kwargs={"score_threshold": 0.3})
 
 
 def test_unknown_arguments_raise_with_the_valid_names(example_kb: KnowledgeBase) -> None:

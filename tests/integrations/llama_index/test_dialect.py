@@ -57,8 +57,10 @@ def test_k_is_exact_by_default_and_similarity_top_k_is_its_name(kb: KnowledgeBas
     assert len(with_context) > 1
     with pytest.raises(InputError, match="disagree"):
         KBRetriever(kb, k=2, similarity_top_k=3)
-    with pytest.raises(TypeError):
+    with pytest.raises(InputError, match=r"\['top_k'\].*valid: k, similarity_top_k"):
         KBRetriever(kb, top_k=3)  # type: ignore[call-arg]
+    with pytest.raises(InputError, match="positive integer"):
+        KBRetriever(kb, similarity_top_k=0)
 
 
 def test_unsupported_operators_fail_clearly(kb: KnowledgeBase) -> None:

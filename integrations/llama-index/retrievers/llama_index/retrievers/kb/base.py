@@ -85,13 +85,19 @@ class KBRetriever(BaseRetriever):
         use_query_embedding: bool = True,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
+        **unknown: Any,
     ) -> None:
+        if unknown:
+            raise InputError(f"KBRetriever got unexpected argument(s) {sorted(unknown)}; valid: "
+                             "k, similarity_top_k, project, tenant, filters, include_context, "
+                             "use_query_embedding, callback_manager, verbose")
         if not isinstance(kb, KnowledgeBase):
             raise TypeError(f"kb must be a kb_retriever.KnowledgeBase, not {type(kb).__name__}")
         if k is not None and similarity_top_k is not None and k != similarity_top_k:
             raise InputError(f"k ({k}) and similarity_top_k ({similarity_top_k}) disagree")
         self._kb = kb
-        self._k = _check_k(k if k is not None else similarity_top_k or 8)
+        self._k = _check_k(k if k is not None else 8 if similarity_top_k is None
+                           else similarity_top_k)
         self._project = project
         self._tenant = tenant
         # Parsed once, here, so a bad filter fails at construction, not at the first query.
