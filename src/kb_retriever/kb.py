@@ -102,6 +102,13 @@ def _name(kind: str, value: Any) -> str:
     return value.strip()
 
 
+def _finish_idle(pool: Any) -> None:
+    """Close the sockets of an async pool's idle connections without its event loop.
+    psycopg_pool keeps them in ``_pool``; connections in use belong to their caller."""
+    for conn in list(getattr(pool, "_pool", ())):
+        conn.pgconn.finish()
+
+
 def _quietly(load: Any) -> None:
     try:
         load()
@@ -278,7 +285,8 @@ class KnowledgeBase:
         except RuntimeError:
             running = None
         if loop is not None and not loop.is_closed():
-            if loop is running:  # close() called inside the loop: finish it in the background
+            if loop is running:  # close() inside the loop: it cannot wait for pool.close()
+                _finish_idle(pool)  # asyncio.run would cancel a pending close at its end
                 self._closing = loop.create_task(pool.close())
                 return
             if not loop.is_running():
@@ -286,10 +294,7 @@ class KnowledgeBase:
                 return
             asyncio.run_coroutine_threadsafe(pool.close(), loop).result(timeout=30)
             return
-        # The loop is gone, and with it the pool's tasks: close the sockets themselves.
-        # psycopg_pool keeps idle connections in ``_pool``; in-use ones went with the loop.
-        for conn in list(getattr(pool, "_pool", ())):
-            conn.pgconn.finish()
+        _finish_idle(pool)  # the loop is gone, and with it the pool's tasks
 
     async def aclose(self) -> None:
         if self._apool is not None:

@@ -50,3 +50,15 @@ def test_sync_close_with_the_loop_alive(new_database: Callable[[], str]) -> None
         assert _wait_for(url, 0) == 0
     finally:
         loop.close()
+
+
+def test_sync_close_inside_the_running_loop(new_database: Callable[[], str]) -> None:
+    url = new_database()
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url).open()
+
+    async def go() -> None:
+        await kb.asearch("anything")
+        kb.close()  # not aclose(): a sync close from async code
+
+    asyncio.run(go())
+    assert _wait_for(url, 0) == 0

@@ -5,7 +5,8 @@
   ``BaseDocumentCompressor`` for documents of any retriever.
 * :class:`KBPromptComposer` — a runnable rendering the rejected / related / context blocks.
 * :func:`kb_search_tool` — a ``StructuredTool`` with typed filters, for agents.
-* :class:`KBEmbeddings` — any LangChain ``Embeddings`` as the core's embedder.
+* :class:`LangChainEmbedder` — any LangChain ``Embeddings`` as the core's embedder
+  (``KBEmbeddings``, its old name, is deprecated).
 * :class:`KBVectorStore` — a ``VectorStore``: LangChain documents in, the pipeline's ranking
   out (``from_documents``, ``add_documents``, ``delete``, ``get_by_ids``, async twins).
 
@@ -21,7 +22,7 @@ Example::
 """
 
 from .compressors import KBCompressor
-from .embeddings import KBEmbeddings
+from .embeddings import LangChainEmbedder
 from .prompt import KBPromptComposer
 from .retrievers import KBRetriever
 from .tools import KBSearchFilters, KBSearchInput, kb_search_tool
@@ -31,7 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KBCompressor",
-    "KBEmbeddings",
+    "LangChainEmbedder",
     "KBPromptComposer",
     "KBRetriever",
     "KBSearchFilters",
@@ -40,3 +41,14 @@ __all__ = [
     "__version__",
     "kb_search_tool",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "KBEmbeddings":
+        import warnings
+
+        warnings.warn("KBEmbeddings is now LangChainEmbedder (it wraps a LangChain Embeddings "
+                      "for the core); the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return LangChainEmbedder
+    raise AttributeError(f"module 'langchain_kb_retriever' has no attribute {name!r}")

@@ -1,4 +1,8 @@
-"""``KBEmbeddings``: any LangChain ``Embeddings`` as a kb-retriever ``Embedder``."""
+"""``LangChainEmbedder``: any LangChain ``Embeddings`` as a kb-retriever ``Embedder``.
+
+It is the bridge from LangChain into the core, not a LangChain ``Embeddings`` itself; its old
+name ``LangChainEmbedder`` (which read like one) still imports, with a ``DeprecationWarning``, for
+one release."""
 
 from __future__ import annotations
 
@@ -9,10 +13,10 @@ from langchain_core.embeddings import Embeddings
 from kb_retriever import ConfigError
 from kb_retriever.embedding.wrapped import WrappedEmbedder
 
-__all__ = ["KBEmbeddings"]
+__all__ = ["LangChainEmbedder"]
 
 
-class KBEmbeddings(WrappedEmbedder):
+class LangChainEmbedder(WrappedEmbedder):
     """Wrap a LangChain ``Embeddings`` so a :class:`~kb_retriever.KnowledgeBase` can use it.
 
     The core needs a ``model_id`` (it keys the embedding cache, so two models never share
@@ -24,9 +28,9 @@ class KBEmbeddings(WrappedEmbedder):
 
         from kb_retriever import KnowledgeBase
         from langchain_core.embeddings import DeterministicFakeEmbedding
-        from langchain_kb_retriever import KBEmbeddings
+        from langchain_kb_retriever import LangChainEmbedder
 
-        embedder = KBEmbeddings(DeterministicFakeEmbedding(size=256))
+        embedder = LangChainEmbedder(DeterministicFakeEmbedding(size=256))
         with KnowledgeBase(embedder=embedder) as kb:
             kb.ingest(["examples/kb"])
     """
@@ -35,7 +39,7 @@ class KBEmbeddings(WrappedEmbedder):
                  dimension: int | None = None) -> None:
         if not isinstance(embeddings, Embeddings):
             raise ConfigError(
-                f"KBEmbeddings wraps a langchain_core Embeddings, got {type(embeddings).__name__}"
+                f"LangChainEmbedder wraps a langchain_core Embeddings, got {type(embeddings).__name__}"
             )
         super().__init__(model_id=model_id or _default_model_id(embeddings), dimension=dimension)
         self.embeddings = embeddings
@@ -55,7 +59,7 @@ class KBEmbeddings(WrappedEmbedder):
         return self.embeddings.embed_query(text)
 
     def __repr__(self) -> str:
-        return f"KBEmbeddings({self.provider_name}, model_id={self._model_id!r})"
+        return f"LangChainEmbedder({self.provider_name}, model_id={self._model_id!r})"
 
 
 def _default_model_id(embeddings: Embeddings) -> str:

@@ -14,7 +14,7 @@ from langchain_core.vectorstores import VectorStore
 from kb_retriever import ConfigError, KnowledgeBase, SearchResult, Settings, StoredDocument
 from kb_retriever.settings import load_settings
 
-from .embeddings import KBEmbeddings
+from .embeddings import LangChainEmbedder
 from .retrievers import KBRetriever
 
 __all__ = ["KBVectorStore"]
@@ -63,14 +63,14 @@ class KBVectorStore(VectorStore):
         if kb is not None and (embedding is not None or database_url is not None
                                or settings is not None):
             raise ConfigError("pass embedding, database_url and settings to the KnowledgeBase "
-                              "(KnowledgeBase(embedder=KBEmbeddings(embedding), ...)), not "
+                              "(KnowledgeBase(embedder=LangChainEmbedder(embedding), ...)), not "
                               "next to kb=")
         self._owned = kb is None
         if kb is None:
             base = settings or load_settings()
             if settings is None:  # a vector store returns the top k, however dissimilar
                 base = base.model_copy(update={"default_min_similarity": -1.0})
-            kb = KnowledgeBase(base, embedder=KBEmbeddings(embedding) if embedding else None,
+            kb = KnowledgeBase(base, embedder=LangChainEmbedder(embedding) if embedding else None,
                                database_url=database_url)
         self.kb = kb
         self.tenant, self.project = tenant, project
@@ -105,7 +105,7 @@ class KBVectorStore(VectorStore):
     def embeddings(self) -> Embeddings | None:
         if self._embedding is not None:
             return self._embedding
-        return getattr(self.kb.embedder, "embeddings", None)  # a KBEmbeddings' model
+        return getattr(self.kb.embedder, "embeddings", None)  # a LangChainEmbedder' model
 
     def _scope(self) -> dict[str, Any]:
         return {"project": self.project, "tenant": self.tenant}

@@ -1,4 +1,4 @@
-"""KBEmbeddings: a LangChain Embeddings model as the core's embedder, end to end."""
+"""LangChainEmbedder: a LangChain Embeddings model as the core's embedder, end to end."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from langchain_kb_retriever import KBEmbeddings, KBRetriever
+from langchain_kb_retriever import KBRetriever, LangChainEmbedder
 
 from kb_retriever import ConfigError, KnowledgeBase
 
@@ -24,19 +24,19 @@ class _Counting(DeterministicFakeEmbedding):
 
 def test_dimension_is_probed_lazily_once() -> None:
     inner = _Counting(size=48)
-    emb = KBEmbeddings(inner)
+    emb = LangChainEmbedder(inner)
     assert inner.calls == 0
     assert emb.dimension == 48 and emb.dimension == 48
     assert inner.calls == 1
     assert emb.model_id == "langchain:_Counting:48"
-    assert KBEmbeddings(inner, dimension=48, model_id="m").model_id == "m"
+    assert LangChainEmbedder(inner, dimension=48, model_id="m").model_id == "m"
     with pytest.raises(ConfigError):
-        KBEmbeddings(object())  # type: ignore[arg-type]
+        LangChainEmbedder(object())  # type: ignore[arg-type]
 
 
 @pytest.mark.db
 def test_knowledge_base_runs_on_a_langchain_model(new_database: Callable[[], str]) -> None:
-    emb = KBEmbeddings(DeterministicFakeEmbedding(size=64))
+    emb = LangChainEmbedder(DeterministicFakeEmbedding(size=64))
     with KnowledgeBase(embedder=emb, database_url=new_database()) as kb:
         report = kb.ingest([EXAMPLE_KB / "dec-cache-v2.md", EXAMPLE_KB / "rej-memcached-2023.md"])
         assert not report.failed
@@ -46,3 +46,11 @@ def test_knowledge_base_runs_on_a_langchain_model(new_database: Callable[[], str
         params = retriever._get_ls_params()
         assert params["ls_embedding_provider"] == "DeterministicFakeEmbedding"
         assert params["ls_embedding_model"] == "langchain:DeterministicFakeEmbedding:64"
+
+
+def test_the_old_name_still_imports_with_a_warning() -> None:
+    import langchain_kb_retriever
+
+    with pytest.warns(DeprecationWarning, match="LangChainEmbedder"):
+        old = langchain_kb_retriever.KBEmbeddings
+    assert old is LangChainEmbedder

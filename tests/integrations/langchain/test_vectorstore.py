@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from langchain_kb_retriever import KBEmbeddings, KBRetriever, KBVectorStore
+from langchain_kb_retriever import KBRetriever, KBVectorStore, LangChainEmbedder
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
@@ -94,7 +94,7 @@ async def test_async_from_texts(new_database):
                                             ids=["x", "y"], database_url=new_database())
     try:
         assert [d.id for d in await store.asimilarity_search("async beta", k=1)] == ["y"]
-        assert isinstance(store.kb.embedder, KBEmbeddings)
+        assert isinstance(store.kb.embedder, LangChainEmbedder)
         assert store.embeddings is not None
     finally:
         await store.aclose()
@@ -103,5 +103,5 @@ async def test_async_from_texts(new_database):
 def test_kb_and_embedding_together_is_a_config_error(example_kb):
     from kb_retriever import ConfigError
 
-    with pytest.raises(ConfigError, match="KBEmbeddings"):
+    with pytest.raises(ConfigError, match="LangChainEmbedder"):
         KBVectorStore(DeterministicFakeEmbedding(size=8), kb=example_kb)
