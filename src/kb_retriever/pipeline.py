@@ -138,8 +138,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     qvec = req.query_embedding if req.query_embedding is not None else (yield Embed(embed_text))
     timings["embed"] = _ms(t)
 
-    # The database's lexeme statistics (BM25 idf, the OR lexemes' budget): cached by the caller.
-    corpus: CorpusLexemes = yield Fetch(q.lexeme_stats_sql(), {}, "lexeme_stats",
+    # The scope's lexeme statistics (BM25 idf, the OR lexemes' budget): cached by the caller.
+    corpus: CorpusLexemes = yield Fetch(q.lexeme_stats_sql(), scope_p, "lexeme_stats",
                                         parse=CorpusLexemes.from_rows)
 
     with_doc_ids = settings.mentions_mode == "filter"
@@ -244,7 +244,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
             "max_score_used": max(sims) if sims else None,
         },
         "should_refuse": should_refuse(top, settings),
-        # database frequencies of the query's lexemes (the BM25 idf inputs), for --explain
+        # the scope's frequencies of the query's lexemes (the BM25 idf inputs), for --explain
         "lexeme_stats": lexeme_stats,
     }
     return SearchResult(

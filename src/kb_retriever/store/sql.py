@@ -488,20 +488,33 @@ def rejected_chunks_sql() -> sql.Composed:
     ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
 
 
+# The scope's most common lexemes that lexeme_stats_sql lists (the planner's statistics list as
+# many at the default statistics target, which the lexeme selection was measured with).
+LEXEME_STATS_LISTED = 1000
+
+
 @_once
 def lexeme_stats_sql() -> sql.Composed:
-    """The planner's statistics of kb_chunks.tsv, read once per cache period (not per search).
+    """The scope's lexeme statistics, read once per cache period (not per search), in the shape
+    :meth:`~kb_retriever.ranking.bm25.CorpusLexemes.from_row` reads: ``reltuples`` (the scope's
+    chunks), ``elems`` (its most common lexemes, most common first) and ``freqs`` (the fraction
+    of the scope's chunks holding each, then the minimum and maximum listed fraction and 0).
 
-    ``most_common_elems`` lists the frequent lexemes with the fraction of rows that contain each
-    (ANALYZE keeps it current); the element after the frequencies is the minimum listed
-    frequency. ``reltuples`` is the row estimate (-1 before the first ANALYZE). One row.
+    From kb_lexemes and kb_scope_stats, which triggers keep per (tenant, project) on every
+    write (migration 0004), so no other tenant's or project's words count or show. Params:
+    tenant, projects.
     """
     return sql.SQL(
-        "SELECT c.reltuples, st.elems, st.freqs FROM pg_class c LEFT JOIN LATERAL ("
-        "SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS freqs "
-        "FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'kb_chunks' "
-        "AND attname = 'tsv') st ON true WHERE c.oid = 'kb_chunks'::regclass"
-    ).format()
+        "WITH n AS (SELECT coalesce(sum(chunks), 0)::float8 AS total FROM kb_scope_stats "
+        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s)), "
+        "top AS (SELECT lexeme, sum(chunks)::float8 AS c FROM kb_lexemes "
+        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
+        "GROUP BY lexeme ORDER BY c DESC, lexeme COLLATE \"C\" LIMIT {listed}) "
+        "SELECT n.total AS reltuples, t.elems, t.freqs || ARRAY[t.lo, t.hi, 0::float8] AS freqs "
+        "FROM n LEFT JOIN LATERAL (SELECT array_agg(lexeme ORDER BY c DESC, lexeme COLLATE \"C\") "
+        "AS elems, array_agg(c / n.total ORDER BY c DESC, lexeme COLLATE \"C\") AS freqs, "
+        "min(c) / n.total AS lo, max(c) / n.total AS hi FROM top WHERE n.total > 0) t ON true"
+    ).format(listed=sql.Literal(LEXEME_STATS_LISTED))
 
 
 @_once
