@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
+from .calibrate import calibrate_project
 from .embedding import Embedder, check_vectors, embedder_errors
 from .errors import IngestError, InputError, KbError
 from .ingest import SUPPORTED_SUFFIXES, parse_document
@@ -119,6 +120,9 @@ def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Setting
         report.deleted += writer.delete_missing(
             conn, tenant=tenant, project=project, prefix="", keep=keep
         )
+    if report.chunks_written or report.deleted:
+        # The refusal gate's and the rejected channel's null for this project (calibrate.py).
+        calibrate_project(conn, embedder, tenant=tenant, project=project)
     return report
 
 

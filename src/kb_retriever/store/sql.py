@@ -473,14 +473,19 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
 
 @_once
 def rejected_chunks_sql() -> sql.Composed:
-    """Every chunk of the accepted rejected-approach documents in scope, with its embedding.
+    """Every chunk of the accepted rejected-approach documents in scope, with its embedding and
+    the slugs its document has an edge with, either way (``linked_slugs``).
 
     Few rows, and they change only on ingest: the caller caches them and scores each query in
-    memory (``pipeline.best_rejected``), so the rejected channel costs no round trip per search.
+    memory (``kb_retriever.rejected``), so the rejected channel costs no round trip per search.
     Params: tenant, projects.
     """
     return sql.SQL(
-        "SELECT {chunk}, {doc}, c.embedding FROM kb_documents d "
+        "SELECT {chunk}, {doc}, c.embedding, ARRAY(SELECT e.to_slug FROM kb_edges e "
+        "WHERE e.tenant_id = d.tenant_id AND e.project_key = d.project_key "
+        "AND e.from_slug = d.slug UNION SELECT e.from_slug FROM kb_edges e "
+        "WHERE e.tenant_id = d.tenant_id AND e.project_key = d.project_key "
+        "AND e.to_slug = d.slug) AS linked_slugs FROM kb_documents d "
         "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
         "WHERE d.tenant_id = %(tenant)s AND d.project_key = ANY(%(projects)s) AND d.is_canonical "
         "AND d.canonical_type = 'rejected-approach' AND d.canonical_status = 'accepted' "
@@ -515,6 +520,16 @@ def lexeme_stats_sql() -> sql.Composed:
         "AS elems, array_agg(c / n.total ORDER BY c DESC, lexeme COLLATE \"C\") AS freqs, "
         "min(c) / n.total AS lo, max(c) / n.total AS hi FROM top WHERE n.total > 0) t ON true"
     ).format(listed=sql.Literal(LEXEME_STATS_LISTED))
+
+
+@_once
+def scope_stats_sql() -> sql.Composed:
+    """The calibration of each project in scope (``ranking.calibration.Calibration``), read
+    once per cache period. Params: tenant, projects."""
+    return sql.SQL(
+        "SELECT project_key, probe_version, probe_similarity FROM kb_scope_stats "
+        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) ORDER BY project_key"
+    ).format()
 
 
 @_once
