@@ -31,6 +31,7 @@ from .ranking import (
 )
 from .ranking.bm25 import CorpusLexemes
 from .ranking.calibration import Calibration
+from .ranking.history import promote_predecessors
 from .ranking.rerank import rank
 from .rejected import RejectedChannel, RejectedVectors, best_rejected, decide_rejected, unit_vectors
 from .settings import Settings
@@ -191,6 +192,9 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     lexeme_stats = corpus.for_query(lexemes) if rows else None
     ranked = rank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
                   lexeme_stats=lexeme_stats)
+    # History questions: a superseded decision the query names goes next to its successor.
+    edges = yield Fetch(q.supersessions_sql(), scope_p, "supersessions", parse=successor_map)
+    ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit)
     timings["rerank"] = _ms(t)
 
     channel: RejectedChannel | None = None
@@ -261,6 +265,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         "should_refuse": refuse,
         "calibration": {"calibrated": calibration.calibrated,
                         "null_ceiling": round(calibration.ceiling, 4)},
+        "history_promoted": [slug for _, slug in promoted],
         "rejected_evidence": [e.to_dict() for e in channel.evidence] if channel else [],
         # the scope's frequencies of the query's lexemes (the BM25 idf inputs), for --explain
         "lexeme_stats": lexeme_stats,
@@ -321,6 +326,27 @@ def fuse_legs(vector_rows: Sequence[dict[str, Any]], keyword_rows: Sequence[dict
             by_id[row["chunk_id"]] = row
     rows = sorted(by_id.values(), key=lambda r: (-r["fused"], r["chunk_id"]))
     return rows, n_pre
+
+
+def successor_map(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(project, successor) -> its predecessors, from :func:`~kb_retriever.store.sql.
+    supersessions_sql` rows.
+
+    >>> successor_map([{"project_key": "p", "from_slug": "v2", "to_slug": "v1",
+    ...                 "edge_type": "supersedes"},
+    ...                {"project_key": "p", "from_slug": "v1", "to_slug": "v2",
+    ...                 "edge_type": "invalidated_by"}])
+    {('p', 'v2'): [('p', 'v1')]}
+    """
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for r in rows:
+        p = r["project_key"]
+        new, old = ((r["from_slug"], r["to_slug"]) if r["edge_type"] == "supersedes"
+                    else (r["to_slug"], r["from_slug"]))
+        preds = out.setdefault((p, new), [])
+        if (p, old) not in preds:
+            preds.append((p, old))
+    return out
 
 
 def _ms(t: float) -> float:

@@ -533,6 +533,18 @@ def scope_stats_sql() -> sql.Composed:
 
 
 @_once
+def supersessions_sql() -> sql.Composed:
+    """The scope's supersession edges (``supersedes`` from the successor, ``invalidated_by``
+    from the predecessor: frontmatter ``superseded_by``), read once per cache period.
+    Params: tenant, projects."""
+    return sql.SQL(
+        "SELECT project_key, from_slug, to_slug, edge_type FROM kb_edges "
+        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
+        "AND edge_type IN ('supersedes', 'invalidated_by') ORDER BY project_key, from_slug, to_slug"
+    ).format()
+
+
+@_once
 def synonyms_sql() -> sql.Composed:
     return sql.SQL(
         "SELECT term, synonyms FROM kb_synonyms WHERE tenant_id = %(tenant)s "
