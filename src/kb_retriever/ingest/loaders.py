@@ -36,12 +36,22 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # Part of every content hash: bump it when parsing or chunking changes so files re-ingest.
-PARSER_VERSION = "kb-retriever-ingest/2"  # 2: titles from the first H1
+# 2: titles from the first H1; 3: DOCX outline levels and bold headings, PDF hyphenation joined
+PARSER_VERSION = "kb-retriever-ingest/3"
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
 _HEADING_STYLE_RE = re.compile(r"^heading ([1-6])$", re.IGNORECASE)
+# A "Normal" paragraph that is bold all through and this short reads as a heading: authors who
+# never use heading styles still mark sections that way. A sentence ends with punctuation.
+_BOLD_HEADING_MAX_CHARS = 80
+_BOLD_HEADING_MAX_WORDS = 10
+_SENTENCE_END = (".", ";", ",", ":", "!", "?")
+# The level of a bold pseudo-heading: below a title, like a section.
+_BOLD_HEADING_LEVEL = 2
+# A word broken across a PDF line: "connec-\ntion", "idle-in-\ntransaction" (soft hyphens too).
+_LINE_HYPHEN_RE = re.compile(r"(\w[\w-]*)(?:-|\u00ad)[ \t]*\n[ \t]*([a-z\u00e0-\u00ff]\w*)")
 # DOCX body lines that the markdown chunker would misread as a heading, a code fence or a
 # frontmatter delimiter; they get a backslash.
 _MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", re.MULTILINE)
@@ -204,14 +214,16 @@ def _pdf_chunks(raw: bytes, rel: str, filename: str,
         raise
     except Exception as exc:  # pypdf has no single error base for bad input
         raise IngestError(f"{rel}: not a readable PDF ({_describe(exc)})") from exc
-    sections = [(f"Page {n}", text.replace("\x00", "")) for n, text in pages if text.strip()]
+    sections = [(f"Page {n}", join_hyphenation(text.replace("\x00", "")))
+                for n, text in pages if text.strip()]
     chunks = chunk_sections(sections, strategy="pdf_page", filename=filename,
                             hard_cap_tokens=hard_cap, overlap_tokens=0)
     return chunks, _aware(_safe(lambda: reader.metadata and reader.metadata.modification_date))
 
 
 def _docx_markdown(raw: bytes, rel: str) -> tuple[str, datetime | None]:
-    """Body paragraphs and tables as markdown; Heading 1..6 styles become ``#`` headings."""
+    """Body paragraphs and tables as markdown; headings (:func:`_heading_level`) become ``#``
+    headings, so chunks carry a heading path."""
     import docx  # the format libraries load only when such a file shows up
     from docx.table import Table
 
@@ -225,13 +237,73 @@ def _docx_markdown(raw: bytes, rel: str) -> tuple[str, datetime | None]:
     return text, _aware(_safe(lambda: document.core_properties.modified))
 
 
+def join_hyphenation(text: str) -> str:
+    """Join words that a PDF broke across lines at a hyphen.
+
+    The hyphen stays when the word is a compound (its first part already holds a hyphen, or the
+    text spells it hyphenated elsewhere) and goes otherwise, unless the text spells the joined
+    word nowhere and the hyphenated one somewhere.
+
+    >>> join_hyphenation("sessions idle-in-\\ntransaction for hours; the connec-\\ntion pool")
+    'sessions idle-in-transaction for hours; the connection pool'
+    >>> join_hyphenation("a well-known fix; well-\\nknown")
+    'a well-known fix; well-known'
+    """
+    lowered = text.lower()
+
+    def join(m: re.Match[str]) -> str:
+        left, right = m.group(1), m.group(2)
+        hyphenated, solid = f"{left}-{right}", f"{left}{right}"
+        if "-" in left or hyphenated.lower() in lowered:
+            return hyphenated
+        return solid
+
+    return _LINE_HYPHEN_RE.sub(join, text)
+
+
 def _paragraph_markdown(paragraph: Any) -> str:
     text = paragraph.text.strip()
-    style = paragraph.style.name if paragraph.style is not None else ""
-    match = _HEADING_STYLE_RE.match(style or "")
-    if match and text:
-        return "#" * int(match.group(1)) + " " + " ".join(text.split())
+    level = _heading_level(paragraph, text)
+    if level and text:
+        return "#" * level + " " + " ".join(text.split())
     return _MARKDOWN_SYNTAX_RE.sub("\\\\", text)
+
+
+def _heading_level(paragraph: Any, text: str) -> int | None:
+    """A paragraph's heading level: its style (``Heading N``, or a style based on one), its
+    outline level (``w:outlineLvl`` on the paragraph or its style), or a short paragraph that
+    is bold all through (:data:`_BOLD_HEADING_LEVEL`); None for body text."""
+    from docx.oxml.ns import qn
+
+    style = paragraph.style
+    seen = 0
+    while style is not None and seen < 10:  # a style chain, guarded against cycles
+        match = _HEADING_STYLE_RE.match(style.name or "")
+        if match:
+            return int(match.group(1))
+        style, seen = style.base_style, seen + 1
+    for element in (paragraph._p, getattr(paragraph.style, "element", None)):
+        ppr = element.pPr if element is not None else None
+        outline = ppr.find(qn("w:outlineLvl")) if ppr is not None else None
+        if outline is not None:
+            try:
+                value = int(outline.get(qn("w:val")))
+            except (TypeError, ValueError):
+                continue
+            if 0 <= value <= 5:  # 9 is "body text"; beyond 6 markdown has no level
+                return value + 1
+    if (text and len(text) <= _BOLD_HEADING_MAX_CHARS and not text.endswith(_SENTENCE_END)
+            and len(text.split()) <= _BOLD_HEADING_MAX_WORDS and _all_bold(paragraph)):
+        return _BOLD_HEADING_LEVEL
+    return None
+
+
+def _all_bold(paragraph: Any) -> bool:
+    runs = [r for r in paragraph.runs if r.text.strip()]
+    if not runs:
+        return False
+    style_bold = bool(paragraph.style is not None and paragraph.style.font.bold)
+    return all(r.bold or (r.bold is None and style_bold) for r in runs)
 
 
 def _table_markdown(table: Any) -> str:
