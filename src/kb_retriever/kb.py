@@ -287,8 +287,8 @@ class KnowledgeBase:
             return ((req.stage, req.params["tenant"], tuple(req.params["projects"])),
                     self.settings.synonyms_cache_ttl_seconds)
         ttl = self.settings.catalog_cache_ttl_seconds
-        if req.stage in ("lexeme_stats", "scope_stats", "supersessions", "rejected_vectors") \
-                and ttl > 0:
+        if req.stage in ("lexeme_stats", "scope_stats", "supersessions", "fts_configs",
+                         "rejected_vectors") and ttl > 0:
             return (req.stage, req.params["tenant"], tuple(req.params["projects"])), ttl
         return None
 

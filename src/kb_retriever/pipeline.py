@@ -33,7 +33,14 @@ from .ranking.bm25 import CorpusLexemes
 from .ranking.calibration import Calibration
 from .ranking.history import promote_predecessors
 from .ranking.rerank import rank
-from .rejected import RejectedChannel, RejectedVectors, best_rejected, decide_rejected, unit_vectors
+from .rejected import (
+    RejectedChannel,
+    RejectedVectors,
+    best_rejected,
+    decide_rejected,
+    unit_vectors,
+    yield_to_accepted,
+)
 from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row
@@ -106,8 +113,8 @@ def validate_limit(limit: Any, settings: Settings) -> int:
     return limit
 
 
-def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | None = None
-              ) -> q.LegShape:
+def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | None = None,
+              fts_configs: Sequence[str] = ()) -> q.LegShape:
     """The legs' literal scope and sizes: ``limit x candidate_multiplier`` candidates per leg
     when reranking (just ``limit`` without it), the similarity threshold, the match cap, the
     edges graph expansion walks, and the lexeme statistics (``corpus``) by which the full-text
@@ -118,7 +125,8 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
     return q.LegShape(req.scope, kc=kc, min_sim=settings.default_min_similarity,
                       fts_cap=settings.fts_match_cap, edge_types=edges,
                       edge_direction=settings.graph_expansion_direction,
-                      lexemes=q.LexemeBudget(*estimates) if estimates else None)
+                      lexemes=q.LexemeBudget(*estimates) if estimates else None,
+                      fts_configs=tuple(fts_configs) if len(fts_configs) > 1 else ())
 
 
 def search_plan(req: SearchRequest, settings: Settings) -> Plan:
@@ -144,6 +152,13 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     corpus: CorpusLexemes = yield Fetch(q.lexeme_stats_sql(), scope_p, "lexeme_stats",
                                         parse=CorpusLexemes.from_rows)
 
+    # The full-text configurations of the scope's documents (their languages'): one stems the
+    # query through the fts_lang parameter, several through the legs' CTE ql.
+    configs: list[str] = yield Fetch(q.fts_configs_sql(),
+                                     {**scope_p, "default": settings.fts_language},
+                                     "fts_configs", parse=lambda rows: [r["config"] for r in rows])
+    fts_lang = configs[0] if len(configs) == 1 else settings.fts_language
+
     # The scope's null similarity (the refusal gate's and rejected channel's calibration).
     calibration: Calibration = yield Fetch(q.scope_stats_sql(), scope_p, "scope_stats",
                                            parse=Calibration.from_rows)
@@ -157,12 +172,12 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                 if settings.mentions_mode == "boost" else frozenset())
     t = time.perf_counter()
     fts_text = " ".join([req.query, *phrases]) if mode == "or" else req.query
-    shape = leg_shape(req, settings, corpus)
+    shape = leg_shape(req, settings, corpus, configs)
     vec_sql, fparams = q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids,
                                         with_mentions=bool(mentions))
     params = {
         **fparams, "qvec": qvec,
-        "fts_lang": settings.fts_language,
+        "fts_lang": fts_lang,
         "fts_text": fts_text,
         **{f"phrase{i}": p for i, p in enumerate(phrases)},
         "mention_ids": sorted(mentions),
@@ -207,7 +222,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                            parse=unit_vectors)
         channel = decide_rejected(pool, qvec, ranked, calibration, settings)
         # a rejected idea that does not correlate is no context either (rejected.py)
-        ranked = [s for s in ranked if channel.keeps(s.document)]
+        ranked = yield_to_accepted([s for s in ranked if channel.keeps(s.document)], pool,
+                                   ratio=settings.rejected_yield_ratio)
         timings["rejected"] = _ms(t)
 
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)

@@ -25,7 +25,7 @@ from .settings import Settings
 from .store.rows import document_from_row, vector_array
 
 __all__ = ["RejectedChannel", "RejectedVectors", "best_rejected", "decide_rejected",
-           "rejected_hit", "unit_vectors"]
+           "rejected_hit", "unit_vectors", "yield_to_accepted"]
 
 
 class RejectedVectors(NamedTuple):
@@ -163,3 +163,43 @@ def _best_per_doc(vectors: RejectedVectors, qvec: Any) -> list[tuple[int, int, f
     best = best_rejected(vectors, qvec, min_sim=-2.0, max_docs=len(vectors.ids))
     doc_of = {chunk: doc for doc, chunk in vectors.ids}
     return [(doc_of[c], c, sim) for c, sim in best]
+
+
+def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
+                      ratio: float) -> list[Scored]:
+    """``ranked`` with each accepted canonical document moved just above a rejected approach it
+    is linked with (an edge either way) when its score is at least ``ratio`` times the rejected
+    one's: for "how long does the access token last?" the accepted decision answers, and the
+    rejected long-lived-token record beside it is the warning. A rejected record whose
+    evidence is clearly stronger ("can we use 90-day tokens?") keeps its place."""
+    links: dict[int, set[tuple[str, str]]] = {}
+    for doc_id, chunk_id in vectors.ids:
+        row = vectors.rows[chunk_id]
+        links.setdefault(doc_id, set()).update(
+            (row["project_key"], slug) for slug in row.get("linked_slugs") or ())
+    out = list(ranked)
+    done: set[int] = set()
+    i = 0
+    while i < len(out):
+        r = out[i]
+        rdoc = r.document
+        if not _is_rejected_doc(rdoc) or rdoc.id in done:
+            i += 1
+            continue
+        done.add(rdoc.id)
+        linked = links.get(rdoc.id, set())
+        seen: set[int] = set()
+        moved = False
+        for j in range(i + 1, len(out)):
+            d = out[j].document
+            if d.id in seen:
+                continue
+            seen.add(d.id)
+            if (d.is_canonical and d.canonical_status == "accepted" and not _is_rejected_doc(d)
+                    and d.slug and (d.project_key, d.slug) in linked
+                    and out[j].score >= ratio * r.score):
+                out.insert(i, out.pop(j))
+                moved = True
+                break
+        i += 2 if moved else 1
+    return out

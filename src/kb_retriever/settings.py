@@ -208,6 +208,9 @@ class Settings(BaseSettings):
     rejected_min_evidence: float = _field(0.60, "KB_REJECTED_MIN_EVIDENCE")
     rejected_edge_bonus: float = _field(0.20, "KB_REJECTED_EDGE_BONUS", ge=0)
     evidence_lexical_weight: float = _field(1.5, "KB_EVIDENCE_LEXICAL_WEIGHT", ge=0)
+    # An accepted document linked to a rejected one ranks above it when it scores at least this
+    # share of the rejected one's score (rejected.yield_to_accepted; decision 0007).
+    rejected_yield_ratio: float = _field(0.88, "KB_REJECTED_YIELD_RATIO", ge=0)
 
     # --- grounding gate -------------------------------------------------------------------
     # An explicit KB_REFUSAL_MIN_SIMILARITY (or KB_REJECTED_MIN_SIMILARITY) overrides the

@@ -34,10 +34,13 @@ HISTORY = {
 }
 CURRENT = {
     "dp01-orchestrator-now": "dec-orchestrator-v2", "dp02-warehouse-now": "dec-warehouse-v2",
-    "dp03-table-format": None, "dp04-cdc-now": "dec-cdc-debezium",
+    "dp03-table-format": "dec-table-format", "dp04-cdc-now": "dec-cdc-debezium",
     "it01-notifiche-oggi": "dec-notifiche-push-v2", "it02-framework-oggi": "dec-framework-mobile-v2",
     "it03-durata-token": "dec-autenticazione-app",
 }
+
+PROPOSALS = {"dp08-hudi": "rej-hudi-table-format", "dp10-nightly-dumps": "rej-nightly-full-dumps",
+             "it07-jwt-90-giorni": "rej-token-lunga-durata"}
 
 
 def _bench(new_database, capsys, monkeypatch, name: str, embedder: str) -> dict:
@@ -63,6 +66,11 @@ def _check(report: dict) -> None:
     for qid, accepted in CURRENT.items():
         if qid in rows and accepted:
             assert rows[qid]["ranked_doc_keys"][0] == accepted, (qid, rows[qid]["ranked_doc_keys"])
+    # a question that proposes the rejected idea gets the rejected record first, with its warning
+    for qid, rejected in PROPOSALS.items():
+        if qid in rows:
+            assert rows[qid]["ranked_doc_keys"][0] == rejected, (qid, rows[qid]["ranked_doc_keys"])
+            assert rejected in rows[qid]["rejected_doc_keys"]
 
 
 @pytest.mark.parametrize("name", ["dataplatform", "mobile-it"])

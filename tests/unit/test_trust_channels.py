@@ -94,3 +94,26 @@ def test_names_predecessor_needs_a_whole_word_of_the_old_title_only():
                                  "OR-Tools solver")
     assert names_predecessor("Perché abbiamo abbandonato OneSignal?",
                              "notifiche push con OneSignal", "Firebase Cloud Messaging")
+
+
+def test_an_accepted_decision_linked_to_a_rejected_one_ranks_above_it_when_close():
+    from kb_retriever.ranking.rerank import Scored
+    from kb_retriever.rejected import unit_vectors, yield_to_accepted
+
+    from .factories import make_candidate
+
+    rej = canonical_doc(1, slug="rej-jwt", canonical_type="rejected-approach")
+    dec = canonical_doc(2, slug="dec-oidc")
+    other = canonical_doc(3, slug="runbook")
+    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [1.0, 0.0],
+                          "project_key": "default", "linked_slugs": ["dec-oidc"]}])
+
+    def scored(chunk_id, doc, score):
+        return Scored(score, make_candidate(chunk_id, doc=doc), (0.0,) * 14)
+
+    close = [scored(10, rej, 1.0), scored(30, other, 0.95), scored(20, dec, 0.9)]
+    assert [s.document.slug for s in yield_to_accepted(close, pool, ratio=0.88)] == [
+        "dec-oidc", "rej-jwt", "runbook"]
+    far = [scored(10, rej, 1.0), scored(20, dec, 0.6)]
+    assert [s.document.slug for s in yield_to_accepted(far, pool, ratio=0.88)] == [
+        "rej-jwt", "dec-oidc"]

@@ -26,6 +26,7 @@ from kb_retriever.ingest.chunking import (
     extract_wikilinks,
 )
 from kb_retriever.ingest.frontmatter import FrontmatterResult, parse_frontmatter
+from kb_retriever.ingest.language import detect_language
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
 from kb_retriever.settings import EDGE_TYPE_WEIGHTS, Settings
 
@@ -52,6 +53,8 @@ _SENTENCE_END = (".", ";", ",", ":", "!", "?")
 _BOLD_HEADING_LEVEL = 2
 # A word broken across a PDF line: "connec-\ntion", "idle-in-\ntransaction" (soft hyphens too).
 _LINE_HYPHEN_RE = re.compile(r"(\w[\w-]*)(?:-|\u00ad)[ \t]*\n[ \t]*([a-z\u00e0-\u00ff]\w*)")
+# Enough text to tell the language by its stop words (ingest/language.py).
+_DETECT_CHUNKS = 5
 # DOCX body lines that the markdown chunker would misread as a heading, a code fence or a
 # frontmatter delimiter; they get a backslash.
 _MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", re.MULTILINE)
@@ -60,13 +63,25 @@ _MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", 
 def parse_document(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
     """Read ``path`` and return its draft: metadata, chunks and (canonical docs only) edges.
 
-    Raises :class:`~kb_retriever.errors.IngestError` naming the file relative to ``root``.
+    The document's language is its frontmatter ``language``, else the one its words show
+    (:func:`~kb_retriever.ingest.language.detect_language`), else None (the database's
+    default full-text configuration). Raises :class:`~kb_retriever.errors.IngestError` naming
+    the file relative to ``root``.
 
     Example::
 
         draft = parse_document(Path("kb/auth.md"), root=Path("kb"), settings=Settings())
         print(draft.source_path, draft.is_canonical, len(draft.chunks))
     """
+    draft = _parse(path, root=root, settings=settings)
+    if draft.language is None:  # frontmatter first, then the words (its FTS configuration)
+        detected = detect_language(" ".join(c.text for c in draft.chunks[:_DETECT_CHUNKS]))
+        if detected is not None:
+            draft = replace(draft, language=detected)
+    return draft
+
+
+def _parse(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
     rel = _relative_path(path, root)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:

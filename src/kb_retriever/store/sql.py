@@ -116,9 +116,12 @@ class LegShape:
     edge_direction: str = "outgoing"
     # The statistics the full-text leg's OR query chooses its lexemes by (None: it keeps all).
     lexemes: LexemeBudget | None = None
+    # The full-text configurations of the scope's documents when there are several: the query
+    # is stemmed by each (query_lexemes_sql). One (or none): the ``fts_lang`` parameter's.
+    fts_configs: tuple[str, ...] = ()
 
     def literals(self) -> dict[str, sql.Composable]:
-        return {"tenant": _Literal(self.scope.tenant),
+        return {"ql": query_lexemes_sql(self.fts_configs), "tenant": _Literal(self.scope.tenant),
                 "projects": _Literal(list(self.scope.projects)),
                 "kc": _Literal(int(self.kc)), "min_sim": _Literal(float(self.min_sim)),
                 "fts_cap": _Literal(int(self.fts_cap)),
@@ -267,6 +270,18 @@ QUERY_LEXEMES = sql.SQL(
     "AS lexemes)")
 
 
+def query_lexemes_sql(configs: tuple[str, ...] = ()) -> sql.Composable:
+    """CTE ``ql``: the query's lexemes. With several ``configs`` (a scope whose documents are
+    in several languages, migration 0004) the query is stemmed by each and the lexemes united,
+    so an Italian and an English document both match; otherwise :data:`QUERY_LEXEMES`."""
+    if len(configs) <= 1:
+        return QUERY_LEXEMES
+    return sql.SQL(
+        "ql AS (SELECT ARRAY(SELECT DISTINCT u.l FROM unnest({configs}::regconfig[]) AS cfg(c), "
+        "unnest(tsvector_to_array(to_tsvector(cfg.c, %(fts_text)s))) AS u(l) "
+        "ORDER BY u.l) AS lexemes)").format(configs=_Literal(list(configs)))
+
+
 def lexeme_selection_sql(budget: LexemeBudget | None, cap: int) -> sql.Composable:
     """CTE ``sel`` (after CTE ``ql``): the query lexemes (``l``) that the OR query keeps, in
     their order (``o``): :meth:`~kb_retriever.ranking.bm25.CorpusLexemes.select` in SQL.
@@ -324,7 +339,7 @@ def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Compo
         "WITH {ql}, {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
         "SELECT n.*, leg_rows.* FROM (SELECT count(*) AS n_pre{lexemes} FROM {counted}) n "
         "LEFT JOIN leg_rows ON true"
-    ).format(ql=QUERY_LEXEMES, ctes=ctes, hits=sql.Identifier(hits), lexemes=lexemes,
+    ).format(ql=lit["ql"], ctes=ctes, hits=sql.Identifier(hits), lexemes=lexemes,
              row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, linked=lit["linked"]),
              joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN),
              counted=sql.Identifier(counted))
@@ -541,6 +556,18 @@ def supersessions_sql() -> sql.Composed:
         "SELECT project_key, from_slug, to_slug, edge_type FROM kb_edges "
         "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
         "AND edge_type IN ('supersedes', 'invalidated_by') ORDER BY project_key, from_slug, to_slug"
+    ).format()
+
+
+@_once
+def fts_configs_sql() -> sql.Composed:
+    """The full-text configurations of the scope's documents (each document's language's,
+    ``%(default)s`` for those without one), read once per cache period.
+    Params: tenant, projects, default."""
+    return sql.SQL(
+        "SELECT DISTINCT coalesce(kb_fts_config(language)::text, %(default)s) AS config "
+        "FROM kb_documents WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
+        "ORDER BY 1"
     ).format()
 
 
