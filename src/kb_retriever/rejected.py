@@ -19,6 +19,7 @@ import numpy as np
 
 from .models import DocumentRef, Hit, Origin, ScoreBreakdown
 from .ranking.calibration import Calibration
+from .ranking.history import between
 from .ranking.rejected import EDGE_SEEDS, RejectedEvidence, correlate_rejected
 from .ranking.rerank import Scored
 from .settings import Settings
@@ -111,6 +112,11 @@ class RejectedChannel:
             return []
         best = {doc: (chunk, sim) for doc, chunk, sim in _best_per_doc(vectors, qvec)}
         reached = [h.document.id for h in shown if _is_rejected_doc(h.document)]
+        # a document the result shows is warned about with the chunk it shows
+        sims = dict(zip((c for _, c in vectors.ids), _cosines(vectors, qvec), strict=True))
+        for h in reversed(shown):
+            if _is_rejected_doc(h.document) and h.chunk_id in sims:
+                best[h.document.id] = (h.chunk_id, sims[h.chunk_id])
         if self.legacy:
             ranked = [doc for doc, _, sim in _best_per_doc(vectors, qvec)
                       if sim >= settings.rejected_min_similarity]
@@ -158,6 +164,12 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
     return RejectedChannel(legacy=False, evidence=tuple(evidence), correlated=correlated)
 
 
+def _cosines(vectors: RejectedVectors, qvec: Any) -> list[float]:
+    q = np.asarray(qvec, dtype=np.float64)
+    qn = float(np.linalg.norm(q))
+    return (vectors.unit @ (q / qn)).tolist() if qn > 0 else [0.0] * len(vectors.ids)
+
+
 def _best_per_doc(vectors: RejectedVectors, qvec: Any) -> list[tuple[int, int, float]]:
     """``(doc, chunk, cosine)`` of every rejected document's best chunk, best first."""
     best = best_rejected(vectors, qvec, min_sim=-2.0, max_docs=len(vectors.ids))
@@ -198,7 +210,7 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
             if (d.is_canonical and d.canonical_status == "accepted" and not _is_rejected_doc(d)
                     and d.slug and (d.project_key, d.slug) in linked
                     and out[j].score >= ratio * r.score):
-                out.insert(i, out.pop(j))
+                out.insert(i, between(out.pop(j), out[i - 1] if i > 0 else None, out[i]))
                 moved = True
                 break
         i += 2 if moved else 1

@@ -1,8 +1,9 @@
 """The deterministic refusal gate (reference §16), calibrated on raw evidence (fix of §24.5)
 and, on a calibrated scope, on the scope's own null (issue 16, decision 0007).
 
-Calibrated: a hit is grounded when ``margin(cosine) + Wl·keyword >= refusal_min_evidence``,
-where the margin measures the cosine against what unrelated text scores in the same scope
+Calibrated: a query is grounded when ``margin(best cosine) + Wl·best keyword >=
+refusal_min_evidence`` (:func:`refuse_calibrated`), where the margin measures the cosine
+against what unrelated text scores in the same scope
 (:class:`~kb_retriever.ranking.calibration.Calibration`). So an embedder that gives every
 Italian text 0.45, or E5 that gives everything 0.8, does not defeat the gate, and a query
 whose words the scope holds (an error code) is grounded by its keyword signal. An explicit
@@ -23,13 +24,28 @@ from kb_retriever.settings import Settings
 
 from .calibration import Calibration
 
-__all__ = ["calibrated_evidence", "evidence_score", "is_grounded", "should_refuse"]
+__all__ = ["calibrated_evidence", "evidence_score", "is_grounded", "refuse_calibrated",
+           "should_refuse"]
 
 
 def calibrated_evidence(hit: Hit, settings: Settings, calibration: Calibration) -> float:
     """``margin(cosine) + evidence_lexical_weight · keyword`` of ``hit`` on a calibrated scope."""
     return (calibration.margin(_similarity(hit) or 0.0)
             + settings.evidence_lexical_weight * hit.scores.keyword)
+
+
+def refuse_calibrated(hits: list[Hit], settings: Settings, calibration: Calibration) -> bool:
+    """The calibrated gate: refuse unless the query's evidence, ``margin(best cosine) +
+    evidence_lexical_weight · best keyword signal`` over ``hits``, reaches
+    ``refusal_min_evidence`` (and there are ``refusal_min_chunks`` hits). The best cosine and
+    the best keyword match may be different chunks: a chunk close in meaning and another that
+    holds the query's rare word are evidence together."""
+    if not hits or len(hits) < settings.refusal_min_chunks:
+        return True
+    best_sim = max((_similarity(h) or 0.0) for h in hits)
+    best_keyword = max(h.scores.keyword for h in hits)
+    evidence = calibration.margin(best_sim) + settings.evidence_lexical_weight * best_keyword
+    return evidence < settings.refusal_min_evidence
 
 
 def _uses_calibration(settings: Settings, calibration: Calibration | None) -> bool:
@@ -72,6 +88,9 @@ def should_refuse(hits: Iterable[Hit], settings: Settings,
 
     Example: ``if should_refuse(result.primary, settings): return "__NO_GROUNDED_ANSWER__"``.
     """
+    if _uses_calibration(settings, calibration):
+        assert calibration is not None
+        return refuse_calibrated(list(hits), settings, calibration)
     needed = settings.refusal_min_chunks
     grounded = 0
     seen_any = False

@@ -17,10 +17,29 @@ from typing import TypeVar
 from .diversify import Ranked
 from .text import tokenize_query, words
 
-__all__ = ["names_predecessor", "promote_predecessors"]
+__all__ = ["between", "names_predecessor", "promote_predecessors"]
 
 R = TypeVar("R", bound=Ranked)
 Key = tuple[str, str]  # (project, slug)
+
+
+def between(item: R, above: R | None, below: R | None) -> R:
+    """``item`` rescored (``Scored.rescored``) to sit between ``above`` and ``below``, so the
+    list stays sorted by score; unchanged when it has no score to change."""
+    rescored = getattr(item, "rescored", None)
+    if rescored is None:
+        return item
+    hi = getattr(above, "score", None)
+    lo = getattr(below, "score", None)
+    if hi is None and lo is None:
+        return item
+    if hi is None:
+        target = float(lo) + max(abs(float(lo)) * 1e-6, 1e-9)  # type: ignore[arg-type]
+    elif lo is None or lo >= hi:
+        target = float(hi) - max(abs(float(hi)) * 1e-6, 1e-9)
+    else:
+        target = (float(hi) + float(lo)) / 2.0
+    return rescored(target)  # type: ignore[no-any-return]
 
 
 def names_predecessor(query: str, predecessor_title: str, successor_title: str) -> bool:
@@ -67,6 +86,7 @@ def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Ke
             item = out.pop(p_pos)
             s_pos = next(i for i, it in enumerate(out) if it.document.slug
                          and (it.document.project_key, it.document.slug) == s_key)
-            out.insert(s_pos + 1, item)
+            out.insert(s_pos + 1, between(item, out[s_pos], out[s_pos + 1]
+                                          if s_pos + 1 < len(out) else None))
             moved.append(p_key)
     return out, moved
