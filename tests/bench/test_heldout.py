@@ -4,7 +4,7 @@ channels were never tuned on alone, one of them in Italian (issue 16).
 Thresholds sit below the measured values (docs/benchmarks.md) by about one miss each, so a
 real regression fails and a single borderline query does not: nDCG@5 0.97 measured -> 0.90;
 MRR and citation 1.0 -> 0.95; rejected recall 1.0 -> 0.80 (six or seven queries expect one:
-one miss is 0.83-0.86); rejected precision 0.89-1.0 -> 0.80. What the issue asks for without
+one miss is 0.83-0.86); rejected precision 0.83-1.0 -> 0.80. What the issue asks for without
 a margin is asserted per query: every off-topic question is refused with nothing injected,
 history questions find the superseded record in the top 3 after its successor, and
 current-state questions rank the accepted decision first.
@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.db, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "benchmark-heldout"
 FLOORS = {"ndcg_at_k": 0.90, "mrr": 0.95, "citation_precision": 0.95, "refusal_accuracy": 1.0,
-          "rejected_recall": 0.80, "rejected_precision": 0.80}
+          "rejected_recall": 0.80, "rejected_precision": 0.80,
+          "graph_recall": 0.50}  # 1.0 measured; one or two queries expect a neighbour
 # query id -> (accepted decision, its superseded predecessor)
 HISTORY = {
     "dp05-why-off-airflow": ("dec-orchestrator-v2", "dec-orchestrator-v1"),
