@@ -215,8 +215,8 @@ class Settings(BaseSettings):
     # --- grounding gate -------------------------------------------------------------------
     # An explicit KB_REFUSAL_MIN_SIMILARITY (or KB_REJECTED_MIN_SIMILARITY) overrides the
     # calibrated gate (channel) with the absolute cosine rule; so does a scope never calibrated.
-    # The middle of the band (0.26-0.33) in which one query of 260 (3 sets x 2 embedders) is
-    # on the wrong side (decision 0007).
+    # In the band (0.26-0.32) where one query run of 198 (3 sets x 2 embedders) is on the
+    # wrong side (decision 0007).
     refusal_min_evidence: float = _field(0.30, "KB_REFUSAL_MIN_EVIDENCE")
     refusal_min_similarity: float = _field(
         0.45, "KB_REFUSAL_MIN_SIMILARITY"
