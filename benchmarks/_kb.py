@@ -82,7 +82,8 @@ def fts_search(url: str, settings: Settings, *, rank: str = "ts_rank/log-len(1)"
     """Rank the matching chunks by ``rank`` (a key of FTS_RANKS), tsquery form ``mode``."""
     conn = psycopg.connect(url, autocommit=True)
     with conn.cursor(row_factory=dict_row) as cur:
-        corpus = CorpusLexemes.from_row(cur.execute(q.lexeme_stats_sql()).fetchone())
+        corpus = CorpusLexemes.from_row(cur.execute(
+            q.lexeme_stats_sql(), {"tenant": "default", "projects": [PROJECT]}).fetchone())
     estimates = corpus.estimates
     # the hybrid leg's own lexeme choice (store.sql.lexeme_selection_sql) and tsquery
     stmt = sql.SQL(

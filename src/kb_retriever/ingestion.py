@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from .calibrate import calibrate_project
 from .embedding import Embedder, check_vectors, embedder_errors
 from .errors import IngestError, InputError
 from .ingest import SUPPORTED_SUFFIXES, parse_document
@@ -227,6 +228,9 @@ def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Setting
         conn.execute("ANALYZE kb_chunks")
     if prune:
         report.deleted += prune_missing(conn, tenant=tenant, project=project, roots=roots)
+    if report.chunks_written or report.deleted:
+        # The refusal gate's and the rejected channel's null for this project (calibrate.py).
+        calibrate_project(conn, embedder, tenant=tenant, project=project)
     return report
 
 

@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from . import documents as docs
+from .calibrate import calibrate_project
 from .documents import StoredChunk, StoredDocument
 from .embedding import Embedder, default_embedder, embedder_errors
 from .embedding.base import check_vector
@@ -445,6 +446,8 @@ class KnowledgeBase:
             with translated(), pool.connection() as conn:
                 docs.write_records(conn, self.embedder, tenant=tenant, project=project,
                                    drafts=last.values())
+                # The trust channels' null for this project, as a file ingest measures it.
+                calibrate_project(conn, self.embedder, tenant=tenant, project=project)
         finally:
             self._cache.clear()
         return [d.source_path for d in drafts]
@@ -607,9 +610,8 @@ class KnowledgeBase:
             return ((req.stage, req.params["tenant"], tuple(req.params["projects"])),
                     self.settings.synonyms_cache_ttl_seconds)
         ttl = self.settings.catalog_cache_ttl_seconds
-        if req.stage == "lexeme_stats" and ttl > 0:
-            return (req.stage,), ttl
-        if req.stage == "rejected_vectors" and ttl > 0:
+        if req.stage in ("lexeme_stats", "scope_stats", "supersessions", "fts_configs",
+                         "rejected_vectors") and ttl > 0:
             return (req.stage, req.params["tenant"], tuple(req.params["projects"])), ttl
         return None
 

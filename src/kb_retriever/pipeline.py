@@ -11,12 +11,11 @@ embed → candidates (two independent SQL legs, HNSW and FTS, fused by weighted 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 from psycopg import sql
 
 from .errors import InputError
@@ -31,13 +30,23 @@ from .ranking import (
     should_refuse,
 )
 from .ranking.bm25 import CorpusLexemes
+from .ranking.calibration import Calibration
+from .ranking.history import promote_predecessors
 from .ranking.rerank import rank
+from .rejected import (
+    RejectedChannel,
+    RejectedVectors,
+    best_rejected,
+    decide_rejected,
+    unit_vectors,
+    yield_to_accepted,
+)
 from .settings import Settings
 from .store import sql as q
-from .store.rows import candidate_from_row, document_from_row, vector_array
+from .store.rows import candidate_from_row
 
-__all__ = ["Embed", "Fetch", "Parallel", "SearchRequest", "arun_plan", "fuse_legs", "run_plan",
-           "search_plan"]
+__all__ = ["Embed", "Fetch", "Parallel", "SearchRequest", "arun_plan", "best_rejected",
+           "fuse_legs", "run_plan", "search_plan", "unit_vectors"]
 
 
 @dataclass(frozen=True)
@@ -104,8 +113,8 @@ def validate_limit(limit: Any, settings: Settings) -> int:
     return limit
 
 
-def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | None = None
-              ) -> q.LegShape:
+def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | None = None,
+              fts_configs: Sequence[str] = ()) -> q.LegShape:
     """The legs' literal scope and sizes: ``limit x candidate_multiplier`` candidates per leg
     when reranking (just ``limit`` without it), the similarity threshold, the match cap, the
     edges graph expansion walks, and the lexeme statistics (``corpus``) by which the full-text
@@ -116,7 +125,8 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
     return q.LegShape(req.scope, kc=kc, min_sim=settings.default_min_similarity,
                       fts_cap=settings.fts_match_cap, edge_types=edges,
                       edge_direction=settings.graph_expansion_direction,
-                      lexemes=q.LexemeBudget(*estimates) if estimates else None)
+                      lexemes=q.LexemeBudget(*estimates) if estimates else None,
+                      fts_configs=tuple(fts_configs) if len(fts_configs) > 1 else ())
 
 
 def search_plan(req: SearchRequest, settings: Settings) -> Plan:
@@ -138,9 +148,20 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     qvec = req.query_embedding if req.query_embedding is not None else (yield Embed(embed_text))
     timings["embed"] = _ms(t)
 
-    # The database's lexeme statistics (BM25 idf, the OR lexemes' budget): cached by the caller.
-    corpus: CorpusLexemes = yield Fetch(q.lexeme_stats_sql(), {}, "lexeme_stats",
+    # The scope's lexeme statistics (BM25 idf, the OR lexemes' budget): cached by the caller.
+    corpus: CorpusLexemes = yield Fetch(q.lexeme_stats_sql(), scope_p, "lexeme_stats",
                                         parse=CorpusLexemes.from_rows)
+
+    # The full-text configurations of the scope's documents (their languages'): one stems the
+    # query through the fts_lang parameter, several through the legs' CTE ql.
+    configs: list[str] = yield Fetch(q.fts_configs_sql(),
+                                     {**scope_p, "default": settings.fts_language},
+                                     "fts_configs", parse=lambda rows: [r["config"] for r in rows])
+    fts_lang = configs[0] if len(configs) == 1 else settings.fts_language
+
+    # The scope's null similarity (the refusal gate's and rejected channel's calibration).
+    calibration: Calibration = yield Fetch(q.scope_stats_sql(), scope_p, "scope_stats",
+                                           parse=Calibration.from_rows)
 
     with_doc_ids = settings.mentions_mode == "filter"
     hybrid = settings.hybrid_search_enabled
@@ -151,12 +172,12 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                 if settings.mentions_mode == "boost" else frozenset())
     t = time.perf_counter()
     fts_text = " ".join([req.query, *phrases]) if mode == "or" else req.query
-    shape = leg_shape(req, settings, corpus)
+    shape = leg_shape(req, settings, corpus, configs)
     vec_sql, fparams = q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids,
                                         with_mentions=bool(mentions))
     params = {
         **fparams, "qvec": qvec,
-        "fts_lang": settings.fts_language,
+        "fts_lang": fts_lang,
         "fts_text": fts_text,
         **{f"phrase{i}": p for i, p in enumerate(phrases)},
         "mention_ids": sorted(mentions),
@@ -186,10 +207,28 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     lexeme_stats = corpus.for_query(lexemes) if rows else None
     ranked = rank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
                   lexeme_stats=lexeme_stats)
+    # History questions: a superseded decision the query names goes next to its successor.
+    edges = yield Fetch(q.supersessions_sql(), scope_p, "supersessions", parse=successor_map)
+    ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit)
+    timings["rerank"] = _ms(t)
+
+    channel: RejectedChannel | None = None
+    pool: RejectedVectors | None = None
+    if settings.rejected_injection_enabled:
+        t = time.perf_counter()
+        # The scope's rejected-approach chunks with their vectors, cached by the caller: scoring
+        # and reading them takes no round trip per search.
+        pool = yield Fetch(q.rejected_chunks_sql(), scope_p, "rejected_vectors",
+                           parse=unit_vectors)
+        channel = decide_rejected(pool, qvec, ranked, calibration, settings)
+        # a rejected idea that does not correlate is no context either (rejected.py)
+        ranked = yield_to_accepted([s for s in ranked if channel.keeps(s.document)], pool,
+                                   ratio=settings.rejected_yield_ratio)
+        timings["rejected"] = _ms(t)
+
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     top = [s.hit() for s in kept]  # hits for what the result keeps, not for every candidate
     runner_up = tuple(s.hit(Origin.RUNNER_UP) for s in rest[: settings.runner_up_limit])
-    timings["rerank"] = _ms(t)
 
     expanded: list[Hit] = []
     if settings.graph_expansion_enabled:
@@ -197,19 +236,15 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         # documents the legs found without an edge to walk: no seeds (store.sql.LegShape)
         unlinked = frozenset(r["doc_pk"] for r in rows if r.get("linked") is False)
         expanded = yield from expand_graph(top, req, settings, qvec, unlinked=unlinked)
+        if channel is not None:
+            expanded = [h for h in expanded if channel.keeps(h.document)]
         timings["graph"] = _ms(t)
 
+    refuse = should_refuse(top, settings, calibration)
     rejected: list[Hit] = []
-    if settings.rejected_injection_enabled:
-        t = time.perf_counter()
-        # The scope's rejected-approach chunks with their vectors, cached by the caller: scoring
-        # and reading them takes no round trip per search.
-        pool = yield Fetch(q.rejected_chunks_sql(), scope_p, "rejected_vectors",
-                           parse=unit_vectors)
-        best = best_rejected(pool, qvec, min_sim=settings.rejected_min_similarity,
-                             max_docs=settings.rejected_injection_max_docs)
-        rejected = [_rejected_hit(pool.rows[c], sim) for c, sim in best]
-        timings["rejected"] = _ms(t)
+    if channel is not None and pool is not None:
+        rejected = channel.inject(pool, qvec, [*top, *expanded], refused=refuse,
+                                  settings=settings)
 
     total_ms = _ms(t_start)
     sims = [h.similarity for h in top if h.similarity is not None]
@@ -243,8 +278,12 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
             "min_score_used": min(sims) if sims else None,
             "max_score_used": max(sims) if sims else None,
         },
-        "should_refuse": should_refuse(top, settings),
-        # database frequencies of the query's lexemes (the BM25 idf inputs), for --explain
+        "should_refuse": refuse,
+        "calibration": {"calibrated": calibration.calibrated,
+                        "null_ceiling": round(calibration.ceiling, 4)},
+        "history_promoted": [slug for _, slug in promoted],
+        "rejected_evidence": [e.to_dict() for e in channel.evidence] if channel else [],
+        # the scope's frequencies of the query's lexemes (the BM25 idf inputs), for --explain
         "lexeme_stats": lexeme_stats,
     }
     return SearchResult(
@@ -305,63 +344,25 @@ def fuse_legs(vector_rows: Sequence[dict[str, Any]], keyword_rows: Sequence[dict
     return rows, n_pre
 
 
-class RejectedVectors(NamedTuple):
-    """The scope's rejected-approach chunks, parsed once per cache period."""
+def successor_map(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(project, successor) -> its predecessors, from :func:`~kb_retriever.store.sql.
+    supersessions_sql` rows.
 
-    ids: list[tuple[int, int]]  # (doc, chunk) per row of ``unit``
-    unit: np.ndarray  # the embeddings scaled to unit length; zero vectors stay 0
-    rows: dict[int, Mapping[str, Any]]  # chunk id -> its row (without the embedding)
-
-
-def unit_vectors(rows: Sequence[Mapping[str, Any]]) -> RejectedVectors:
-    """Parse the rows of :func:`~kb_retriever.store.sql.rejected_chunks_sql`."""
-    if not rows:
-        return RejectedVectors([], np.zeros((0, 0)), {})
-    vecs = np.asarray([vector_array(r["embedding"], np.float64) for r in rows])
-    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    unit = np.divide(vecs, norms, out=np.zeros_like(vecs), where=norms > 0)
-    return RejectedVectors(
-        [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit,
-        {int(r["chunk_id"]): {k: v for k, v in r.items() if k != "embedding"} for r in rows})
-
-
-def best_rejected(vectors: RejectedVectors, qvec: Any, *, min_sim: float,
-                  max_docs: int) -> list[tuple[int, float]]:
-    """``(chunk_id, cosine)`` of each rejected document's best chunk at ``min_sim`` or above,
-    best first (ties: lower chunk id), at most ``max_docs``. ``vectors`` from
-    :func:`unit_vectors`.
-
-    >>> rows = [{"chunk_id": 1, "doc_pk": 7, "embedding": [1.0, 0.0]},
-    ...         {"chunk_id": 2, "doc_pk": 7, "embedding": [0.6, 0.8]},
-    ...         {"chunk_id": 3, "doc_pk": 8, "embedding": [0.0, 1.0]}]
-    >>> best = best_rejected(unit_vectors(rows), [0.6, 0.8], min_sim=0.5, max_docs=3)
-    >>> [(c, round(s, 6)) for c, s in best]
-    [(2, 1.0), (3, 0.8)]
+    >>> successor_map([{"project_key": "p", "from_slug": "v2", "to_slug": "v1",
+    ...                 "edge_type": "supersedes"},
+    ...                {"project_key": "p", "from_slug": "v1", "to_slug": "v2",
+    ...                 "edge_type": "invalidated_by"}])
+    {('p', 'v2'): [('p', 'v1')]}
     """
-    ids, unit = vectors.ids, vectors.unit
-    if not ids or max_docs <= 0:
-        return []
-    q = np.asarray(qvec, dtype=np.float64)
-    qn = float(np.linalg.norm(q))
-    sims = unit @ (q / qn) if qn > 0 else np.zeros(len(ids))
-    best: dict[int, tuple[float, int]] = {}  # doc -> (similarity, chunk id)
-    for (doc, chunk), sim in zip(ids, sims.tolist(), strict=True):
-        have = best.get(doc)
-        if have is None or (-sim, chunk) < (-have[0], have[1]):
-            best[doc] = (sim, chunk)
-    ranked = sorted((v for v in best.values() if v[0] >= min_sim), key=lambda v: (-v[0], v[1]))
-    return [(chunk, sim) for sim, chunk in ranked[:max_docs]]
-
-
-def _rejected_hit(row: Mapping[str, Any], sim: float) -> Hit:
-    from .models import ScoreBreakdown
-
-    return Hit(
-        chunk_id=int(row["chunk_id"]), text=row["text"], heading_path=row["heading_path"] or "",
-        score=sim, scores=ScoreBreakdown(total=sim, raw_similarity=sim), origin=Origin.REJECTED,
-        document=document_from_row(row), chunk_order=int(row["chunk_order"]), similarity=sim,
-        chunk_uid=row.get("chunk_uid"),
-    )
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for r in rows:
+        p = r["project_key"]
+        new, old = ((r["from_slug"], r["to_slug"]) if r["edge_type"] == "supersedes"
+                    else (r["to_slug"], r["from_slug"]))
+        preds = out.setdefault((p, new), [])
+        if (p, old) not in preds:
+            preds.append((p, old))
+    return out
 
 
 def _ms(t: float) -> float:

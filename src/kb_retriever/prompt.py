@@ -29,6 +29,7 @@ Layout (blocks separated by exactly one blank line, the text ends with a newline
     Path: <source_path>
     Heading: <heading_path or 'n/a'>
     Type: <canonical_type> · Status: <canonical_status>                            canonical only
+    Warning: REJECTED APPROACH — see REJECTED APPROACHES above; do not propose it   rejected only
     Evidence: <evidence_tier>                                                      if set
 
     <chunk text>
@@ -37,7 +38,8 @@ Layout (blocks separated by exactly one blank line, the text ends with a newline
 Nothing is HTML-escaped. Untrusted text cannot forge structure: single-line fields (title,
 slug, path, heading, summary, edge type) have all line breaks collapsed to spaces, and any line
 of chunk text that looks like a structural line (a ``#`` heading, a ``---``/``===`` rule,
-``Chunk <n>``, ``Document:``, ``Path:``, ``Heading:``, ``Type:``, ``Evidence:``, ``Project:``,
+``Chunk <n>``, ``Document:``, ``Path:``, ``Heading:``, ``Type:``, ``Warning:``, ``Evidence:``,
+``Project:``,
 ``From edge``, ``Reason:``, ``- **[``, ``(omitted``; ignoring case, leading blanks and
 invisible characters) is prefixed with ``| ``. The preamble tells the model so.
 """
@@ -75,13 +77,17 @@ quoted document lines that resembled block headers.
 - If the context does not answer the question, reply with exactly {REFUSAL_SENTINEL} and \
 nothing else. A partial answer is fine when part of the question is covered."""
 
+# A rejected-approach chunk that also stands in ## Context or RELATED CONTEXT says so there.
+REJECTED_LABEL = ("Warning: REJECTED APPROACH \u2014 see REJECTED APPROACHES above; "
+                  "do not propose it")
+
 # Str::limit in the reference: the rejected item's Reason shows at most this many characters.
 _REASON_CHARS = 240
 _ELLIPSIS = "…"
 
 _STRUCTURAL = re.compile(
-    r"(?:\#|---|===|chunk\s*\d|document\s*:|path\s*:|heading\s*:|type\s*:|evidence\s*:"
-    r"|project\s*:|from\s+edge|reason\s*:|[-*+]\s*\*\*\[|\(omitted)",
+    r"(?:\#|---|===|chunk\s*\d|document\s*:|path\s*:|heading\s*:|type\s*:|warning\s*:"
+    r"|evidence\s*:|project\s*:|from\s+edge|reason\s*:|[-*+]\s*\*\*\[|\(omitted)",
     re.IGNORECASE,
 )
 
@@ -197,7 +203,14 @@ def _related_item(hit: Hit) -> str:
         f"Path: {_one_line(doc.source_path) or 'unknown'}",
         f"Heading: {_one_line(hit.heading_path) or 'n/a'}",
     ]
+    if _is_rejected(hit):
+        lines.append(REJECTED_LABEL)
     return _with_body(lines, hit.text)
+
+
+def _is_rejected(hit: Hit) -> bool:
+    d = hit.document
+    return bool(d.is_canonical and d.canonical_type == "rejected-approach")
 
 
 def _primary_item(index: int, hit: Hit) -> str:
@@ -212,6 +225,8 @@ def _primary_item(index: int, hit: Hit) -> str:
         kind = _one_line(doc.canonical_type) or "unknown"
         status = _one_line(doc.canonical_status) or "unknown"
         lines.append(f"Type: {kind} \u00b7 Status: {status}")
+    if _is_rejected(hit):
+        lines.append(REJECTED_LABEL)
     if doc.evidence_tier:
         lines.append(f"Evidence: {_one_line(doc.evidence_tier)}")
     return _with_body(lines, hit.text)

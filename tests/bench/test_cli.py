@@ -54,5 +54,5 @@ def test_example_benchmark_passes_the_gates(new_database, capsys):
     assert report["refusal_accuracy"] >= 0.95
     assert all(g["passed"] for g in report["gates"])
     for key in ("precision_at_k", "recall_at_k", "answer_containment_at_k", "graph_recall",
-                "rejected_recall", "latency_p50_ms", "latency_p95_ms"):
+                "rejected_recall", "rejected_precision", "latency_p50_ms", "latency_p95_ms"):
         assert key in report

@@ -79,3 +79,15 @@ def test_empty_subsets_and_percentiles():
     assert mean_or_one([1.0, 0.0, 0.0]) == 0.3333
     assert percentile([], 50) == 0.0
     assert percentile([10.0, 20.0, 30.0, 40.0], 50) == 25.0
+
+
+def test_rejected_precision_counts_unwarranted_injections():
+    from kb_retriever.bench.runner import rejected_precision
+
+    rows = [
+        {"rejected_doc_keys": ["rej-a"], "rejected_false": []},           # expected
+        {"rejected_doc_keys": ["rej-a", "rej-b"], "rejected_false": ["rej-b"]},
+        {"rejected_doc_keys": ["rej-c"], "rejected_false": ["rej-c"]},    # off-topic query
+    ]
+    assert rejected_precision(rows) == 0.5
+    assert rejected_precision([{"rejected_doc_keys": [], "rejected_false": []}]) == 1.0

@@ -89,6 +89,7 @@ def test_metrics_by_hand(report):
     assert agg["citation_precision"] == 0.5  # release-notes is nowhere in the result
     assert agg["refusal_accuracy"] == 1.0
     assert agg["graph_recall"] == 1.0 and agg["rejected_recall"] == 1.0  # empty subsets
+    assert agg["rejected_precision"] == 1.0  # nothing injected
     assert agg["latency_p50_ms"] > 0 and agg["latency_p95_ms"] >= agg["latency_p50_ms"]
     assert report.to_dict()["queries"] == 3 and report.to_dict()["k"] == K
 

@@ -151,7 +151,12 @@ def test_rejected_threshold_cap_status_and_summary(graph_kb):
     rej = result.rejected[0]
     assert rej.origin is Origin.REJECTED and rej.similarity >= 0.2
     assert rej.document.summary == "We rejected widget sharding."
-    assert graph_kb(rejected_min_similarity=0.99).search(QUERY).rejected == ()
+    # above every cosine: the pool injects nothing, but a rejected document that stands in
+    # primary is always shown in the warning block (issue 16)
+    strict = graph_kb(rejected_min_similarity=0.99)
+    assert strict.search(QUERY, limit=1).rejected == ()
+    shown = strict.search(QUERY)
+    assert "rej-one" in slugs(shown.primary) and slugs(shown.rejected) == ["rej-one"]
     assert graph_kb(rejected_injection_enabled=False).search(QUERY).rejected == ()
 
 

@@ -243,8 +243,10 @@ def test_a_search_of_new_words_reads_nothing_before_its_two_legs(example_kb, min
         cached = kb._cache.copy()
         result = kb.search("zanzibarish cache wombats")  # two words never seen before
     stages = [stage for stage, _ in reads]
-    assert stages[:2] == ["synonyms", "lexeme_stats"] and kb._cache.keys() == cached.keys()
-    legs = dict(reads[2:4])
+    # the cached reads (synonyms, lexeme statistics, configurations, calibration), then the legs
+    assert stages[:4] == ["synonyms", "lexeme_stats", "fts_configs", "scope_stats"]
+    assert kb._cache.keys() == cached.keys()
+    legs = dict(reads[4:6])
     assert set(legs) == {"vector_leg", "keyword_leg"}
     assert legs["vector_leg"] != legs["keyword_leg"]  # at once, on two connections
     assert result.primary and result.meta["search_strategy"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -322,6 +323,66 @@ def test_zip_without_a_document_is_an_ingest_error(tmp_path: Path, settings: Set
     assert_one_line_error(exc, "z.docx", "DOCX")
 
 
+def test_docx_headings_from_outline_levels_and_short_bold_paragraphs(
+        tmp_path: Path, settings: Settings) -> None:
+    """Headings styled "Normal": short bold paragraphs and outline levels still make sections
+    with a heading path (issue 16), while bold sentences stay body text."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    document = docx.Document()
+    document.add_paragraph().add_run("Connection pooling").bold = True
+    document.add_paragraph("We use PgBouncer in transaction mode.")
+    document.add_paragraph().add_run("Do not hold transactions open while waiting.").bold = True
+    outlined = document.add_paragraph("Timeouts")
+    level = OxmlElement("w:outlineLvl")
+    level.set(qn("w:val"), "2")
+    outlined._p.get_or_add_pPr().append(level)
+    document.add_paragraph("idle_in_transaction_session_timeout is 60 s.")
+    custom = document.styles.add_style("Section Title", 1)  # 1 = paragraph style
+    custom.base_style = document.styles["Heading 1"]
+    document.add_paragraph("Appendix", style="Section Title")
+    document.add_paragraph("Extra notes.")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    draft = parse_document(write(tmp_path, "pool.docx", buffer.getvalue()), root=tmp_path,
+                           settings=settings)
+    assert [(c.heading_path, c.text) for c in draft.chunks] == [
+        ("Connection pooling", "We use PgBouncer in transaction mode.\n\n"
+                               "Do not hold transactions open while waiting."),
+        ("Connection pooling > Timeouts", "idle_in_transaction_session_timeout is 60 s."),
+        ("Appendix", "Extra notes."),
+    ]
+
+
+def make_pdf_lines(lines: list[str]) -> bytes:
+    """One page with one text line per item (``T*`` moves down a line)."""
+    pdf = make_pdf(["PLACEHOLDER"])
+    shown = " T* ".join("({})Tj".format(x.replace("(", "\\(").replace(")", "\\)"))
+                        for x in lines)
+    old = b"BT /F1 10 Tf 20 700 Td (PLACEHOLDER) Tj ET"
+    new = f"BT /F1 10 Tf 12 TL 20 700 Td {shown} ET".encode("latin-1")
+    body = pdf.replace(b"<< /Length %d >>" % len(old), b"<< /Length %d >>" % len(new))
+    body = body.replace(old, new)
+    # the xref offsets after the stream move by the length difference: rebuild them
+    head, _, _ = body.partition(b"xref\n")
+    offsets = [m.start() for m in re.finditer(rb"\d+ 0 obj\n", head)]
+    xref = f"xref\n0 {len(offsets) + 1}\n0000000000 65535 f \n".encode()
+    xref += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    trailer = (f"trailer\n<< /Size {len(offsets) + 1} /Root 1 0 R >>\nstartxref\n{len(head)}\n"
+               "%%EOF\n").encode()
+    return head + xref + trailer
+
+
+def test_pdf_words_broken_across_lines_are_joined(tmp_path: Path, settings: Settings) -> None:
+    pdf = make_pdf_lines(["Kill sessions that stay idle-in-", "transaction for an hour; the",
+                          "connec-", "tion pool recovers."])
+    draft = parse_document(write(tmp_path, "pg.pdf", pdf), root=tmp_path, settings=settings)
+    text = draft.chunks[0].text
+    assert "idle-in-transaction" in text and "connection pool" in text
+    assert "-\n" not in text
+
+
 # --- pdf ------------------------------------------------------------------------------------
 
 
@@ -449,3 +510,27 @@ def test_build_edges_same_target_different_types_are_kept() -> None:
 def test_build_edges_non_canonical_has_none() -> None:
     fm = parse_frontmatter("---\nslug: me\nrelated: [x]\n---\n")
     assert build_edges(fm, ["y"]) == ()
+
+
+def test_docx_styles_are_looked_up_once_per_style(monkeypatch: pytest.MonkeyPatch) -> None:
+    """100k paragraphs took minutes because every paragraph looked its style up (several
+    times); now each distinct style is read once, and the headings come out the same."""
+    import io
+
+    import docx
+    from docx.text.paragraph import Paragraph
+
+    from kb_retriever.ingest.loaders import _docx_markdown
+
+    d = docx.Document()
+    for i in range(300):
+        d.add_paragraph(f"Section {i}", style="Heading 2" if i % 100 == 0 else None)
+        d.add_paragraph(f"body text of paragraph {i}, a sentence.")
+    buf = io.BytesIO()
+    d.save(buf)
+    lookups = []
+    real = Paragraph.style.fget  # type: ignore[attr-defined]
+    monkeypatch.setattr(Paragraph, "style", property(lambda p: lookups.append(1) or real(p)))
+    text, _ = _docx_markdown(buf.getvalue(), "many.docx")
+    assert text.count("## Section") == 3
+    assert len(lookups) <= 3  # the default style, Heading 2 (and the document's base)

@@ -43,6 +43,8 @@ def _misses(row: dict[str, Any]) -> list[str]:
         why.append("related missing")
     if row["rejected_ok"] is False:
         why.append("rejected missing")
+    if row.get("rejected_false"):
+        why.append(f"rejected not warranted: {', '.join(row['rejected_false'])}")
     if row["answer_contained"] is False:
         why.append("answer not in top-k")
     return why

@@ -16,12 +16,13 @@ from kb_retriever.models import SearchResult
 from .dataset import BenchQuery
 from .metrics import answer_contained, mean_or_one, percentile, ranking_metrics, unique_keys
 
-__all__ = ["AGGREGATE_KEYS", "BenchReport", "QueryRun", "run_benchmark", "score"]
+__all__ = ["AGGREGATE_KEYS", "BenchReport", "QueryRun", "rejected_precision", "run_benchmark",
+           "score"]
 
 AGGREGATE_KEYS = (
     "ndcg_at_k", "mrr", "precision_at_k", "recall_at_k", "answer_containment_at_k",
     "citation_precision", "refusal_accuracy", "graph_recall", "rejected_recall",
-    "latency_p50_ms", "latency_p95_ms",
+    "rejected_precision", "latency_p50_ms", "latency_p95_ms",
 )
 Progress = Callable[[int, int, str], None]
 
@@ -138,6 +139,7 @@ def score(runs: Sequence[QueryRun], k: int, ingest: IngestReport | None = None) 
         "refusal_accuracy": share("refusal_ok"),
         "graph_recall": share("related_ok"),
         "rejected_recall": share("rejected_ok"),
+        "rejected_precision": rejected_precision(rows),
         "latency_p50_ms": percentile(latencies, 50),
         "latency_p95_ms": percentile(latencies, 95),
     }
@@ -171,5 +173,22 @@ def _row(r: QueryRun, rank: dict[str, float] | None, k: int) -> dict[str, Any]:
     row["rejected_ok"] = (
         None if not q.expect_rejected else any(d in r.rejected for d in q.expect_rejected)
     )
+    # An injected rejected approach is warranted when the query expects it or grades it
+    # relevant; on an off-topic query (relevance {}) every injection is a false alarm.
+    wanted = set(q.expect_rejected or ()) | {d for d, g in q.relevance.items() if g > 0}
+    row["rejected_false"] = [d for d in r.rejected if d not in wanted]
     row["latency_ms"] = round(r.latency_ms, 1)
     return row
+
+
+def rejected_precision(rows: Sequence[dict[str, Any]]) -> float:
+    """Share of injected rejected approaches that were warranted (expected, or graded
+    relevant), over all queries; 1.0 when nothing was injected.
+
+    >>> rejected_precision([{"rejected_doc_keys": ["a", "b"], "rejected_false": ["b"]},
+    ...                     {"rejected_doc_keys": [], "rejected_false": []}])
+    0.5
+    """
+    injected = sum(len(row["rejected_doc_keys"]) for row in rows)
+    false = sum(len(row["rejected_false"]) for row in rows)
+    return round((injected - false) / injected, 4) if injected else 1.0

@@ -17,6 +17,7 @@ from typing import Any
 
 from kb_retriever.models import Candidate, Hit
 from kb_retriever.ranking import diversify, rerank, should_refuse
+from kb_retriever.ranking.calibration import PROBES, Calibration
 from kb_retriever.settings import Settings
 
 from .dataset import BenchQuery
@@ -47,6 +48,7 @@ class Pool:
     query: BenchQuery
     candidates: tuple[Candidate, ...]
     lexeme_stats: Any = None  # the query's lexeme frequencies (BM25 idf), from the search meta
+    calibration: Calibration | None = None  # the scope's null, from the search meta
 
 
 def _candidate(h: Hit) -> Candidate:
@@ -65,8 +67,16 @@ def pools_from_runs(runs: Sequence[QueryRun]) -> list[Pool]:
     for r in runs:
         hits = [*r.result.primary, *r.result.runner_up]
         cands = sorted((_candidate(h) for h in hits), key=lambda c: -c.fused_score)
-        pools.append(Pool(r.query, tuple(cands), r.result.meta.get("lexeme_stats")))
+        pools.append(Pool(r.query, tuple(cands), r.result.meta.get("lexeme_stats"),
+                          _calibration(r.result.meta.get("calibration"))))
     return pools
+
+
+def _calibration(meta: Any) -> Calibration | None:
+    """The gate's calibration as the search used it (its ceiling is all the gate reads)."""
+    if not meta or not meta.get("calibrated"):
+        return None
+    return Calibration((float(meta["null_ceiling"]),) * len(PROBES))
 
 
 def split(queries: Sequence[BenchQuery], train_fraction: float = 0.7,
@@ -100,7 +110,8 @@ def _mean_ndcg(pools: Sequence[Pool], settings: Settings, k: int, now: datetime)
 
 
 def _refusal_accuracy(pools: Sequence[Pool], settings: Settings, k: int, now: datetime) -> float:
-    ok = [should_refuse(_top(p, settings, k, now), settings) == p.query.expect_refusal
+    ok = [should_refuse(_top(p, settings, k, now), settings, p.calibration)
+          == p.query.expect_refusal
           for p in pools]
     return sum(ok) / len(ok) if ok else 1.0
 

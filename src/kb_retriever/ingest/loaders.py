@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from kb_retriever.errors import IngestError
 from kb_retriever.ingest.chunking import (
@@ -26,6 +26,7 @@ from kb_retriever.ingest.chunking import (
     extract_wikilinks,
 )
 from kb_retriever.ingest.frontmatter import FrontmatterResult, parse_frontmatter
+from kb_retriever.ingest.language import detect_language
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
 from kb_retriever.settings import EDGE_TYPE_WEIGHTS, Settings
 
@@ -36,12 +37,24 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # Part of every content hash: bump it when parsing or chunking changes so files re-ingest.
-PARSER_VERSION = "kb-retriever-ingest/2"  # 2: titles from the first H1
+# 2: titles from the first H1; 3: DOCX outline levels and bold headings, PDF hyphenation joined
+PARSER_VERSION = "kb-retriever-ingest/3"
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
 _HEADING_STYLE_RE = re.compile(r"^heading ([1-6])$", re.IGNORECASE)
+# A "Normal" paragraph that is bold all through and this short reads as a heading: authors who
+# never use heading styles still mark sections that way. A sentence ends with punctuation.
+_BOLD_HEADING_MAX_CHARS = 80
+_BOLD_HEADING_MAX_WORDS = 10
+_SENTENCE_END = (".", ";", ",", ":", "!", "?")
+# The level of a bold pseudo-heading: below a title, like a section.
+_BOLD_HEADING_LEVEL = 2
+# A word broken across a PDF line: "connec-\ntion", "idle-in-\ntransaction" (soft hyphens too).
+_LINE_HYPHEN_RE = re.compile(r"(\w[\w-]*)(?:-|\u00ad)[ \t]*\n[ \t]*([a-z\u00e0-\u00ff]\w*)")
+# Enough text to tell the language by its stop words (ingest/language.py).
+_DETECT_CHUNKS = 5
 # DOCX body lines that the markdown chunker would misread as a heading, a code fence or a
 # frontmatter delimiter; they get a backslash.
 _MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", re.MULTILINE)
@@ -50,13 +63,25 @@ _MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", 
 def parse_document(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
     """Read ``path`` and return its draft: metadata, chunks and (canonical docs only) edges.
 
-    Raises :class:`~kb_retriever.errors.IngestError` naming the file relative to ``root``.
+    The document's language is its frontmatter ``language``, else the one its words show
+    (:func:`~kb_retriever.ingest.language.detect_language`), else None (the database's
+    default full-text configuration). Raises :class:`~kb_retriever.errors.IngestError` naming
+    the file relative to ``root``.
 
     Example::
 
         draft = parse_document(Path("kb/auth.md"), root=Path("kb"), settings=Settings())
         print(draft.source_path, draft.is_canonical, len(draft.chunks))
     """
+    draft = _parse(path, root=root, settings=settings)
+    if draft.language is None:  # frontmatter first, then the words (its FTS configuration)
+        detected = detect_language(" ".join(c.text for c in draft.chunks[:_DETECT_CHUNKS]))
+        if detected is not None:
+            draft = replace(draft, language=detected)
+    return draft
+
+
+def _parse(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
     rel = _relative_path(path, root)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
@@ -204,34 +229,121 @@ def _pdf_chunks(raw: bytes, rel: str, filename: str,
         raise
     except Exception as exc:  # pypdf has no single error base for bad input
         raise IngestError(f"{rel}: not a readable PDF ({_describe(exc)})") from exc
-    sections = [(f"Page {n}", text.replace("\x00", "")) for n, text in pages if text.strip()]
+    sections = [(f"Page {n}", join_hyphenation(text.replace("\x00", "")))
+                for n, text in pages if text.strip()]
     chunks = chunk_sections(sections, strategy="pdf_page", filename=filename,
                             hard_cap_tokens=hard_cap, overlap_tokens=0)
     return chunks, _aware(_safe(lambda: reader.metadata and reader.metadata.modification_date))
 
 
 def _docx_markdown(raw: bytes, rel: str) -> tuple[str, datetime | None]:
-    """Body paragraphs and tables as markdown; Heading 1..6 styles become ``#`` headings."""
+    """Body paragraphs and tables as markdown; headings (:func:`_heading_level`) become ``#``
+    headings, so chunks carry a heading path."""
     import docx  # the format libraries load only when such a file shows up
     from docx.table import Table
 
     try:
         document = docx.Document(io.BytesIO(raw))
-        blocks = [_table_markdown(item) if isinstance(item, Table) else _paragraph_markdown(item)
-                  for item in document.iter_inner_content()]
+        styles: dict[str | None, _StyleInfo] = {}
+        blocks = [_table_markdown(item) if isinstance(item, Table)
+                  else _paragraph_markdown(item, styles) for item in document.iter_inner_content()]
     except Exception as exc:  # python-docx, lxml and zipfile share no base
         raise IngestError(f"{rel}: not a readable DOCX ({_describe(exc)})") from exc
     text = "\n\n".join(block for block in blocks if block).replace("\x00", "")
     return text, _aware(_safe(lambda: document.core_properties.modified))
 
 
-def _paragraph_markdown(paragraph: Any) -> str:
+def join_hyphenation(text: str) -> str:
+    """Join words that a PDF broke across lines at a hyphen.
+
+    The hyphen stays when the word is a compound (its first part already holds a hyphen, or the
+    text spells it hyphenated elsewhere) and goes otherwise, unless the text spells the joined
+    word nowhere and the hyphenated one somewhere.
+
+    >>> join_hyphenation("sessions idle-in-\\ntransaction for hours; the connec-\\ntion pool")
+    'sessions idle-in-transaction for hours; the connection pool'
+    >>> join_hyphenation("a well-known fix; well-\\nknown")
+    'a well-known fix; well-known'
+    """
+    lowered = text.lower()
+
+    def join(m: re.Match[str]) -> str:
+        left, right = m.group(1), m.group(2)
+        hyphenated, solid = f"{left}-{right}", f"{left}{right}"
+        if "-" in left or hyphenated.lower() in lowered:
+            return hyphenated
+        return solid
+
+    return _LINE_HYPHEN_RE.sub(join, text)
+
+
+class _StyleInfo(NamedTuple):
+    """What a paragraph style says about headings, read once per style of a document: looking
+    a style up costs more than the rest of a paragraph (100k paragraphs took minutes)."""
+
+    name_level: int | None  # a ``Heading N`` style, or one based on it
+    outline_level: int | None  # the style's own ``w:outlineLvl``
+    bold: bool  # the style's font is bold
+
+
+def _paragraph_markdown(paragraph: Any, styles: dict[str | None, _StyleInfo]) -> str:
     text = paragraph.text.strip()
-    style = paragraph.style.name if paragraph.style is not None else ""
-    match = _HEADING_STYLE_RE.match(style or "")
-    if match and text:
-        return "#" * int(match.group(1)) + " " + " ".join(text.split())
+    level = _heading_level(paragraph, text, styles)
+    if level and text:
+        return "#" * level + " " + " ".join(text.split())
     return _MARKDOWN_SYNTAX_RE.sub("\\\\", text)
+
+
+def _heading_level(paragraph: Any, text: str, styles: dict[str | None, _StyleInfo]) -> int | None:
+    """A paragraph's heading level: its style (``Heading N``, or a style based on one), its
+    outline level (``w:outlineLvl`` on the paragraph or its style), or a short paragraph that
+    is bold all through (:data:`_BOLD_HEADING_LEVEL`); None for body text."""
+    key = paragraph._p.style  # the style id (None: the default style), no lookup
+    info = styles.get(key)
+    if info is None:
+        info = styles[key] = _style_info(paragraph.style)
+    if info.name_level:
+        return info.name_level
+    own = _outline_level(paragraph._p)
+    if own or info.outline_level:
+        return own or info.outline_level
+    if (text and len(text) <= _BOLD_HEADING_MAX_CHARS and not text.endswith(_SENTENCE_END)
+            and len(text.split()) <= _BOLD_HEADING_MAX_WORDS and _all_bold(paragraph, info.bold)):
+        return _BOLD_HEADING_LEVEL
+    return None
+
+
+def _style_info(style: Any) -> _StyleInfo:
+    first, seen = style, 0
+    while style is not None and seen < 10:  # a style chain, guarded against cycles
+        match = _HEADING_STYLE_RE.match(style.name or "")
+        if match:
+            return _StyleInfo(int(match.group(1)), None, False)
+        style, seen = style.base_style, seen + 1
+    element = getattr(first, "element", None)
+    bold = bool(first is not None and first.font.bold)
+    return _StyleInfo(None, _outline_level(element) if element is not None else None, bold)
+
+
+def _outline_level(element: Any) -> int | None:
+    from docx.oxml.ns import qn
+
+    ppr = element.pPr
+    outline = ppr.find(qn("w:outlineLvl")) if ppr is not None else None
+    if outline is None:
+        return None
+    try:
+        value = int(outline.get(qn("w:val")))
+    except (TypeError, ValueError):
+        return None
+    return value + 1 if 0 <= value <= 5 else None  # 9 is "body text"; markdown has 6 levels
+
+
+def _all_bold(paragraph: Any, style_bold: bool) -> bool:
+    runs = [r for r in paragraph.runs if r.text.strip()]
+    if not runs:
+        return False
+    return all(r.bold or (r.bold is None and style_bold) for r in runs)
 
 
 def _table_markdown(table: Any) -> str:

@@ -1,4 +1,13 @@
-"""The deterministic refusal gate (reference §16), calibrated on raw evidence (fix of §24.5).
+"""The deterministic refusal gate (reference §16), calibrated on raw evidence (fix of §24.5)
+and, on a calibrated scope, on the scope's own null (issue 16, decision 0007).
+
+Calibrated: a query is grounded when ``margin(best cosine) + Wl·best keyword >=
+refusal_min_evidence`` (:func:`refuse_calibrated`), where the margin measures the cosine
+against what unrelated text scores in the same scope
+(:class:`~kb_retriever.ranking.calibration.Calibration`). So an embedder that gives every
+Italian text 0.45, or E5 that gives everything 0.8, does not defeat the gate, and a query
+whose words the scope holds (an error code) is grounded by its keyword signal. An explicit
+``KB_REFUSAL_MIN_SIMILARITY``, or a scope never calibrated, uses the absolute rule below.
 
 In the reference, min-max normalisation gives the top candidate a vector signal of 1.0, so its
 score is >= 0.55 and the 0.25 score threshold always passes: the gate degenerated into "one
@@ -13,7 +22,35 @@ from collections.abc import Iterable
 from kb_retriever.models import Hit
 from kb_retriever.settings import Settings
 
-__all__ = ["evidence_score", "is_grounded", "should_refuse"]
+from .calibration import Calibration
+
+__all__ = ["calibrated_evidence", "evidence_score", "is_grounded", "refuse_calibrated",
+           "should_refuse"]
+
+
+def calibrated_evidence(hit: Hit, settings: Settings, calibration: Calibration) -> float:
+    """``margin(cosine) + evidence_lexical_weight · keyword`` of ``hit`` on a calibrated scope."""
+    return (calibration.margin(_similarity(hit) or 0.0)
+            + settings.evidence_lexical_weight * hit.scores.keyword)
+
+
+def refuse_calibrated(hits: list[Hit], settings: Settings, calibration: Calibration) -> bool:
+    """The calibrated gate: refuse unless the query's evidence, ``margin(best cosine) +
+    evidence_lexical_weight · best keyword signal`` over ``hits``, reaches
+    ``refusal_min_evidence`` (and there are ``refusal_min_chunks`` hits). The best cosine and
+    the best keyword match may be different chunks: a chunk close in meaning and another that
+    holds the query's rare word are evidence together."""
+    if not hits or len(hits) < settings.refusal_min_chunks:
+        return True
+    best_sim = max((_similarity(h) or 0.0) for h in hits)
+    best_keyword = max(h.scores.keyword for h in hits)
+    evidence = calibration.margin(best_sim) + settings.evidence_lexical_weight * best_keyword
+    return evidence < settings.refusal_min_evidence
+
+
+def _uses_calibration(settings: Settings, calibration: Calibration | None) -> bool:
+    return (calibration is not None and calibration.calibrated
+            and "refusal_min_similarity" not in settings.model_fields_set)
 
 
 def evidence_score(hit: Hit, settings: Settings) -> float:
@@ -32,20 +69,28 @@ def evidence_score(hit: Hit, settings: Settings) -> float:
     )
 
 
-def is_grounded(hit: Hit, settings: Settings) -> bool:
-    """True when the hit is real evidence: raw cosine similarity >= ``refusal_min_similarity``
+def is_grounded(hit: Hit, settings: Settings, calibration: Calibration | None = None) -> bool:
+    """True when the hit is real evidence: on a calibrated scope, :func:`calibrated_evidence`
+    >= ``refusal_min_evidence``; otherwise raw cosine similarity >= ``refusal_min_similarity``
     or :func:`evidence_score` >= ``refusal_min_rerank_score``."""
+    if _uses_calibration(settings, calibration):
+        assert calibration is not None
+        return calibrated_evidence(hit, settings, calibration) >= settings.refusal_min_evidence
     similarity = _similarity(hit)
     if similarity is not None and similarity >= settings.refusal_min_similarity:
         return True
     return evidence_score(hit, settings) >= settings.refusal_min_rerank_score
 
 
-def should_refuse(hits: Iterable[Hit], settings: Settings) -> bool:
+def should_refuse(hits: Iterable[Hit], settings: Settings,
+                  calibration: Calibration | None = None) -> bool:
     """True when fewer than ``refusal_min_chunks`` hits are grounded; always true for no hits.
 
     Example: ``if should_refuse(result.primary, settings): return "__NO_GROUNDED_ANSWER__"``.
     """
+    if _uses_calibration(settings, calibration):
+        assert calibration is not None
+        return refuse_calibrated(list(hits), settings, calibration)
     needed = settings.refusal_min_chunks
     grounded = 0
     seen_any = False
@@ -53,7 +98,7 @@ def should_refuse(hits: Iterable[Hit], settings: Settings) -> bool:
         seen_any = True
         if grounded >= needed:
             break
-        if is_grounded(hit, settings):
+        if is_grounded(hit, settings, calibration):
             grounded += 1
     return not seen_any or grounded < needed
 

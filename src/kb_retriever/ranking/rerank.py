@@ -60,6 +60,21 @@ class Scored(NamedTuple):
     def uid(self) -> str:
         return str(self.candidate.chunk_id)  # a primary (or runner-up) hit's uid
 
+    def rescored(self, total: float) -> Scored:
+        """A copy whose total is ``total``, the difference booked as a canonical adjustment
+        (a boost when it rises, a penalty when it falls), so ``total = base + additive +
+        canonical`` still holds. For the trust-gradient reorderings that move an item next to
+        another (history questions, an accepted decision above its rejected alternative)."""
+        t = dict(zip(TERMS, self.terms, strict=True))
+        delta = total - t["total"]
+        if delta >= 0:
+            t["canonical_boost"] += delta
+        else:
+            t["canonical_penalty"] -= delta
+        t["canonical"] += delta
+        t["total"] = total
+        return Scored(total, self.candidate, tuple(t[name] for name in TERMS))
+
     def hit(self, origin: Origin = Origin.PRIMARY) -> Hit:
         c = self.candidate
         breakdown = construct(ScoreBreakdown, {

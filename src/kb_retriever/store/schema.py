@@ -70,7 +70,9 @@ def read_meta(conn: psycopg.Connection) -> dict[str, str]:
 
 def ensure_fixed_choices(conn: psycopg.Connection, *, dimension: int, model_id: str,
                          fts_language: str) -> None:
-    """Fix the embedding dimension and FTS language at first use; refuse a mismatch later.
+    """Fix the embedding dimension and the default FTS language at first use; refuse a mismatch
+    later. Each chunk is indexed with its document's configuration (``fts_config``, set from
+    the document's language by a trigger, migration 0004), this default when it has none.
 
     A different embedder on an existing database would corrupt similarity, so it is an error
     that names both models, not a silent re-typing.
@@ -110,7 +112,8 @@ def ensure_fixed_choices(conn: psycopg.Connection, *, dimension: int, model_id: 
         conn.execute(
             sql.SQL(
                 "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS tsv tsvector GENERATED ALWAYS AS "
-                "(to_tsvector({lang}::regconfig, search_prefix || ' ' || text)) STORED"
+                "(to_tsvector(coalesce(fts_config, {lang}::regconfig), search_prefix || ' ' || text)) "
+                "STORED"
             ).format(lang=sql.Literal(fts_language))
         )
         conn.execute(TSV_INLINE)

@@ -118,9 +118,12 @@ class LegShape:
     edge_direction: str = "outgoing"
     # The statistics the full-text leg's OR query chooses its lexemes by (None: it keeps all).
     lexemes: LexemeBudget | None = None
+    # The full-text configurations of the scope's documents when there are several: the query
+    # is stemmed by each (query_lexemes_sql). One (or none): the ``fts_lang`` parameter's.
+    fts_configs: tuple[str, ...] = ()
 
     def literals(self) -> dict[str, sql.Composable]:
-        return {"tenant": _Literal(self.scope.tenant),
+        return {"ql": query_lexemes_sql(self.fts_configs), "tenant": _Literal(self.scope.tenant),
                 "projects": _Literal(list(self.scope.projects)),
                 "kc": _Literal(int(self.kc)), "min_sim": _Literal(float(self.min_sim)),
                 "fts_cap": _Literal(int(self.fts_cap)),
@@ -292,6 +295,18 @@ QUERY_LEXEMES = sql.SQL(
     "AS lexemes)")
 
 
+def query_lexemes_sql(configs: tuple[str, ...] = ()) -> sql.Composable:
+    """CTE ``ql``: the query's lexemes. With several ``configs`` (a scope whose documents are
+    in several languages, migration 0004) the query is stemmed by each and the lexemes united,
+    so an Italian and an English document both match; otherwise :data:`QUERY_LEXEMES`."""
+    if len(configs) <= 1:
+        return QUERY_LEXEMES
+    return sql.SQL(
+        "ql AS (SELECT ARRAY(SELECT DISTINCT u.l FROM unnest({configs}::regconfig[]) AS cfg(c), "
+        "unnest(tsvector_to_array(to_tsvector(cfg.c, %(fts_text)s))) AS u(l) "
+        "ORDER BY u.l) AS lexemes)").format(configs=_Literal(list(configs)))
+
+
 def lexeme_selection_sql(budget: LexemeBudget | None, cap: int) -> sql.Composable:
     """CTE ``sel`` (after CTE ``ql``): the query lexemes (``l``) that the OR query keeps, in
     their order (``o``): :meth:`~kb_retriever.ranking.bm25.CorpusLexemes.select` in SQL.
@@ -349,7 +364,7 @@ def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Compo
         "WITH {ql}, {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
         "SELECT n.*, leg_rows.* FROM (SELECT count(*) AS n_pre{lexemes} FROM {counted}) n "
         "LEFT JOIN leg_rows ON true"
-    ).format(ql=QUERY_LEXEMES, ctes=ctes, hits=sql.Identifier(hits), lexemes=lexemes,
+    ).format(ql=lit["ql"], ctes=ctes, hits=sql.Identifier(hits), lexemes=lexemes,
              row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, linked=lit["linked"]),
              joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN),
              counted=sql.Identifier(counted))
@@ -498,14 +513,19 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
 
 @_once
 def rejected_chunks_sql() -> sql.Composed:
-    """Every chunk of the accepted rejected-approach documents in scope, with its embedding.
+    """Every chunk of the accepted rejected-approach documents in scope, with its embedding and
+    the slugs its document has an edge with, either way (``linked_slugs``).
 
     Few rows, and they change only on ingest: the caller caches them and scores each query in
-    memory (``pipeline.best_rejected``), so the rejected channel costs no round trip per search.
+    memory (``kb_retriever.rejected``), so the rejected channel costs no round trip per search.
     Params: tenant, projects.
     """
     return sql.SQL(
-        "SELECT {chunk}, {doc}, c.embedding FROM kb_documents d "
+        "SELECT {chunk}, {doc}, c.embedding, ARRAY(SELECT e.to_slug FROM kb_edges e "
+        "WHERE e.tenant_id = d.tenant_id AND e.project_key = d.project_key "
+        "AND e.from_slug = d.slug UNION SELECT e.from_slug FROM kb_edges e "
+        "WHERE e.tenant_id = d.tenant_id AND e.project_key = d.project_key "
+        "AND e.to_slug = d.slug) AS linked_slugs FROM kb_documents d "
         "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
         "WHERE d.tenant_id = %(tenant)s AND d.project_key = ANY(%(projects)s) AND d.is_canonical "
         "AND d.canonical_type = 'rejected-approach' AND d.canonical_status = 'accepted' "
@@ -513,19 +533,66 @@ def rejected_chunks_sql() -> sql.Composed:
     ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
 
 
+# The scope's most common lexemes that lexeme_stats_sql lists (the planner's statistics list as
+# many at the default statistics target, which the lexeme selection was measured with).
+LEXEME_STATS_LISTED = 1000
+
+
 @_once
 def lexeme_stats_sql() -> sql.Composed:
-    """The planner's statistics of kb_chunks.tsv, read once per cache period (not per search).
+    """The scope's lexeme statistics, read once per cache period (not per search), in the shape
+    :meth:`~kb_retriever.ranking.bm25.CorpusLexemes.from_row` reads: ``reltuples`` (the scope's
+    chunks), ``elems`` (its most common lexemes, most common first) and ``freqs`` (the fraction
+    of the scope's chunks holding each, then the minimum and maximum listed fraction and 0).
 
-    ``most_common_elems`` lists the frequent lexemes with the fraction of rows that contain each
-    (ANALYZE keeps it current); the element after the frequencies is the minimum listed
-    frequency. ``reltuples`` is the row estimate (-1 before the first ANALYZE). One row.
+    From kb_lexemes and kb_scope_stats, which triggers keep per (tenant, project) on every
+    write (migration 0004), so no other tenant's or project's words count or show. Params:
+    tenant, projects.
     """
     return sql.SQL(
-        "SELECT c.reltuples, st.elems, st.freqs FROM pg_class c LEFT JOIN LATERAL ("
-        "SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS freqs "
-        "FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'kb_chunks' "
-        "AND attname = 'tsv') st ON true WHERE c.oid = 'kb_chunks'::regclass"
+        "WITH n AS (SELECT coalesce(sum(chunks), 0)::float8 AS total FROM kb_scope_stats "
+        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s)), "
+        "top AS (SELECT lexeme, sum(chunks)::float8 AS c FROM kb_lexemes "
+        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
+        "GROUP BY lexeme ORDER BY c DESC, lexeme COLLATE \"C\" LIMIT {listed}) "
+        "SELECT n.total AS reltuples, t.elems, t.freqs || ARRAY[t.lo, t.hi, 0::float8] AS freqs "
+        "FROM n LEFT JOIN LATERAL (SELECT array_agg(lexeme ORDER BY c DESC, lexeme COLLATE \"C\") "
+        "AS elems, array_agg(c / n.total ORDER BY c DESC, lexeme COLLATE \"C\") AS freqs, "
+        "min(c) / n.total AS lo, max(c) / n.total AS hi FROM top WHERE n.total > 0) t ON true"
+    ).format(listed=sql.Literal(LEXEME_STATS_LISTED))
+
+
+@_once
+def scope_stats_sql() -> sql.Composed:
+    """The calibration of each project in scope (``ranking.calibration.Calibration``), read
+    once per cache period. Params: tenant, projects."""
+    return sql.SQL(
+        "SELECT project_key, probe_version, probe_similarity FROM kb_scope_stats "
+        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) ORDER BY project_key"
+    ).format()
+
+
+@_once
+def supersessions_sql() -> sql.Composed:
+    """The scope's supersession edges (``supersedes`` from the successor, ``invalidated_by``
+    from the predecessor: frontmatter ``superseded_by``), read once per cache period.
+    Params: tenant, projects."""
+    return sql.SQL(
+        "SELECT project_key, from_slug, to_slug, edge_type FROM kb_edges "
+        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
+        "AND edge_type IN ('supersedes', 'invalidated_by') ORDER BY project_key, from_slug, to_slug"
+    ).format()
+
+
+@_once
+def fts_configs_sql() -> sql.Composed:
+    """The full-text configurations of the scope's documents (each document's language's,
+    ``%(default)s`` for those without one), read once per cache period.
+    Params: tenant, projects, default."""
+    return sql.SQL(
+        "SELECT DISTINCT coalesce(kb_fts_config(language)::text, %(default)s) AS config "
+        "FROM kb_documents WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
+        "ORDER BY 1"
     ).format()
 
 

@@ -1,0 +1,92 @@
+"""History questions: the superseded record next to its successor (issue 16; decision 0007).
+
+The status penalty keeps a superseded decision below the current one, which is right for "what
+do we use?" and wrong for "why did we move off Memcached?". The two are told apart by the
+supersession edge itself (``supersedes`` / ``invalidated_by``), not by a list of "why"/"when"
+words: a question names the predecessor when one of its words is in the predecessor's title and
+not in its successor's (titles name what a decision chose: "Self-hosted Airflow ...", "Dagster+
+..."). Then the predecessor's best chunk moves to just after its successor's, so the current
+decision still comes first and the superseded one is read next to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from .diversify import Ranked
+from .text import tokenize_query, words
+
+__all__ = ["between", "names_predecessor", "promote_predecessors"]
+
+R = TypeVar("R", bound=Ranked)
+Key = tuple[str, str]  # (project, slug)
+
+
+def between(item: R, above: R | None, below: R | None) -> R:
+    """``item`` rescored (``Scored.rescored``) to sit between ``above`` and ``below``, so the
+    list stays sorted by score; unchanged when it has no score to change."""
+    rescored = getattr(item, "rescored", None)
+    if rescored is None:
+        return item
+    hi = getattr(above, "score", None)
+    lo = getattr(below, "score", None)
+    if hi is None and lo is None:
+        return item
+    if hi is None:
+        target = float(lo) + max(abs(float(lo)) * 1e-6, 1e-9)  # type: ignore[arg-type]
+    elif lo is None or lo >= hi:
+        target = float(hi) - max(abs(float(hi)) * 1e-6, 1e-9)
+    else:
+        target = (float(hi) + float(lo)) / 2.0
+    return rescored(target)  # type: ignore[no-any-return]
+
+
+def names_predecessor(query: str, predecessor_title: str, successor_title: str) -> bool:
+    """True when a query word is in the predecessor's title and not in the successor's (whole
+    words: a prefix such as "plan" for "planning" names nothing).
+
+    >>> names_predecessor("Why did we move off Airflow?", "Self-hosted Airflow for pipeline "
+    ...                   "orchestration", "Dagster+ for pipeline orchestration")
+    True
+    >>> names_predecessor("Which tool orchestrates our pipelines today?", "Self-hosted Airflow"
+    ...                   " for pipeline orchestration", "Dagster+ for pipeline orchestration")
+    False
+    """
+    old, new = set(words(predecessor_title)), set(words(successor_title))
+    return any(t in old and t not in new for t in tokenize_query(query))
+
+
+def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Key, Sequence[Key]],
+                         *, top: int) -> tuple[list[R], list[Key]]:
+    """``ranked`` with each predecessor the query names moved to just after its successor,
+    when the successor's best chunk is among the first ``top``; and the predecessors moved.
+
+    ``successors``: (project, successor slug) -> its predecessors' keys.
+    """
+    out = list(ranked)
+    moved: list[Key] = []
+    first: dict[Key, int] = {}
+    for i, item in enumerate(out):
+        d = item.document
+        if d.slug:
+            first.setdefault((d.project_key, d.slug), i)
+    for s_key, preds in successors.items():
+        s_pos = first.get(s_key)
+        if s_pos is None or s_pos >= top:
+            continue
+        s_title = out[s_pos].document.title
+        for p_key in preds:
+            p_pos = next((i for i, it in enumerate(out) if it.document.slug
+                          and (it.document.project_key, it.document.slug) == p_key), None)
+            if p_pos is None or p_pos <= s_pos + 1:
+                continue
+            if not names_predecessor(query, out[p_pos].document.title, s_title):
+                continue
+            item = out.pop(p_pos)
+            s_pos = next(i for i, it in enumerate(out) if it.document.slug
+                         and (it.document.project_key, it.document.slug) == s_key)
+            out.insert(s_pos + 1, between(item, out[s_pos], out[s_pos + 1]
+                                          if s_pos + 1 < len(out) else None))
+            moved.append(p_key)
+    return out, moved

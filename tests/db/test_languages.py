@@ -1,0 +1,53 @@
+"""Per-document full-text configuration (issue 16, item 4): a document's language (frontmatter,
+else detected) selects the configuration its chunks are indexed with, and a query is stemmed
+by every configuration of its scope."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+pytestmark = pytest.mark.db
+
+IT = ("---\nlanguage: it\n---\n# Notifiche\n\nLe notifiche push della app passano dal servizio "
+      "notifiche.\n")
+IT_PLAIN = ("# Appunti\n\nIl telefono più lento che supportiamo è un Galaxy: se il catalogo "
+            "scorre bene lì, scorre bene ovunque. Prova anche un iPhone per gli schermi piccoli "
+            "e per il testo dinamico al massimo.\n")
+EN = "# Releases\n\nThe mobile releases ship every week from the release branch.\n"
+
+
+def test_documents_are_indexed_in_their_language_and_queries_use_the_scopes(make_kb, tmp_path):
+    root = tmp_path / "kb"
+    root.mkdir()
+    for name, text in {"it.md": IT, "appunti.md": IT_PLAIN, "en.md": EN}.items():
+        (root / name).write_text(text, encoding="utf-8")
+    kb = make_kb()
+    kb.ingest([root])
+    with psycopg.connect(kb.url) as conn:
+        rows = conn.execute(
+            "SELECT d.doc_key, d.language, c.fts_config::text, tsvector_to_array(c.tsv) "
+            "FROM kb_chunks c JOIN kb_documents d ON d.tenant_id = c.tenant_id "
+            "AND d.id = c.document_id").fetchall()
+    by_key = {key: (lang, config, set(lexemes)) for key, lang, config, lexemes in rows}
+    assert by_key["it"][:2] == ("it", "italian")
+    assert by_key["appunti"][:2] == ("it", "italian")  # detected from its words
+    assert by_key["en"][1] is None  # too short to tell: the database default (english)
+    it_lexemes = by_key["it"][2]
+    assert "della" not in it_lexemes and "notif" in it_lexemes  # stop word out, stemmed
+    # "notifica" stems to "notif" in Italian only; "releasing" to "releas" in English only
+    result = kb.search("notifica", limit=3)
+    assert result.primary[0].document.doc_key == "it" and result.primary[0].scores.fts_rank
+    result = kb.search("releasing", limit=3)
+    assert result.primary[0].document.doc_key == "en" and result.primary[0].scores.fts_rank
+
+
+def test_a_single_language_scope_stems_the_query_in_that_language(make_kb, tmp_path):
+    root = tmp_path / "it"
+    root.mkdir()
+    (root / "it.md").write_text(IT, encoding="utf-8")
+    kb = make_kb()
+    kb.ingest([root])
+    hit = kb.search("le notifiche", limit=1).primary[0]
+    # the query's Italian stop word "le" is no lexeme; "notifiche" is "notif"
+    assert set(hit.scores.lexeme_tf or {}) == {"notif"}

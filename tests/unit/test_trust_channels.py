@@ -1,0 +1,119 @@
+"""Pure tests of the calibrated trust channels (issue 16): calibration, the refusal gate on a
+calibrated scope, rejected-approach evidence and history promotion."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb_retriever.models import ScoreBreakdown
+from kb_retriever.ranking.calibration import PROBE_VERSION, PROBES, Calibration
+from kb_retriever.ranking.grounding import should_refuse
+from kb_retriever.ranking.history import names_predecessor, promote_predecessors
+from kb_retriever.ranking.rejected import correlate_rejected
+from kb_retriever.settings import Settings
+
+from .factories import canonical_doc, make_hit
+
+N = len(PROBES)
+
+
+def _null(level: float) -> Calibration:
+    return Calibration((level,) * N)
+
+
+def _hit(chunk_id, similarity, keyword=0.0, **doc):
+    return make_hit(chunk_id, doc=canonical_doc(chunk_id, **doc), similarity=similarity,
+                    scores=ScoreBreakdown(keyword=keyword, total=similarity))
+
+
+def test_margin_is_scale_free_across_embedders():
+    # MiniLM on English (null 0.15) and E5 (null 0.80): the same relative margin
+    assert _null(0.15).margin(0.575) == pytest.approx(0.5)
+    assert _null(0.80).margin(0.90) == pytest.approx(0.5)
+    assert _null(0.80).margin(0.78) < 0
+
+
+def test_calibration_needs_every_project_and_the_current_probes():
+    ok = {"probe_version": PROBE_VERSION, "probe_similarity": [0.3] * N}
+    assert Calibration.from_rows([ok]).calibrated
+    assert not Calibration.from_rows([]).calibrated
+    assert not Calibration.from_rows([ok, {"probe_version": PROBE_VERSION,
+                                           "probe_similarity": []}]).calibrated
+    assert not Calibration.from_rows([{**ok, "probe_similarity": [0.3] * (N - 1)}]).calibrated
+
+
+def test_calibrated_gate_refuses_a_flat_high_band_and_grounds_on_keywords():
+    s = Settings()  # refusal_min_similarity not set: the calibrated gate applies
+    italian_null = _null(0.52)  # MiniLM on Italian: unrelated text scores ~0.5
+    # cosine 0.55 clears the absolute 0.45 floor, but not the scope's own null
+    assert should_refuse([_hit(1, 0.55)], s, italian_null)
+    assert not should_refuse([_hit(1, 0.55)], s)  # uncalibrated: the absolute rule
+    # a query whose words the scope holds is grounded by its keyword signal
+    assert not should_refuse([_hit(1, 0.50, keyword=0.35)], s, italian_null)
+    assert not should_refuse([_hit(1, 0.80)], s, italian_null)
+
+
+def test_explicit_refusal_similarity_overrides_the_calibration():
+    s = Settings(refusal_min_similarity=0.5)
+    assert not should_refuse([_hit(1, 0.55)], s, _null(0.52))
+
+
+def test_rejected_evidence_combines_cosine_keyword_and_edges():
+    ev = correlate_rejected(
+        [(1, 10, 0.62), (2, 20, 0.40), (3, 30, 0.30)], keywords={2: 0.3},
+        links={3: {("p", "dec-a")}}, seed_slugs=[("p", "dec-a")], calibration=_null(0.3),
+        keyword_weight=1.5, edge_bonus=0.2)
+    by_doc = {e.doc_id: e for e in ev}
+    assert by_doc[1].score == pytest.approx((0.62 - 0.3) / 0.7)
+    assert by_doc[2].score == pytest.approx((0.40 - 0.3) / 0.7 + 0.45)
+    assert by_doc[3].linked and by_doc[3].score == pytest.approx(0.2)
+    assert [e.doc_id for e in ev] == [2, 1, 3]
+
+
+def test_history_question_puts_the_predecessor_next_to_its_successor():
+    v2 = _hit(1, 0.6, slug="dec-v2", title="Dagster+ for pipeline orchestration")
+    other = _hit(2, 0.5, slug="runbook")
+    v1 = _hit(3, 0.4, slug="dec-v1", title="Self-hosted Airflow for pipeline orchestration",
+              status="superseded")
+    edges = {("default", "dec-v2"): [("default", "dec-v1")]}
+    out, moved = promote_predecessors("Why did we move off Airflow?", [v2, other, v1], edges,
+                                      top=5)
+    assert [h.document.slug for h in out] == ["dec-v2", "dec-v1", "runbook"]
+    assert moved == [("default", "dec-v1")]
+    # a current-state question leaves the order alone
+    out, moved = promote_predecessors("Which tool orchestrates our pipelines?",
+                                      [v2, other, v1], edges, top=5)
+    assert [h.document.slug for h in out] == ["dec-v2", "runbook", "dec-v1"] and not moved
+    # the successor must be in the top-k
+    out, _ = promote_predecessors("Why did we move off Airflow?", [other, v2, v1], edges, top=1)
+    assert [h.document.slug for h in out] == ["runbook", "dec-v2", "dec-v1"]
+
+
+def test_names_predecessor_needs_a_whole_word_of_the_old_title_only():
+    assert not names_predecessor("how does the dispatcher plan routes", "route planning",
+                                 "OR-Tools solver")
+    assert names_predecessor("Perché abbiamo abbandonato OneSignal?",
+                             "notifiche push con OneSignal", "Firebase Cloud Messaging")
+
+
+def test_an_accepted_decision_linked_to_a_rejected_one_ranks_above_it_when_close():
+    from kb_retriever.ranking.rerank import Scored
+    from kb_retriever.rejected import unit_vectors, yield_to_accepted
+
+    from .factories import make_candidate
+
+    rej = canonical_doc(1, slug="rej-jwt", canonical_type="rejected-approach")
+    dec = canonical_doc(2, slug="dec-oidc")
+    other = canonical_doc(3, slug="runbook")
+    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [1.0, 0.0],
+                          "project_key": "default", "linked_slugs": ["dec-oidc"]}])
+
+    def scored(chunk_id, doc, score):
+        return Scored(score, make_candidate(chunk_id, doc=doc), (0.0,) * 14)
+
+    close = [scored(10, rej, 1.0), scored(30, other, 0.95), scored(20, dec, 0.9)]
+    assert [s.document.slug for s in yield_to_accepted(close, pool, ratio=0.88)] == [
+        "dec-oidc", "rej-jwt", "runbook"]
+    far = [scored(10, rej, 1.0), scored(20, dec, 0.6)]
+    assert [s.document.slug for s in yield_to_accepted(far, pool, ratio=0.88)] == [
+        "rej-jwt", "dec-oidc"]
