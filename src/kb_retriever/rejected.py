@@ -2,7 +2,7 @@
 
 The scope's rejected-approach chunks come cached with their vectors (:class:`RejectedVectors`),
 so scoring them costs no round trip. On a calibrated scope the decision is
-:func:`~kb_retriever.ranking.rejected.correlate_rejected`'s evidence (decision 0007): correlated
+:func:`~kb_retriever.ranking.rejected.correlate_rejected`'s evidence (decision 0009): correlated
 documents are injected unless the query is refused, the others leave every list. An explicit
 ``KB_REJECTED_MIN_SIMILARITY``, or a scope never calibrated, keeps the absolute cosine rule;
 either way a rejected document that stands in ``primary`` or ``expanded`` is also injected, so

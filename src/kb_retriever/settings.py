@@ -196,22 +196,22 @@ class Settings(BaseSettings):
         0.40, "KB_REJECTED_MIN_SIMILARITY", ge=-1, le=1
     )
 
-    # Evidence on a calibrated scope (ranking/calibration.py, decision 0007): a cosine's margin
+    # Evidence on a calibrated scope (ranking/calibration.py, decision 0009): a cosine's margin
     # above the scope's null, plus this weight times the keyword signal, plus the edge bonus
     # for a rejected document linked to one of the two best primary documents. Fitted on the
-    # three bench sets with MiniLM and E5, checked leaving each set out (decision 0007).
+    # three bench sets with MiniLM and E5, checked leaving each set out (decision 0009).
     rejected_min_evidence: float = _field(0.60, "KB_REJECTED_MIN_EVIDENCE")
     rejected_edge_bonus: float = _field(0.20, "KB_REJECTED_EDGE_BONUS", ge=0)
     evidence_lexical_weight: float = _field(1.5, "KB_EVIDENCE_LEXICAL_WEIGHT", ge=0)
     # An accepted document linked to a rejected one ranks above it when it scores at least this
-    # share of the rejected one's score (rejected.yield_to_accepted; decision 0007).
+    # share of the rejected one's score (rejected.yield_to_accepted; decision 0009).
     rejected_yield_ratio: float = _field(0.90, "KB_REJECTED_YIELD_RATIO", ge=0)
 
     # --- grounding gate -------------------------------------------------------------------
     # An explicit KB_REFUSAL_MIN_SIMILARITY (or KB_REJECTED_MIN_SIMILARITY) overrides the
     # calibrated gate (channel) with the absolute cosine rule; so does a scope never calibrated.
     # In the band (0.26-0.32) where one query run of 198 (3 sets x 2 embedders) is on the
-    # wrong side (decision 0007).
+    # wrong side (decision 0009).
     refusal_min_evidence: float = _field(0.30, "KB_REFUSAL_MIN_EVIDENCE")
     refusal_min_similarity: float = _field(
         0.45, "KB_REFUSAL_MIN_SIMILARITY"

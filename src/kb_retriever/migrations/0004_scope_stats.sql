@@ -1,5 +1,5 @@
 -- kb-retriever schema v4: statistics kept per scope by the project itself (docs/decisions/
--- 0007-trust-channels.md). BM25 document frequencies used to come from pg_stats, which is
+-- 0009-trust-channels.md). BM25 document frequencies used to come from pg_stats, which is
 -- database-wide: another tenant's ingest moved a tenant's scores, and the frequencies shown in
 -- meta["lexeme_stats"] revealed other tenants' words. Now every write to kb_chunks (the
 -- document writer, bulk loads, cascaded deletes) updates the counts of its own (tenant,

@@ -1,4 +1,4 @@
-"""Per-knowledge-base calibration of the trust channels (issue 16; decision 0007).
+"""Per-knowledge-base calibration of the trust channels (issue 16; decision 0009).
 
 An absolute cosine means different things per embedder and language: MiniLM gives unrelated
 English text ~0.1 and unrelated Italian text ~0.45; E5 gives everything 0.7-0.85. So each

@@ -1,5 +1,5 @@
 """The deterministic refusal gate (reference §16), calibrated on raw evidence (fix of §24.5)
-and, on a calibrated scope, on the scope's own null (issue 16, decision 0007).
+and, on a calibrated scope, on the scope's own null (issue 16, decision 0009).
 
 Calibrated: a query is grounded when ``margin(best cosine) + Wl·best keyword >=
 refusal_min_evidence`` (:func:`refuse_calibrated`), where the margin measures the cosine

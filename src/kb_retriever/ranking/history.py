@@ -1,4 +1,4 @@
-"""History questions: the superseded record next to its successor (issue 16; decision 0007).
+"""History questions: the superseded record next to its successor (issue 16; decision 0009).
 
 The status penalty keeps a superseded decision below the current one, which is right for "what
 do we use?" and wrong for "why did we move off Memcached?". The two are told apart by the

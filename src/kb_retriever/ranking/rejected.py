@@ -1,4 +1,4 @@
-"""The rejected-approach channel on evidence (issue 16; decision 0007).
+"""The rejected-approach channel on evidence (issue 16; decision 0009).
 
 A rejected-approach document correlates with the query by the evidence the ranking uses, not
 by one absolute cosine: its best chunk's cosine measured against the scope's null
