@@ -8,15 +8,13 @@ similar to the query, scores it, and applies the user's filters.
 from __future__ import annotations
 
 from collections.abc import Collection, Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .models import Hit, Origin, ScoreBreakdown
+from .plan import Fetch, SearchRequest
 from .settings import Settings
 from .store import sql as q
 from .store.rows import document_from_row
-
-if TYPE_CHECKING:
-    from .pipeline import Fetch, SearchRequest
 
 _SEP = chr(31)  # unit separator: joins (project, slug) into one visited key, as the SQL does
 
@@ -30,8 +28,6 @@ def expand_graph(primary: Sequence[Hit], req: SearchRequest, settings: Settings,
     ``linked`` column). They seed nothing, so they leave the frontier, and with no seed left
     there is no round trip; the result is the same.
     """
-    from .pipeline import Fetch
-
     # canonical documents of the primary list, in rank order, once each
     seeds = list(dict.fromkeys(
         (h.document.project_key, h.document.slug) for h in primary

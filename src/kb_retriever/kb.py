@@ -26,16 +26,8 @@ from .errors import ConfigError, InputError, StoreError
 from .filters import SearchFilters, parse_filters
 from .ingestion import IngestReport, Progress, as_paths, ingest_paths
 from .models import SearchResult
-from .pipeline import (
-    Fetch,
-    SearchRequest,
-    arun_plan,
-    leg_shape,
-    run_plan,
-    search_plan,
-    validate_limit,
-    validate_query,
-)
+from .pipeline import leg_shape, search_plan, validate_limit, validate_query
+from .plan import Fetch, SearchRequest, arun_plan, run_plan
 from .settings import Settings, load_settings
 from .store import records, schema
 from .store.borrowed import BorrowedAsyncPool, BorrowedPool

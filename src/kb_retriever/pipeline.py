@@ -1,8 +1,8 @@
-"""The search pipeline as a sans-I/O plan.
+"""The search pipeline as a sans-I/O plan (``plan.py``).
 
 :func:`search_plan` is a generator that *yields* what it needs (an SQL fetch or a query
 embedding) and receives the answer, so the sync and async entry points share every line of
-logic and differ only in how they perform I/O (``run_plan`` / ``arun_plan``).
+logic and differ only in how they perform I/O (``plan.run_plan`` / ``plan.arun_plan``).
 
 embed → candidates (two independent SQL legs, HNSW and FTS, fused by weighted RRF) → rerank
 → diversify → graph → rejected → result
@@ -11,17 +11,13 @@ embed → candidates (two independent SQL legs, HNSW and FTS, fused by weighted 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Sequence
 from typing import Any
 
-from psycopg import sql
-
 from .errors import InputError
-from .filters import SearchFilters
 from .graph import expand_graph
 from .models import DocumentRef, Hit, Origin, SearchResult
+from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
 from .ranking import (
     diversify,
     expand_query_text,
@@ -45,48 +41,8 @@ from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row
 
-__all__ = ["Embed", "Fetch", "Parallel", "SearchRequest", "arun_plan", "best_rejected",
-           "fuse_legs", "run_plan", "search_plan", "unit_vectors"]
-
-
-@dataclass(frozen=True)
-class Fetch:
-    """Run ``query`` with ``params``; send back the rows as dicts, or ``parse(rows)`` when
-    ``parse`` is set (a driver that caches the read caches that parsed answer)."""
-
-    query: sql.Composable
-    params: dict[str, Any]
-    stage: str
-    parse: Callable[[list[dict[str, Any]]], Any] | None = None
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """Run ``fetches`` (independent reads) and send back their answers in order; a driver may
-    run them at once, each on its own connection."""
-
-    fetches: tuple[Fetch, ...]
-
-
-@dataclass(frozen=True)
-class Embed:
-    """Embed ``text`` as a query; send back the vector."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class SearchRequest:
-    query: str
-    scope: q.Scope
-    limit: int
-    filters: SearchFilters
-    mention_doc_ids: frozenset[int] = frozenset()
-    query_embedding: Any = None  # a vector (sequence of floats or numpy array)
-    now: datetime | None = None
-
-
-Plan = Generator[Fetch | Parallel | Embed, Any, SearchResult]
+__all__ = ["best_rejected", "fuse_legs", "leg_shape", "search_plan", "unit_vectors",
+           "validate_limit", "validate_query"]
 
 
 def validate_query(query: Any, settings: Settings) -> str:
@@ -367,50 +323,3 @@ def successor_map(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[
 
 def _ms(t: float) -> float:
     return (time.perf_counter() - t) * 1000.0
-
-
-def _sequential(fetch: Callable[[Fetch], Any]) -> Callable[[tuple[Fetch, ...]], tuple[Any, ...]]:
-    return lambda fetches: tuple(fetch(f) for f in fetches)
-
-
-def run_plan(plan: Plan, fetch: Callable[[Fetch], Any], embed: Callable[[str], Any],
-             fetch_all: Callable[[tuple[Fetch, ...]], tuple[Any, ...]] | None = None
-             ) -> SearchResult:
-    """Drive a plan with blocking I/O. ``fetch_all`` answers a :class:`Parallel` (default: one
-    fetch after the other)."""
-    many = fetch_all or _sequential(fetch)
-    try:
-        request = next(plan)
-        while True:
-            if isinstance(request, Fetch):
-                answer = fetch(request)
-            elif isinstance(request, Parallel):
-                answer = many(request.fetches)
-            else:
-                answer = embed(request.text)
-            request = plan.send(answer)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
-                    embed: Callable[[str], Awaitable[Any]],
-                    fetch_all: Callable[[tuple[Fetch, ...]], Awaitable[tuple[Any, ...]]] | None
-                    = None) -> SearchResult:
-    """Drive a plan with async I/O (``fetch_all`` as in :func:`run_plan`)."""
-    try:
-        request = next(plan)
-        while True:
-            answer: Any
-            if isinstance(request, Fetch):
-                answer = await fetch(request)
-            elif isinstance(request, Parallel):
-                if fetch_all is not None:
-                    answer = await fetch_all(request.fetches)
-                else:
-                    answer = tuple([await fetch(f) for f in request.fetches])
-            else:
-                answer = await embed(request.text)
-            request = plan.send(answer)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]

@@ -1,0 +1,109 @@
+"""The sans-I/O plan of a search: what a stage asks for, and the drivers that answer it.
+
+A plan is a generator that *yields* a :class:`Fetch` (an SQL read), a :class:`Parallel` (reads
+that may run at once) or an :class:`Embed` (a query embedding) and receives the answer, so the
+sync and async entry points share every line of logic and differ only in how they perform I/O
+(:func:`run_plan` / :func:`arun_plan`). ``pipeline.py`` and ``graph.py`` both build on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+from .filters import SearchFilters
+from .models import SearchResult
+from .store import sql as q
+
+__all__ = ["Embed", "Fetch", "Parallel", "Plan", "SearchRequest", "arun_plan", "run_plan"]
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Run ``query`` with ``params``; send back the rows as dicts, or ``parse(rows)`` when
+    ``parse`` is set (a driver that caches the read caches that parsed answer)."""
+
+    query: sql.Composable
+    params: dict[str, Any]
+    stage: str
+    parse: Callable[[list[dict[str, Any]]], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Run ``fetches`` (independent reads) and send back their answers in order; a driver may
+    run them at once, each on its own connection."""
+
+    fetches: tuple[Fetch, ...]
+
+
+@dataclass(frozen=True)
+class Embed:
+    """Embed ``text`` as a query; send back the vector."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query: str
+    scope: q.Scope
+    limit: int
+    filters: SearchFilters
+    mention_doc_ids: frozenset[int] = frozenset()
+    query_embedding: Any = None  # a vector (sequence of floats or numpy array)
+    now: datetime | None = None
+
+
+Plan = Generator[Fetch | Parallel | Embed, Any, SearchResult]
+
+
+def _sequential(fetch: Callable[[Fetch], Any]) -> Callable[[tuple[Fetch, ...]], tuple[Any, ...]]:
+    return lambda fetches: tuple(fetch(f) for f in fetches)
+
+
+def run_plan(plan: Plan, fetch: Callable[[Fetch], Any], embed: Callable[[str], Any],
+             fetch_all: Callable[[tuple[Fetch, ...]], tuple[Any, ...]] | None = None
+             ) -> SearchResult:
+    """Drive a plan with blocking I/O. ``fetch_all`` answers a :class:`Parallel` (default: one
+    fetch after the other)."""
+    many = fetch_all or _sequential(fetch)
+    try:
+        request = next(plan)
+        while True:
+            if isinstance(request, Fetch):
+                answer = fetch(request)
+            elif isinstance(request, Parallel):
+                answer = many(request.fetches)
+            else:
+                answer = embed(request.text)
+            request = plan.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
+                    embed: Callable[[str], Awaitable[Any]],
+                    fetch_all: Callable[[tuple[Fetch, ...]], Awaitable[tuple[Any, ...]]] | None
+                    = None) -> SearchResult:
+    """Drive a plan with async I/O (``fetch_all`` as in :func:`run_plan`)."""
+    try:
+        request = next(plan)
+        while True:
+            answer: Any
+            if isinstance(request, Fetch):
+                answer = await fetch(request)
+            elif isinstance(request, Parallel):
+                if fetch_all is not None:
+                    answer = await fetch_all(request.fetches)
+                else:
+                    answer = tuple([await fetch(f) for f in request.fetches])
+            else:
+                answer = await embed(request.text)
+            request = plan.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
