@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-v3
 
-.PHONY: install demo test lint typecheck bench bench-beir perf clean
+.PHONY: install demo test lint typecheck bench bench-beir perf load clean
 
 LLAMA  := integrations/llama-index
 # The LlamaIndex integrations, one distribution each (LlamaIndex's layout), then the umbrella.
@@ -39,6 +39,11 @@ bench-beir: $(STAMP)
 
 perf: $(STAMP)
 	$(PY) benchmarks/perf.py
+
+# Throughput and latency with 1, 4 and 16 concurrent clients (the peers must be installed:
+# pip install langchain-postgres llama-index-vector-stores-postgres asyncpg psycopg2-binary).
+load: $(STAMP)
+	$(PY) benchmarks/load.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,192 @@
+"""Speed under load: throughput and latency with 1, 4 and 16 concurrent clients, per system.
+
+    .venv/bin/python benchmarks/load.py [--size 100000] [--clients 1,4,16] [--per-client 100]
+                                        [--skip-peers]
+
+A client is a process of its own (a web worker, say), with its own connection pool, searching
+with the query vector given (no embedding time). All clients of a level start together (a
+barrier after their warm-up); throughput is all their searches over the wall time from the
+start to the last one's end, latency is pooled over every search. Systems: kb-retriever with
+its defaults and with the AND full-text mode (``KB_FTS_QUERY_MODE=plain``), langchain-postgres
+``PGVectorStore`` hybrid, LlamaIndex ``PGVectorStore`` hybrid, on the synthetic corpus of
+``perf.py``. Beside each, its SciFact nDCG@10 from benchmarks/results/scifact.json (the
+quality of the same configuration on real data). Results: benchmarks/results/load-<size>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import perf  # noqa: E402  (the corpus, the loaders and the peers' set-up are perf.py's)
+
+SYSTEMS = ("kb", "kb-and", "langchain", "llamaindex")
+WARMUP = 10
+
+
+def _scifact() -> dict[str, float | None]:
+    """SciFact nDCG@10 of each system's configuration, as measured by benchmarks/beir.py."""
+    data = json.loads((HERE / "results" / "scifact.json").read_text())
+    ablation = {row["variant"]: row["ndcg@10"] for row in data["ablation"]}
+    systems = data["systems"]
+    return {"kb": systems["kb-retriever defaults"]["ndcg@10"],
+            "kb-and": ablation.get("fts_query_mode=plain"),
+            "langchain": systems["langchain-postgres PGVectorStore hybrid (rrf)"]["ndcg@10"],
+            "llamaindex": None}  # beir.py measures LlamaIndex's QueryFusionRetriever instead
+
+
+def searcher(system: str, url: str) -> Any:
+    """A ``search(vector, text)`` callable for ``system``, set up as perf.py's children do."""
+    if system in ("kb", "kb-and"):
+        from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+
+        settings = Settings(fts_query_mode="plain") if system == "kb-and" else Settings()
+        kb = KnowledgeBase(settings, embedder=HashingEmbedder(384), database_url=url,
+                           tenant=perf.TENANT).open()
+        return lambda v, t: kb.search(t, limit=perf.K, project=perf.PROJECTS, query_embedding=v)
+    if system == "langchain":
+        from dataclasses import replace
+
+        from langchain_core.embeddings import FakeEmbeddings
+        from langchain_postgres import PGEngine, PGVectorStore
+        from langchain_postgres.v2.hybrid_search_config import (
+            HybridSearchConfig,
+            reciprocal_rank_fusion,
+        )
+
+        engine = PGEngine.from_connection_string(url=perf._sa_urls(url)[0])
+        cfg = HybridSearchConfig(tsv_column="content_tsv", primary_top_k=perf.KC,
+                                 secondary_top_k=perf.KC, fusion_function=reciprocal_rank_fusion)
+        store = PGVectorStore.create_sync(engine, table_name="lc_perf",
+                                          embedding_service=FakeEmbeddings(size=384),
+                                          hybrid_search_config=cfg)
+        return lambda v, t: store.similarity_search_by_vector(
+            v.tolist(), k=perf.K, hybrid_search_config=replace(cfg, fts_query=t))
+    from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
+
+    store = perf._llamaindex_store(url)
+    return lambda v, t: store.query(VectorStoreQuery(
+        query_embedding=v.tolist(), similarity_top_k=perf.K, sparse_top_k=perf.K, query_str=t,
+        mode=VectorStoreQueryMode.HYBRID))
+
+
+def worker(system: str, url: str, data: Path, n: int, offset: int) -> None:
+    """One client: set up, warm up, say READY, wait for GO, run ``n`` searches, print JSON."""
+    qv = np.load(data / "qvec.npy")
+    texts = json.loads((data / "queries.json").read_text())["texts"]
+    search = searcher(system, url)
+    for i in range(WARMUP):
+        search(qv[i % len(qv)], texts[i % len(texts)])
+    print("READY", flush=True)
+    sys.stdin.readline()
+    lat = []
+    for j in range(n):
+        i = (offset * 997 + j) % len(texts)  # each client its own walk through the queries
+        t = time.perf_counter()
+        search(qv[i], texts[i])
+        lat.append((time.perf_counter() - t) * 1000)
+    print(json.dumps({"lat": lat}), flush=True)
+
+
+def run_level(system: str, url: str, data: Path, clients: int, per_client: int) -> dict[str, Any]:
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", system, "--url", url,
+                               "--data", str(data), "--n", str(per_client), "--offset", str(c)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for c in range(clients)]
+    try:
+        for p in procs:  # the barrier: every client set up and warm
+            assert p.stdout is not None
+            line = p.stdout.readline()
+            if not line.startswith("READY"):
+                raise RuntimeError(f"{system} client did not start: {line!r}")
+        t0 = time.perf_counter()
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("GO\n")
+            p.stdin.flush()
+        outs = [json.loads(p.communicate(timeout=1800)[0].strip().splitlines()[-1])
+                for p in procs]
+        wall = time.perf_counter() - t0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    lat = [x for o in outs for x in o["lat"]]
+    return {"clients": clients, "searches": len(lat), "wall_s": round(wall, 2),
+            "throughput_per_s": round(len(lat) / wall, 1), **perf.pct(lat),
+            "loadavg": os.getloadavg()[0]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=100_000)
+    ap.add_argument("--clients", default="1,4,16")
+    ap.add_argument("--per-client", type=int, default=100)
+    ap.add_argument("--queries", type=int, default=500)
+    ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--out-dir", default=str(HERE / "results"))
+    ap.add_argument("--worker", choices=SYSTEMS)
+    ap.add_argument("--url")
+    ap.add_argument("--data")
+    ap.add_argument("--n", type=int)
+    ap.add_argument("--offset", type=int, default=0)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.url, Path(args.data), args.n, args.offset)
+        return 0
+
+    import _synth
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    from kb_retriever.store.server import start_embedded
+
+    levels = [int(c) for c in args.clients.split(",")]
+    systems = [s for s in SYSTEMS if not (args.skip_peers and s in ("langchain", "llamaindex"))]
+    quality = _scifact()
+    with tempfile.TemporaryDirectory(prefix="kb-load-") as home:
+        server_url = start_embedded(Path(home))
+        db = f"load_{args.size}"
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+        url = make_conninfo(server_url, dbname=db)
+        corpus = _synth.make_corpus(args.size)
+        res: dict[str, Any] = {"size": args.size, "machine": perf.machine(),
+                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                               "per_client": args.per_client, "ingest": perf.load_kb(url, corpus)}
+        if not args.skip_peers:
+            res["peer_load"] = perf.load_peers(url, corpus)
+        qv, texts, _ = _synth.queries(corpus, args.queries)
+        with tempfile.TemporaryDirectory() as tmp:
+            data = Path(tmp)
+            np.save(data / "qvec.npy", qv)
+            (data / "queries.json").write_text(json.dumps({"texts": texts}))
+            for clients in levels:  # each level every system in turn: a slow minute hits all
+                for system in systems:
+                    out = run_level(system, url, data, clients, args.per_client)
+                    out["scifact_ndcg@10"] = quality.get(system)
+                    res.setdefault(system, []).append(out)
+                    print(f"[{args.size}] {clients:>2} clients {system:<10} "
+                          f"{out['throughput_per_s']:>7.1f}/s  p50 {out['p50']:.1f}  "
+                          f"p95 {out['p95']:.1f} ms", file=sys.stderr)
+    path = Path(args.out_dir) / f"load-{args.size}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
