@@ -157,7 +157,8 @@ def main() -> int:
     levels = [int(c) for c in args.clients.split(",")]
     systems = [s for s in SYSTEMS if not (args.skip_peers and s in ("langchain", "llamaindex"))]
     quality = _scifact()
-    with tempfile.TemporaryDirectory(prefix="kb-load-") as home:
+    # The server may still be writing when the directory goes: that is no failure of the run.
+    with tempfile.TemporaryDirectory(prefix="kb-load-", ignore_cleanup_errors=True) as home:
         server_url = start_embedded(Path(home))
         db = f"load_{args.size}"
         with psycopg.connect(server_url, autocommit=True) as conn:
@@ -182,9 +183,9 @@ def main() -> int:
                     print(f"[{args.size}] {clients:>2} clients {system:<10} "
                           f"{out['throughput_per_s']:>7.1f}/s  p50 {out['p50']:.1f}  "
                           f"p95 {out['p95']:.1f} ms", file=sys.stderr)
-    path = Path(args.out_dir) / f"load-{args.size}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(res, indent=2) + "\n")
+        path = Path(args.out_dir) / f"load-{args.size}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(res, indent=2) + "\n")
     return 0
 
 

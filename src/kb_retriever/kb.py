@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from . import documents as docs
 from .calibrate import calibrate_project
@@ -27,18 +26,17 @@ from .filters import SearchFilters, parse_filters
 from .ingestion import IngestReport, Progress, as_paths, ingest_paths
 from .models import SearchResult
 from .pipeline import leg_shape, search_plan, validate_limit, validate_query
-from .plan import Fetch, SearchRequest, arun_plan, run_plan
+from .plan import SearchRequest, arun_plan, run_plan
 from .settings import Settings, load_settings
 from .store import records, schema
 from .store.borrowed import BorrowedAsyncPool, BorrowedPool
 from .store.connection import (
     atranslated,
-    is_retryable,
     make_async_pool,
     make_pool,
-    translate,
     translated,
 )
+from .store.reader import AsyncSearchSession, ReadCache, SearchSession
 from .store.server import start_embedded
 from .store.sql import Scope
 
@@ -47,17 +45,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["KnowledgeBase"]
 
 _NAME_MAX = 120
-# A cached read holds at most this many rows (rejected-approach chunks of a huge scope are
-# read on every search instead).
-_CACHE_MAX_ROWS = 20_000
-# Scopes whose cached reads are kept: thousands of distinct project lists must not grow the
-# process without bound.
-_CACHE_MAX_ENTRIES = 256
-
-
-# How long a search waits for an idle connection it saw in the pool for its second leg (a
-# timeout of 0 would fail at once even with connections idle: psycopg_pool checks it first).
-_IDLE_WAIT_S = 0.005
 
 
 def _count(cur: Any) -> int:
@@ -175,13 +162,9 @@ class KnowledgeBase:
         self._apool: Any = None
         self._alock: asyncio.Lock | None = None
         self._apool_loop: asyncio.AbstractEventLoop | None = None
-        # Reads that change rarely, cached for their TTL (see _cache_key): synonym groups per
-        # scope (reference §5 caches them too), the database's lexeme statistics and the
-        # rejected-approach vectors per scope. Each saves work on every search (the statistics
-        # read alone cost ~3 ms at 100k chunks).
-        # The cache holds each read's answer as the plan wants it (parsed, see Fetch.parse).
-        self._cache: dict[tuple[Any, ...], tuple[float, Any]] = {}
-        self._cache_lock = threading.Lock()
+        # The answers of the reads a search plan marks cacheable (synonyms, the scope's
+        # statistics, calibration and rejected-approach vectors), parsed, for their TTL.
+        self._reads = ReadCache()
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
         self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
         self._loader: threading.Thread | None = None  # loads the embedder during open()
@@ -377,20 +360,20 @@ class KnowledgeBase:
                         conn.execute("SELECT set_config('statement_timeout', %s, false)",
                                      [str(self.settings.statement_timeout_ms)])
         finally:
-            self._cache.clear()  # the ingest re-analysed kb_chunks: new lexeme statistics
+            self._reads.clear()  # the ingest re-analysed kb_chunks: new lexeme statistics
 
     def clear_caches(self) -> None:
         """Forget the cached reads (synonym groups, lexeme statistics, rejected-approach chunks)
         so the next search reads them again. This process's ingests do it
         already; call it after another process wrote, rather than waiting for the TTLs
         (``KB_SYNONYM_CACHE_TTL_SECONDS``, ``KB_CATALOG_CACHE_TTL_SECONDS``)."""
-        self._cache.clear()
+        self._reads.clear()
 
     def add_synonyms(self, term: str, synonyms: Sequence[str], *, project: str | None = None,
                      tenant: str | None = None) -> None:
         """Add or replace a synonym group for a project (reference §5)."""
         pool = self._write_pool()
-        self._cache.clear()
+        self._reads.clear()
         with translated(), pool.connection() as conn:
             conn.execute(
                 "INSERT INTO kb_synonyms (tenant_id, project_key, term, synonyms) "
@@ -441,7 +424,7 @@ class KnowledgeBase:
                 # The trust channels' null for this project, as a file ingest measures it.
                 calibrate_project(conn, self.embedder, tenant=tenant, project=project)
         finally:
-            self._cache.clear()
+            self._reads.clear()
         return [d.source_path for d in drafts]
 
     async def aadd_documents(self, documents: Iterable[Any], *, project: str | None = None,
@@ -471,7 +454,7 @@ class KnowledgeBase:
             with translated(), pool.connection() as conn, conn.transaction():
                 counts = [_count(conn.execute(*s)) for s in stmts]
         finally:
-            self._cache.clear()
+            self._reads.clear()
         return counts[0]
 
     async def _awrite(self, stmts: list[records.Statement]) -> int:
@@ -480,7 +463,7 @@ class KnowledgeBase:
             async with atranslated(), pool.connection() as conn, conn.transaction():
                 counts = [await _acount(await conn.execute(*s)) for s in stmts]
         finally:
-            self._cache.clear()
+            self._reads.clear()
         return counts[0]
 
     def get_by_ids(self, ids: Iterable[str], *, project: str | None = None,
@@ -596,170 +579,12 @@ class KnowledgeBase:
         with embedder_errors():
             return self.embedder.embed_query(text)
 
-    def _cache_key(self, req: Fetch) -> tuple[tuple[Any, ...], int] | None:
-        """(key, TTL in seconds) of a cacheable read, or None."""
-        if req.stage == "synonyms" and self.settings.synonyms_cache_ttl_seconds > 0:
-            return ((req.stage, req.params["tenant"], tuple(req.params["projects"])),
-                    self.settings.synonyms_cache_ttl_seconds)
-        ttl = self.settings.catalog_cache_ttl_seconds
-        if req.stage in ("lexeme_stats", "scope_stats", "supersessions", "fts_configs",
-                         "rejected_vectors") and ttl > 0:
-            return (req.stage, req.params["tenant"], tuple(req.params["projects"])), ttl
-        return None
-
-    def _cached(self, req: Fetch) -> Any:
-        """The cached answer to ``req``, or None."""
-        key = self._cache_key(req)
-        hit = self._cache.get(key[0]) if key else None
-        return hit[1] if hit and hit[0] > time.monotonic() else None
-
-    def _remember(self, req: Fetch, rows: list[dict[str, Any]]) -> Any:
-        """The answer to ``req`` (``req.parse(rows)`` if set), cached when it is cacheable."""
-        answer = req.parse(rows) if req.parse is not None else rows
-        key = self._cache_key(req)
-        if key and len(rows) <= _CACHE_MAX_ROWS:
-            with self._cache_lock:
-                self._cache.pop(key[0], None)
-                self._cache[key[0]] = (time.monotonic() + key[1], answer)
-                while len(self._cache) > _CACHE_MAX_ENTRIES:  # the oldest scope goes first
-                    del self._cache[next(iter(self._cache))]
-        return answer
-
-    def _fetch(self, req: Fetch, held: list[Any]) -> Any:
-        """Answer one read of a search plan. ``held`` carries the search's pooled connection
-        from one read to the next (one checkout per search, not one per read)."""
-        cached = self._cached(req)
-        if cached is not None:
-            return cached
-        pool = self._require_pool()
-        for attempt in (1, 2):
-            try:
-                if not held:
-                    held.append(pool.getconn())
-                with held[0].cursor(row_factory=dict_row) as cur:
-                    cur.execute(req.query, req.params)
-                    return self._remember(req, cur.fetchall())
-            except psycopg.Error as exc:
-                self._release(held)  # the pool discards it if it is broken
-                # Reads are idempotent: a dropped connection is retried once on a fresh one.
-                if attempt == 1 and is_retryable(exc):
-                    logger.warning("retrying %s after a dropped connection", req.stage)
-                    pool.check()
-                    continue
-                raise translate(exc) from None
-        raise AssertionError("unreachable")
-
-    def _fetch_all(self, reqs: tuple[Fetch, ...], held: list[Any]) -> tuple[Any, ...]:
-        """Answer independent reads at once: the first on the search's connection, each other
-        on a pooled connection that is idle right now, in a worker thread (psycopg waits on the
-        socket without the GIL). With no idle connection, or ``KB_PARALLEL_LEGS=false``, one
-        after the other: a search never waits for a second connection.
-
-        The idle connections stay with the search to its end and go back after its own one
-        (:meth:`_release`). psycopg_pool hands out the connection idle longest, so the next
-        search gets the same pair: its own connection again for this thread, the same second
-        one for the worker. Pairs that swapped every search cost ~1 ms more on 2 cores
-        (docs/decisions/0004-speed.md)."""
-        extra: list[Any] = []
-        if self.settings.parallel_legs and len(reqs) > 1:
-            if not held:  # the search's own connection first: a pool of one must not deadlock
-                with translated():
-                    held.append(self._require_pool().getconn())
-            extra = self._idle_connections(len(reqs) - 1)
-        if not extra:
-            return tuple(self._fetch(r, held) for r in reqs)
-        # reqs[1..n] go to the n idle connections' workers; the others run here, on `held`
-        helds = [[conn] for conn in extra]
-        try:
-            futures = [self._executor().submit(self._fetch, r, h)
-                       for r, h in zip(reqs[1:], helds, strict=False)]
-            try:
-                mine = [self._fetch(r, held) for r in (reqs[0], *reqs[1 + len(futures):])]
-            finally:
-                wait(futures)  # never return a connection that a worker still uses
-            return (mine[0], *[f.result() for f in futures], *mine[1:])
-        finally:
-            for h in helds:  # kept to the end of the search, returned after its own (_release)
-                held.extend(h)
-
-    def _idle_connections(self, n: int) -> list[Any]:
-        """Up to ``n`` connections that are idle in the pool right now (never waits for one)."""
-        pool, out = self._require_pool(), []
-        for _ in range(min(n, pool.get_stats().get("pool_available", 0))):
-            try:  # another thread may take it first: then wait 5 ms at most, not the timeout
-                out.append(pool.getconn(timeout=_IDLE_WAIT_S))
-            except PoolTimeout:
-                break
-        return out
-
     def _executor(self) -> ThreadPoolExecutor:
+        """The worker threads of parallel legs, started on first use."""
         if self._threads is None:
             self._threads = ThreadPoolExecutor(max_workers=self.settings.pool_max_size,
                                                thread_name_prefix="kb-retriever-leg")
         return self._threads
-
-    def _release(self, held: list[Any]) -> None:
-        """Return the search's connections to the pool, its own (``held[0]``) first."""
-        while held:
-            self._require_pool().putconn(held.pop(0))
-
-    async def _afetch(self, req: Fetch, held: list[Any]) -> Any:
-        cached = self._cached(req)
-        if cached is not None:
-            return cached
-        pool = await self._async_pool()
-        for attempt in (1, 2):
-            try:
-                if not held:
-                    held.append(await pool.getconn())
-                async with held[0].cursor(row_factory=dict_row) as cur:
-                    await cur.execute(req.query, req.params)
-                    return self._remember(req, await cur.fetchall())
-            except psycopg.Error as exc:
-                await self._arelease(held)
-                if attempt == 1 and is_retryable(exc):
-                    logger.warning("retrying %s after a dropped connection", req.stage)
-                    await pool.check()
-                    continue
-                raise translate(exc) from None
-        raise AssertionError("unreachable")
-
-    async def _afetch_all(self, reqs: tuple[Fetch, ...], held: list[Any]) -> tuple[Any, ...]:
-        """The async twin of :meth:`_fetch_all` (the reads run as concurrent tasks)."""
-        extra: list[Any] = []
-        if self.settings.parallel_legs and len(reqs) > 1:
-            pool = await self._async_pool()
-            if not held:  # the search's own connection first (see _fetch_all)
-                async with atranslated():
-                    held.append(await pool.getconn())
-            for _ in range(min(len(reqs) - 1, pool.get_stats().get("pool_available", 0))):
-                try:
-                    extra.append(await pool.getconn(timeout=_IDLE_WAIT_S))
-                except PoolTimeout:
-                    break
-        if not extra:
-            return tuple([await self._afetch(r, held) for r in reqs])
-        helds = [held, *([conn] for conn in extra)]
-        try:
-            parallel = reqs[:len(helds)]
-            answers = await asyncio.gather(
-                *(self._afetch(r, h) for r, h in zip(parallel, helds, strict=True)),
-                return_exceptions=True)  # every task ends before a connection goes back
-            for a in answers:
-                if isinstance(a, BaseException):
-                    raise a
-            rest = [await self._afetch(r, held) for r in reqs[len(helds):]]
-            return (*answers, *rest)
-        finally:
-            for h in helds[1:]:  # kept to the end of the search (see _fetch_all)
-                held.extend(h)
-
-    async def _arelease(self, held: list[Any]) -> None:
-        """Return the search's connections to the pool, its own (``held[0]``) first."""
-        if held:
-            pool = await self._async_pool()
-            while held:
-                await pool.putconn(held.pop(0))
 
     def search(self, query: str, *, limit: int | None = None,
                project: str | Sequence[str] | None = None, tenant: str | None = None,
@@ -775,19 +600,18 @@ class KnowledgeBase:
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
                             now=now)
-        self._require_pool()
-        held: list[Any] = []
+        session = SearchSession(self._require_pool(), self._reads, self.settings,
+                                self._executor)
 
         def embed(text: str) -> np.ndarray:
-            self._release(held)  # no connection sits idle while the model runs
+            session.release()  # no connection sits idle while the model runs
             return self._embed(text)
 
         try:
-            return run_plan(search_plan(req, self.settings),
-                            lambda r: self._fetch(r, held), embed,
-                            lambda reqs: self._fetch_all(reqs, held))
+            return run_plan(search_plan(req, self.settings), session.fetch, embed,
+                            session.fetch_all)
         finally:
-            self._release(held)
+            session.release()
 
     async def asearch(self, query: str, *, limit: int | None = None,
                       project: str | Sequence[str] | None = None, tenant: str | None = None,
@@ -799,19 +623,17 @@ class KnowledgeBase:
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
                             now=now)
-
-        held: list[Any] = []
+        session = AsyncSearchSession(await self._async_pool(), self._reads, self.settings)
 
         async def embed(text: str) -> np.ndarray:
-            await self._arelease(held)
+            await session.release()
             return self._vector(await asyncio.to_thread(self._embed_raw, text))
 
         try:
-            return await arun_plan(search_plan(req, self.settings),
-                                   lambda r: self._afetch(r, held), embed,
-                                   lambda reqs: self._afetch_all(reqs, held))
+            return await arun_plan(search_plan(req, self.settings), session.fetch, embed,
+                                   session.fetch_all)
         finally:
-            await self._arelease(held)
+            await session.release()
 
     def search_sql(self, query: str, **kwargs: Any) -> str:
         """The candidate SQL that :meth:`search` runs for ``query``: the vector leg, then the

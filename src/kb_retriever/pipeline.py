@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from .errors import InputError
@@ -85,6 +86,12 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
                       fts_configs=tuple(fts_configs) if len(fts_configs) > 1 else ())
 
 
+def _kept(read: Fetch, req: SearchRequest, ttl: float) -> Fetch:
+    """``read``, declared cacheable per scope for ``ttl`` seconds (0: never cached)."""
+    return replace(read, cache_key=(read.stage, req.scope.tenant, req.scope.projects),
+                   cache_ttl=ttl)
+
+
 def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     """The whole search as a generator of I/O requests (see module docstring)."""
     timings: dict[str, float] = {}
@@ -94,7 +101,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     groups: list[list[str]] = []
     if settings.synonyms_enabled:
         t = time.perf_counter()
-        rows = yield Fetch(q.synonyms_sql(), scope_p, "synonyms")
+        rows = yield _kept(Fetch(q.synonyms_sql(), scope_p, "synonyms"), req,
+                           settings.synonyms_cache_ttl_seconds)
         groups = [[r["term"], *r["synonyms"]] for r in rows]
         timings["synonyms"] = _ms(t)
     phrases = expansion_phrases(req.query, groups) if groups else []
@@ -104,20 +112,22 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     qvec = req.query_embedding if req.query_embedding is not None else (yield Embed(embed_text))
     timings["embed"] = _ms(t)
 
-    # The scope's lexeme statistics (BM25 idf, the OR lexemes' budget): cached by the caller.
-    corpus: CorpusLexemes = yield Fetch(q.lexeme_stats_sql(), scope_p, "lexeme_stats",
-                                        parse=CorpusLexemes.from_rows)
+    # What only a write changes is read through the cache (KB_CATALOG_CACHE_TTL_SECONDS).
+    catalog = settings.catalog_cache_ttl_seconds
+    # The scope's lexeme statistics (BM25 idf, the OR lexemes' budget).
+    corpus: CorpusLexemes = yield _kept(Fetch(q.lexeme_stats_sql(), scope_p, "lexeme_stats",
+                                              parse=CorpusLexemes.from_rows), req, catalog)
 
     # The full-text configurations of the scope's documents (their languages'): one stems the
     # query through the fts_lang parameter, several through the legs' CTE ql.
-    configs: list[str] = yield Fetch(q.fts_configs_sql(),
-                                     {**scope_p, "default": settings.fts_language},
-                                     "fts_configs", parse=lambda rows: [r["config"] for r in rows])
+    configs: list[str] = yield _kept(Fetch(
+        q.fts_configs_sql(), {**scope_p, "default": settings.fts_language}, "fts_configs",
+        parse=lambda rows: [r["config"] for r in rows]), req, catalog)
     fts_lang = configs[0] if len(configs) == 1 else settings.fts_language
 
     # The scope's null similarity (the refusal gate's and rejected channel's calibration).
-    calibration: Calibration = yield Fetch(q.scope_stats_sql(), scope_p, "scope_stats",
-                                           parse=Calibration.from_rows)
+    calibration: Calibration = yield _kept(Fetch(q.scope_stats_sql(), scope_p, "scope_stats",
+                                                 parse=Calibration.from_rows), req, catalog)
 
     with_doc_ids = settings.mentions_mode == "filter"
     hybrid = settings.hybrid_search_enabled
@@ -164,7 +174,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     ranked = rank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
                   lexeme_stats=lexeme_stats)
     # History questions: a superseded decision the query names goes next to its successor.
-    edges = yield Fetch(q.supersessions_sql(), scope_p, "supersessions", parse=successor_map)
+    edges = yield _kept(Fetch(q.supersessions_sql(), scope_p, "supersessions",
+                              parse=successor_map), req, catalog)
     ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit)
     timings["rerank"] = _ms(t)
 
@@ -172,10 +183,10 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     pool: RejectedVectors | None = None
     if settings.rejected_injection_enabled:
         t = time.perf_counter()
-        # The scope's rejected-approach chunks with their vectors, cached by the caller: scoring
-        # and reading them takes no round trip per search.
-        pool = yield Fetch(q.rejected_chunks_sql(), scope_p, "rejected_vectors",
-                           parse=unit_vectors)
+        # The scope's rejected-approach chunks with their vectors, cached: scoring and reading
+        # them takes no round trip per search.
+        pool = yield _kept(Fetch(q.rejected_chunks_sql(), scope_p, "rejected_vectors",
+                                 parse=unit_vectors), req, catalog)
         channel = decide_rejected(pool, qvec, ranked, calibration, settings)
         # a rejected idea that does not correlate is no context either (rejected.py)
         ranked = yield_to_accepted([s for s in ranked if channel.keeps(s.document)], pool,

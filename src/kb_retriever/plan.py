@@ -31,6 +31,10 @@ class Fetch:
     params: dict[str, Any]
     stage: str
     parse: Callable[[list[dict[str, Any]]], Any] | None = None
+    # A read whose answer changes only when the knowledge base is written: the driver may keep
+    # it under ``cache_key`` for ``cache_ttl`` seconds (0: never cached).
+    cache_key: tuple[Any, ...] | None = None
+    cache_ttl: float = 0.0
 
 
 @dataclass(frozen=True)

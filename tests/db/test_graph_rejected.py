@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kb_retriever import Origin, Settings
+from kb_retriever.store.reader import SearchSession
 
 pytestmark = pytest.mark.db
 
@@ -96,13 +97,13 @@ def test_seeds_without_edges_cost_no_round_trip(graph_kb, monkeypatch):
     canonical documents have none skips the expansion's read; the answer is the same."""
     def hops(kb, query):
         stages = []
-        fetch = kb._fetch
+        fetch = SearchSession._fetch
 
-        def spy(req, held):
+        def spy(session, req, held):
             stages.append(req.stage)
-            return fetch(req, held)
+            return fetch(session, req, held)
 
-        monkeypatch.setattr(kb, "_fetch", spy)
+        monkeypatch.setattr(SearchSession, "_fetch", spy)
         result = kb.search(query, limit=1)
         monkeypatch.undo()
         return slugs(result.primary), slugs(result.expanded), stages.count("graph_hop_1")

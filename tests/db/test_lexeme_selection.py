@@ -15,6 +15,7 @@ from psycopg import sql
 from kb_retriever import HashingEmbedder, Settings
 from kb_retriever.ranking.bm25 import CorpusLexemes
 from kb_retriever.store import sql as q
+from kb_retriever.store.reader import SearchSession
 
 pytestmark = pytest.mark.db
 
@@ -108,7 +109,7 @@ def test_any_query_and_statistics_choose_alike(conn, words, listed, freqs, rows,
     assert _chosen(conn, text, corpus, cap) == corpus.select(lexemes, budget=cap)
 
 
-def test_searches_use_the_statistics_in_their_full_text_leg(make_kb, tmp_path):
+def test_searches_use_the_statistics_in_their_full_text_leg(make_kb, tmp_path, monkeypatch):
     """A search's full-text leg carries the cached statistics (one prepared statement per
     scope and statistics), and a query of only common words keeps its least common one."""
     root = tmp_path / "kb"
@@ -119,14 +120,14 @@ def test_searches_use_the_statistics_in_their_full_text_leg(make_kb, tmp_path):
     kb = make_kb(embedder=HashingEmbedder(64), settings=Settings(fts_match_cap=10))
     kb.ingest([root])
     seen: list[Any] = []
-    fetch = kb._fetch
+    fetch = SearchSession._fetch
 
-    def spy(req, held):
+    def spy(session, req, held):
         if req.stage == "keyword_leg":
             seen.append(req.query.as_string(held[0]) if held else req.query.as_string(None))
-        return fetch(req, held)
+        return fetch(session, req, held)
 
-    kb._fetch = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(SearchSession, "_fetch", spy)
     hits = kb.search("queue retry zymurgy", limit=3).primary
     assert seen and '"queue": ' in seen[0] and "sel AS" in seen[0]
     assert hits[0].document.doc_key == "n7"  # the rare word alone fits the budget of 10

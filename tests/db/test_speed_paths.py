@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+from kb_retriever.store.reader import AsyncSearchSession, SearchSession
 
 pytestmark = pytest.mark.db
 
@@ -22,15 +23,15 @@ def _notes(root: Path, texts: list[str], prefix: str = "n") -> Path:
 def _legs_and_checkouts(kb: KnowledgeBase, q: str, monkeypatch) -> tuple[set[int], int]:
     """(the backend pids that ran the two candidate legs, the pool checkouts) of one search."""
     pids: dict[str, int] = {}
-    fetch = kb._fetch
+    fetch = SearchSession._fetch
 
-    def spy(req, held):
-        answer = fetch(req, held)
+    def spy(session, req, held):
+        answer = fetch(session, req, held)
         if req.stage in ("vector_leg", "keyword_leg"):
             pids[req.stage] = held[0].info.backend_pid
         return answer
 
-    monkeypatch.setattr(kb, "_fetch", spy)
+    monkeypatch.setattr(SearchSession, "_fetch", spy)
     pool = kb._require_pool()
     before = pool.get_stats().get("requests_num", 0)
     result = kb.search(q)
@@ -73,15 +74,15 @@ async def test_an_async_search_runs_the_legs_on_two_connections(example_kb, monk
     q = "what cache layer did we standardise on?"
     await example_kb.asearch(q)
     pids: dict[str, int] = {}
-    afetch = example_kb._afetch
+    afetch = AsyncSearchSession._fetch
 
-    async def spy(req, held):
-        answer = await afetch(req, held)
+    async def spy(session, req, held):
+        answer = await afetch(session, req, held)
         if req.stage in ("vector_leg", "keyword_leg"):
             pids[req.stage] = held[0].info.backend_pid
         return answer
 
-    monkeypatch.setattr(example_kb, "_afetch", spy)
+    monkeypatch.setattr(AsyncSearchSession, "_fetch", spy)
     pool = await example_kb._async_pool()
     before = pool.get_stats().get("requests_num", 0)
     result = await example_kb.asearch(q)
@@ -200,19 +201,19 @@ def test_consecutive_searches_keep_each_leg_on_the_same_connection(example_kb, m
                                                                     monkeypatch):
     """The second connection goes back to the pool after the search's own one, so with the
     pool's two connections the next search gets the same pair in the same roles: the caller's
-    thread on one, the worker thread on the other (KnowledgeBase._fetch_all)."""
+    thread on one, the worker thread on the other (store.reader.SearchSession.fetch_all)."""
     q = "what cache layer did we standardise on?"
     roles: list[dict[str, int]] = []
     with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
-        fetch = kb._fetch
+        fetch = SearchSession._fetch
 
-        def spy(req, held):
-            answer = fetch(req, held)
+        def spy(session, req, held):
+            answer = fetch(session, req, held)
             if req.stage in ("vector_leg", "keyword_leg"):
                 roles[-1][req.stage] = held[0].info.backend_pid
             return answer
 
-        monkeypatch.setattr(kb, "_fetch", spy)
+        monkeypatch.setattr(SearchSession, "_fetch", spy)
         pool = kb._require_pool()
         for _ in range(4):
             roles.append({})
@@ -230,22 +231,22 @@ def test_a_search_of_new_words_reads_nothing_before_its_two_legs(example_kb, min
     never seen before cost no round trip ahead of the legs, which run on two connections."""
     reads: list[tuple[str, int]] = []
     with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
-        fetch = kb._fetch
+        fetch = SearchSession._fetch
 
-        def spy(req, held):
-            answer = fetch(req, held)
+        def spy(session, req, held):
+            answer = fetch(session, req, held)
             reads.append((req.stage, held[0].info.backend_pid if held else 0))
             return answer
 
-        monkeypatch.setattr(kb, "_fetch", spy)
+        monkeypatch.setattr(SearchSession, "_fetch", spy)
         kb.search("which cache layer did we standardise on?")  # fills the caches
         reads.clear()
-        cached = kb._cache.copy()
+        cached = dict(kb._reads._entries)
         result = kb.search("zanzibarish cache wombats")  # two words never seen before
     stages = [stage for stage, _ in reads]
     # the cached reads (synonyms, lexeme statistics, configurations, calibration), then the legs
     assert stages[:4] == ["synonyms", "lexeme_stats", "fts_configs", "scope_stats"]
-    assert kb._cache.keys() == cached.keys()
+    assert kb._reads._entries.keys() == cached.keys()
     legs = dict(reads[4:6])
     assert set(legs) == {"vector_leg", "keyword_leg"}
     assert legs["vector_leg"] != legs["keyword_leg"]  # at once, on two connections

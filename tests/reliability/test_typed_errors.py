@@ -88,11 +88,10 @@ def test_terminal_output_escapes_control_characters() -> None:
 
 
 def test_cached_reads_are_bounded_by_scope_count(kb: KnowledgeBase) -> None:
-    from kb_retriever import kb as kb_module
-
-    for i in range(kb_module._CACHE_MAX_ENTRIES + 50):
+    bound = kb._reads.max_entries
+    for i in range(bound + 50):
         kb.search("redis", project=["default", f"p{i}"])
-    assert len(kb._cache) <= kb_module._CACHE_MAX_ENTRIES
+    assert len(kb._reads) <= bound
 
 
 def test_a_vanished_folder_is_an_input_error_not_a_database_error(kb: KnowledgeBase,

@@ -1,0 +1,226 @@
+"""The connections of one search: a pooled session, retry, parallel legs, release order.
+
+``SearchSession`` and ``AsyncSearchSession`` are line-parallel twins (as httpx keeps ``Client``
+and ``AsyncClient``): the policy is the same, only the I/O differs. A session answers a plan's
+reads (``plan.Fetch`` / ``plan.Parallel``); what may be cached, under which key and for how
+long, the plan declares on each read (``Fetch.cache_key``, ``Fetch.cache_ttl``), and
+:class:`ReadCache` keeps it.
+
+Policy, in both twins:
+
+* one checkout per search: the first read takes a connection and the later ones reuse it;
+  :meth:`release` gives it back (before the query is embedded, and at the end);
+* a read whose connection the server dropped is retried once on a fresh one (reads are
+  idempotent; a query error or the pool's own timeout is not retried);
+* independent reads (the two candidate legs) run at once when the pool has idle connections
+  right now (``KB_PARALLEL_LEGS``), each extra connection kept to the end of the search and
+  returned after the search's own one, so the next search gets the same pair
+  (docs/decisions/0004-speed.md); with none idle, one after the other, never waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import PoolTimeout
+
+from ..plan import Fetch
+from ..settings import Settings
+from .connection import atranslated, is_retryable, translate, translated
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AsyncSearchSession", "ReadCache", "SearchSession"]
+
+# How long a search waits for an idle connection it saw in the pool for its second leg (a
+# timeout of 0 would fail at once even with connections idle: psycopg_pool checks it first).
+_IDLE_WAIT_S = 0.005
+
+
+class ReadCache:
+    """Answers of cacheable reads, each for its TTL. At most ``max_entries`` keys (the oldest
+    goes first: thousands of distinct project lists must not grow the process), and an answer
+    of more than ``max_rows`` rows is not kept."""
+
+    def __init__(self, *, max_entries: int = 256, max_rows: int = 20_000) -> None:
+        self.max_entries, self.max_rows = max_entries, max_rows
+        self._entries: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, req: Fetch) -> Any:
+        """The cached answer to ``req``, or None."""
+        if req.cache_key is None or req.cache_ttl <= 0:
+            return None
+        hit = self._entries.get(req.cache_key)
+        return hit[1] if hit and hit[0] > time.monotonic() else None
+
+    def answer(self, req: Fetch, rows: list[dict[str, Any]]) -> Any:
+        """``req``'s answer (``req.parse(rows)`` when set), kept when ``req`` is cacheable."""
+        answer = req.parse(rows) if req.parse is not None else rows
+        if req.cache_key is not None and req.cache_ttl > 0 and len(rows) <= self.max_rows:
+            with self._lock:
+                self._entries.pop(req.cache_key, None)
+                self._entries[req.cache_key] = (time.monotonic() + req.cache_ttl, answer)
+                while len(self._entries) > self.max_entries:
+                    del self._entries[next(iter(self._entries))]
+        return answer
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+class SearchSession:
+    """One search's connections from a sync pool (see the module docstring)."""
+
+    def __init__(self, pool: Any, cache: ReadCache, settings: Settings,
+                 executor: Callable[[], ThreadPoolExecutor]) -> None:
+        self._pool, self._cache, self._settings, self._executor = pool, cache, settings, executor
+        self._held: list[Any] = []  # the search's own connection first, then the extra ones
+
+    def fetch(self, req: Fetch) -> Any:
+        return self._fetch(req, self._held)
+
+    def _fetch(self, req: Fetch, held: list[Any]) -> Any:
+        cached = self._cache.get(req)
+        if cached is not None:
+            return cached
+        for attempt in (1, 2):
+            try:
+                if not held:
+                    held.append(self._pool.getconn())
+                with held[0].cursor(row_factory=dict_row) as cur:
+                    cur.execute(req.query, req.params)
+                    return self._cache.answer(req, cur.fetchall())
+            except psycopg.Error as exc:
+                _release(self._pool, held)  # the pool discards it if it is broken
+                if attempt == 1 and is_retryable(exc):
+                    logger.warning("retrying %s after a dropped connection", req.stage)
+                    self._pool.check()
+                    continue
+                raise translate(exc) from None
+        raise AssertionError("unreachable")
+
+    def fetch_all(self, reqs: tuple[Fetch, ...]) -> tuple[Any, ...]:
+        """Independent reads: the first on the search's connection, each other on an idle
+        connection in a worker thread (psycopg waits on the socket without the GIL)."""
+        extra: list[Any] = []
+        if self._settings.parallel_legs and len(reqs) > 1:
+            if not self._held:  # the search's own connection first: a pool of one must not
+                with translated():  # deadlock
+                    self._held.append(self._pool.getconn())
+            extra = self._idle(len(reqs) - 1)
+        if not extra:
+            return tuple(self.fetch(r) for r in reqs)
+        helds = [[conn] for conn in extra]  # reqs[1..n] on the idle connections' workers
+        try:
+            futures = [self._executor().submit(self._fetch, r, h)
+                       for r, h in zip(reqs[1:], helds, strict=False)]
+            try:
+                mine = [self.fetch(r) for r in (reqs[0], *reqs[1 + len(futures):])]
+            finally:
+                wait(futures)  # never return a connection that a worker still uses
+            return (mine[0], *[f.result() for f in futures], *mine[1:])
+        finally:
+            for h in helds:  # kept to the end of the search, returned after its own
+                self._held.extend(h)
+
+    def _idle(self, n: int) -> list[Any]:
+        """Up to ``n`` connections that are idle in the pool right now (never waits for one)."""
+        out = []
+        for _ in range(min(n, self._pool.get_stats().get("pool_available", 0))):
+            try:  # another thread may take it first: then wait 5 ms at most, not the timeout
+                out.append(self._pool.getconn(timeout=_IDLE_WAIT_S))
+            except PoolTimeout:
+                break
+        return out
+
+    def release(self) -> None:
+        """Return the search's connections to the pool, its own first."""
+        _release(self._pool, self._held)
+
+
+class AsyncSearchSession:
+    """The async twin of :class:`SearchSession` (parallel reads run as concurrent tasks)."""
+
+    def __init__(self, pool: Any, cache: ReadCache, settings: Settings) -> None:
+        self._pool, self._cache, self._settings = pool, cache, settings
+        self._held: list[Any] = []
+
+    async def fetch(self, req: Fetch) -> Any:
+        return await self._fetch(req, self._held)
+
+    async def _fetch(self, req: Fetch, held: list[Any]) -> Any:
+        cached = self._cache.get(req)
+        if cached is not None:
+            return cached
+        for attempt in (1, 2):
+            try:
+                if not held:
+                    held.append(await self._pool.getconn())
+                async with held[0].cursor(row_factory=dict_row) as cur:
+                    await cur.execute(req.query, req.params)
+                    return self._cache.answer(req, await cur.fetchall())
+            except psycopg.Error as exc:
+                await _arelease(self._pool, held)
+                if attempt == 1 and is_retryable(exc):
+                    logger.warning("retrying %s after a dropped connection", req.stage)
+                    await self._pool.check()
+                    continue
+                raise translate(exc) from None
+        raise AssertionError("unreachable")
+
+    async def fetch_all(self, reqs: tuple[Fetch, ...]) -> tuple[Any, ...]:
+        extra: list[Any] = []
+        if self._settings.parallel_legs and len(reqs) > 1:
+            if not self._held:
+                async with atranslated():
+                    self._held.append(await self._pool.getconn())
+            extra = await self._idle(len(reqs) - 1)
+        if not extra:
+            return tuple([await self.fetch(r) for r in reqs])
+        helds = [self._held, *([conn] for conn in extra)]
+        try:
+            answers = await asyncio.gather(
+                *(self._fetch(r, h) for r, h in zip(reqs[:len(helds)], helds, strict=True)),
+                return_exceptions=True)  # every task ends before a connection goes back
+            for a in answers:
+                if isinstance(a, BaseException):
+                    raise a
+            rest = [await self.fetch(r) for r in reqs[len(helds):]]
+            return (*answers, *rest)
+        finally:
+            for h in helds[1:]:  # kept to the end of the search
+                self._held.extend(h)
+
+    async def _idle(self, n: int) -> list[Any]:
+        out = []
+        for _ in range(min(n, self._pool.get_stats().get("pool_available", 0))):
+            try:
+                out.append(await self._pool.getconn(timeout=_IDLE_WAIT_S))
+            except PoolTimeout:
+                break
+        return out
+
+    async def release(self) -> None:
+        await _arelease(self._pool, self._held)
+
+
+def _release(pool: Any, held: list[Any]) -> None:
+    while held:
+        pool.putconn(held.pop(0))
+
+
+async def _arelease(pool: Any, held: list[Any]) -> None:
+    while held:
+        await pool.putconn(held.pop(0))
