@@ -160,7 +160,7 @@ def _scalar(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
     if kind == "date":
         # A date-only bound: $gt and $lte mean after / up to the end of that day, $lt and $gte
         # from its start (the typed date_from/date_to filters read it the same way).
-        return _as_datetime(field, v, end=op in ("$gt", "$lte"))
+        return as_datetime(field, v, end=op in ("$gt", "$lte"))
     if kind == "bool":
         if not isinstance(v, bool):
             raise FilterError(f"{field} takes true or false")
@@ -190,7 +190,9 @@ def _scalar(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
                       f"not {type(v).__name__}")
 
 
-def _as_datetime(field: str, v: Any, *, end: bool) -> datetime:
+def as_datetime(field: str, v: Any, *, end: bool) -> datetime:
+    """``v`` (a datetime, a date or an ISO string) as an aware datetime; a date alone is the
+    start of its day, or its end with ``end``. Naive values are taken as UTC."""
     if isinstance(v, datetime):
         dt = v
     elif isinstance(v, date):

@@ -14,11 +14,11 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import datetime
 from typing import Any
 
 from .errors import FilterError
-from .filter_expr import Expr, parse_expr
+from .filter_expr import Expr, as_datetime, parse_expr
 from .models import CANONICAL_TYPES, SOURCE_TYPES
 
 __all__ = ["METADATA_OPERATORS", "SearchFilters", "parse_filters", "where_filters"]
@@ -92,20 +92,7 @@ def _str_list(key: str, value: Any, *, allowed: tuple[str, ...] | None = None) -
 def _date(key: str, value: Any, *, end: bool) -> datetime | None:
     if value is None or value == "":
         return None
-    if isinstance(value, datetime):
-        dt = value
-    elif isinstance(value, date):
-        dt = datetime.combine(value, time.max if end else time.min)
-    elif isinstance(value, str):
-        try:
-            dt = datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise FilterError(f"filter {key!r} needs an ISO date, got {value!r}") from None
-        if len(value.strip()) == 10 and end:
-            dt = datetime.combine(dt.date(), time.max)
-    else:
-        raise FilterError(f"filter {key!r} needs an ISO date, got {type(value).__name__}")
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    return as_datetime(f"filter {key!r}", value, end=end)
 
 
 def _where(f: Mapping[str, Any]) -> Expr | None:

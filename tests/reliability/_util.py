@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,24 @@ import psycopg
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 PYTHON = sys.executable
+
+
+def server_process(home: Path, mode: str = "exit") -> subprocess.Popen[str]:
+    """``helpers/server_worker.py``: start (or attach to) ``home``'s server in a process of
+    its own; it prints READY and its URL, then holds (``hold``) or exits (``exit``)."""
+    return subprocess.Popen([PYTHON, str(HELPERS / "server_worker.py"), str(home), mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def ready(proc: subprocess.Popen[str]) -> str:
+    """The URL a :func:`server_process` printed, or AssertionError with its stderr."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        proc.kill()
+        err = proc.stderr.read() if proc.stderr else ""
+        raise AssertionError(f"server did not start: {line!r} {err}")
+    return line.split(" ", 1)[1].strip()
 
 # Row counts and an order-independent digest of every table that holds tenant data.
 _TABLES = ("kb_documents", "kb_chunks", "kb_edges", "kb_synonyms", "kb_embedding_cache")

@@ -22,23 +22,10 @@ from psycopg.conninfo import conninfo_to_dict
 from kb_retriever.store import lifecycle
 from kb_retriever.store.server import _SYSTEM_DIR, _locate, start_embedded
 
-from ._util import HELPERS, PYTHON
+from ._util import ready as _ready
+from ._util import server_process as _worker
 
 pytestmark = [pytest.mark.db, pytest.mark.slow]
-
-
-def _worker(home: Path, mode: str = "exit") -> subprocess.Popen[str]:
-    return subprocess.Popen([PYTHON, str(HELPERS / "server_worker.py"), str(home), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _ready(proc: subprocess.Popen[str]) -> str:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY"):
-        proc.kill()
-        raise AssertionError(f"server did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
-    return line.split(" ", 1)[1].strip()
 
 
 def _pgdata(url: str) -> Path:

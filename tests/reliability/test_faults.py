@@ -25,6 +25,8 @@ from kb_retriever.errors import StoreError
 from kb_retriever.ingest import parse_document
 
 from ._util import HELPERS, PYTHON, canonical, doc_chunks
+from ._util import ready as _ready
+from ._util import server_process as _server
 
 pytestmark = pytest.mark.db
 
@@ -296,21 +298,6 @@ def test_concurrent_ingests_of_one_folder(new_database: Callable[[], str],
 
 
 # --- (d) the embedded server after a killed process ------------------------------------
-
-def _server(home: Path, mode: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([PYTHON, str(HELPERS / "server_worker.py"), str(home), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _ready(proc: subprocess.Popen[str]) -> str:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY"):
-        proc.kill()
-        err = proc.stderr.read() if proc.stderr else ""
-        raise AssertionError(f"server did not start: {line!r} {err}")
-    return line.split(" ", 1)[1].strip()
-
 
 def _postmaster_pid(home: Path) -> int | None:
     pidfile = home / "pgdata" / "postmaster.pid"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -98,7 +99,9 @@ def ranking_metrics(
         for keys in [unique_keys(runs[qid])]
     })
     names = [f"ndcg_burges@{k}", "mrr", f"precision@{k}", f"recall@{k}"]
-    values = evaluate(qrels, run, names, return_mean=False, make_comparable=True)
+    with warnings.catch_warnings():  # numba's type-safety notes (with raw ANSI codes) are
+        warnings.simplefilter("ignore")  # ranx's business, not the user's
+        values = evaluate(qrels, run, names, return_mean=False, make_comparable=True)
     # ranx reports queries sorted by id; map the arrays back through that order.
     order = list(qrels.keys())
     for name, metric in zip(names, RANKING_METRICS, strict=True):
