@@ -7,8 +7,10 @@ install the way a new user does: no Makefile step, no editable checkout, no test
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import venv
 from pathlib import Path
@@ -53,9 +55,16 @@ def test_core_install_ingests_and_searches_with_the_default_embedder(tmp_path: P
     docs.mkdir()
     (docs / "cache.md").write_text("# Cache\n\nWe chose Redis cluster as the shared cache layer.\n")
     (docs / "deploy.md").write_text("# Deploys\n\nDeploys go out on Tuesdays after review.\n")
-    out = subprocess.run([str(py), "-c", SCRIPT, str(tmp_path / "home"), str(docs)],
-                         check=True, capture_output=True, text=True, timeout=600,
-                         cwd=tmp_path)  # not ROOT: the checkout's src/ must not be importable
+    # The home in a directory every user may traverse: run as root, the server's user must
+    # reach it (under pytest's private tmp_path the cluster would move to /var/lib instead).
+    base = Path(tempfile.mkdtemp(prefix="kb-fresh-"))
+    base.chmod(0o755)
+    try:
+        out = subprocess.run([str(py), "-c", SCRIPT, str(base / "home"), str(docs)],
+                             check=True, capture_output=True, text=True, timeout=600,
+                             cwd=tmp_path)  # not ROOT: the checkout's src/ must not import
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["failed"] == [] and sorted(got["added"]) == ["cache.md", "deploy.md"]
     assert got["ids"] == ["note-keys"]
