@@ -17,6 +17,8 @@ from kb_retriever.ranking.bm25 import CorpusLexemes
 from kb_retriever.store import sql as q
 from kb_retriever.store.reader import SearchSession
 
+from ..unit.lexeme_oracle import select_lexemes
+
 pytestmark = pytest.mark.db
 
 TRICKY = [
@@ -72,9 +74,9 @@ def test_the_statement_chooses_as_python_does(conn, text, cap):
     lexemes = _lexemes(conn, text)
     # every other lexeme listed, with tied frequencies, so order and budget both matter
     corpus = _corpus(lexemes[::2], [0.01, 0.3, 0.01, 0.05], 1234.0, 0.002)
-    assert _chosen(conn, text, corpus, cap) == corpus.select(lexemes, budget=cap)
+    assert _chosen(conn, text, corpus, cap) == select_lexemes(corpus, lexemes, budget=cap)
     # no statistics (a table never analysed): every lexeme, in the statement's order
-    assert _chosen(conn, text, CorpusLexemes(), cap) == CorpusLexemes().select(lexemes,
+    assert _chosen(conn, text, CorpusLexemes(), cap) == select_lexemes(CorpusLexemes(), lexemes,
                                                                                budget=cap)
     assert _chosen(conn, text, CorpusLexemes(), cap) == lexemes
 
@@ -83,8 +85,8 @@ def test_a_lexeme_that_fills_the_budget_exactly_is_kept(conn):
     text = "rotate keys often"
     lexemes = _lexemes(conn, text)
     corpus = _corpus(lexemes, [0.25], 20.0, 0.001)  # 5 chunks each: 5 + 5 = 10, then 15
-    assert _chosen(conn, text, corpus, 10) == corpus.select(lexemes, budget=10) == lexemes[:2]
-    assert _chosen(conn, text, corpus, 9) == corpus.select(lexemes, budget=9) == lexemes[:1]
+    assert _chosen(conn, text, corpus, 10) == select_lexemes(corpus, lexemes, budget=10) == lexemes[:2]
+    assert _chosen(conn, text, corpus, 9) == select_lexemes(corpus, lexemes, budget=9) == lexemes[:1]
 
 
 _WORDS = st.sampled_from([
@@ -106,7 +108,7 @@ def test_any_query_and_statistics_choose_alike(conn, words, listed, freqs, rows,
     lexemes = _lexemes(conn, text)
     corpus = _corpus([lex for lex, on in zip(lexemes, listed, strict=False) if on], freqs,
                      rows, 0.001)
-    assert _chosen(conn, text, corpus, cap) == corpus.select(lexemes, budget=cap)
+    assert _chosen(conn, text, corpus, cap) == select_lexemes(corpus, lexemes, budget=cap)
 
 
 def test_searches_use_the_statistics_in_their_full_text_leg(make_kb, tmp_path, monkeypatch):

@@ -82,8 +82,8 @@ class CorpusLexemes:
 
     >>> s = CorpusLexemes.from_row({"reltuples": 1000.0, "elems": ["cach", "queue"],
     ...                             "freqs": [0.4, 0.02, 0.02, 0.4, 0.0]})
-    >>> s.select(["cach", "queue", "redi"], budget=100), s.for_query(["redi"])["min_freq"]
-    (['redi', 'queue'], 0.02)
+    >>> s.chunks_with("cach"), s.chunks_with("redi"), s.for_query(["redi"])["min_freq"]
+    (400.0, 10.0, 0.02)
     """
 
     freqs: Mapping[str, float] = field(default_factory=dict)
@@ -113,34 +113,14 @@ class CorpusLexemes:
         f = self.freqs.get(lexeme)
         return (f if f is not None else self.min_freq * _UNLISTED_SHARE) * self.rows
 
-    def select(self, lexemes: Sequence[str], *, budget: int) -> list[str]:
-        """The query lexemes the FTS leg ORs together: rarest first, while the chunks they
-        match together (estimated) stay within ``budget``; at least the rarest one.
-
-        The FTS leg ranks at most the match cap's worth of matches, taken in table order, so a
-        frequent lexeme would fill that sample with weak matches and push out the chunks that
-        hold the rare, telling ones. Without statistics every lexeme is kept.
-        """
-        unique = list(dict.fromkeys(lexemes))
-        est = {lex: self.chunks_with(lex) for lex in unique}
-        if any(v is None for v in est.values()):
-            return unique
-        chosen: list[str] = []
-        total = 0.0
-        for lex in sorted(unique, key=lambda x: (est[x], x)):
-            n = float(est[lex] or 0.0)
-            if chosen and total + n > budget:
-                break
-            chosen.append(lex)
-            total += n
-        return chosen
-
     @functools.cached_property
     def estimates(self) -> tuple[str, float] | None:
-        """What :meth:`select` needs, for the full-text leg to choose in the database
+        """What the full-text leg needs to choose its OR lexemes in the database: rarest first,
+        while their estimated matches fit the match cap, at least the rarest one
         (``store.sql.LexemeBudget``): each listed lexeme's estimated chunk count as a JSON
         object, and the estimate of a lexeme not listed; None without statistics. Computed
-        once, and with the same arithmetic as :meth:`chunks_with`, so both choose alike.
+        once, with the arithmetic of :meth:`chunks_with` (the tests' Python oracle chooses by
+        it and must agree with the statement, tests/db/test_lexeme_selection.py).
 
         >>> CorpusLexemes({"cach": 0.4}, 0.02, 1000.0).estimates
         ('{"cach": 400.0}', 10.0)

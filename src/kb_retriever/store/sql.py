@@ -83,7 +83,7 @@ class Statement(sql.Composable):
 @dataclass(frozen=True)
 class LexemeBudget:
     """The corpus statistics by which the full-text leg chooses the lexemes it ORs together
-    (rarest first, within the match cap: ``CorpusLexemes.select``, done in the statement).
+    (rarest first, within the match cap: :func:`lexeme_selection_sql`, done in the statement).
 
     ``estimates`` is a JSON object of each listed lexeme's estimated chunk count, ``unlisted``
     the estimate of any other lexeme (``CorpusLexemes.estimates``). They change only when the
@@ -309,7 +309,9 @@ def query_lexemes_sql(configs: tuple[str, ...] = ()) -> sql.Composable:
 
 def lexeme_selection_sql(budget: LexemeBudget | None, cap: int) -> sql.Composable:
     """CTE ``sel`` (after CTE ``ql``): the query lexemes (``l``) that the OR query keeps, in
-    their order (``o``): :meth:`~kb_retriever.ranking.bm25.CorpusLexemes.select` in SQL.
+    their order (``o``): rarest first while their estimated matches fit ``cap``, at least the
+    rarest one, every lexeme without statistics (tests/unit/lexeme_oracle.py is the Python
+    oracle the tests compare it with).
 
     The full-text leg ranks at most ``cap`` matches, taken in table order, so a frequent
     lexeme would fill that sample with weak matches and push out the chunks that hold the
