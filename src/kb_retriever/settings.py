@@ -70,8 +70,8 @@ class Settings(BaseSettings):
     pool_min_size: int = _field(2, "KB_POOL_MIN_SIZE", ge=0, le=64)
     pool_max_size: int = _field(4, "KB_POOL_MAX_SIZE", ge=1, le=256)
     # Run the vector and full-text legs at once, each on a pooled connection, when a second
-    # connection is idle (otherwise one after the other, on one connection): at 100k chunks it
-    # takes ~2 ms off the ~4.5 ms candidate stage (decision 0004).
+    # connection is idle (otherwise one after the other, on one connection). What it saves,
+    # and what it costs under load, is measured in decision 0004 and docs/benchmarks.md.
     parallel_legs: bool = _field(True, "KB_PARALLEL_LEGS")
     pool_timeout_s: float = _field(10.0, "KB_POOL_TIMEOUT_S", gt=0, le=600)
     statement_timeout_ms: int = _field(

@@ -50,9 +50,9 @@ def make_pool(url: str, settings: Settings, *, vector_ready: bool,
         min_size=settings.pool_min_size,
         max_size=settings.pool_max_size,
         configure=configure,
-        # No check on checkout (a round trip, 0.1 ms of every search): reads retry once on a
-        # fresh connection when the server dropped theirs (KnowledgeBase._fetch), and writes
-        # check the pool first (KnowledgeBase._write_pool).
+        # No check on checkout (a round trip on every search): reads retry once on a fresh
+        # connection when the server dropped theirs (store/reader.py), and writes check the
+        # pool first (KnowledgeBase._write_pool).
         timeout=settings.pool_timeout_s,  # how long a caller waits for a connection
         kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, **(conn_kwargs or {})},
         open=False,

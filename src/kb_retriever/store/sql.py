@@ -61,7 +61,7 @@ class Statement(sql.Composable):
     """A statement run on every search, rendered to bytes once per client encoding.
 
     psycopg renders a ``Composed`` on every execute: each piece, and each literal through a new
-    transformer (about 0.1 ms for a candidate leg, a tenth of the leg's Python). A statement
+    transformer (a tenth of a candidate leg's Python, decision 0004). A statement
     built once (the builders below remember theirs) renders once; psycopg then finds its
     parsed form and its prepared statement by those bytes. Literals render with psycopg's
     default adapters: they are scope names and numbers.
@@ -100,7 +100,7 @@ class LegShape:
 
     A parameter would hide these from the planner's generic plan, which then cannot tell a tiny
     project (an exact scan is right) from a large one (HNSW), so PostgreSQL planned every search
-    anew: 0.4 ms of server time per leg. As literals they make one statement text per scope and
+    anew (decision 0004 measured it). As literals they make one statement text per scope and
     size, whose plan is the custom plan itself; psycopg prepares it after a few runs and
     PostgreSQL then reuses that plan (its generic plan costs no more than the custom one). A
     different scope is a different statement with its own plan. Everything that comes from the
@@ -337,7 +337,7 @@ def lexeme_selection_sql(budget: LexemeBudget | None, cap: int) -> sql.Composabl
 # A candidate row: chunk and document columns, the true cosine (fix §24.6), and the query's
 # stemmed lexemes found in the chunk with their counts plus its lexeme count (the BM25 inputs,
 # ranking/bm25.py). setweight + ts_filter cut the tsvector down to the query's lexemes in C; two
-# arrays, not a JSON object, because arrays decode in C and JSON in Python (~5 us a row). The
+# arrays, not a JSON object, because arrays decode in C and JSON in Python. The
 # query's lexemes are the statement's own (CTE ql, computed once), so a leg needs nothing
 # stemmed beforehand.
 _CANDIDATE_ROW = sql.SQL(
