@@ -17,7 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
@@ -28,17 +27,18 @@ from typing import Any
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from .errors import InputError
 from .models import DocumentDraft
 from .store.connection import translated
 from .store.writer import (
-    _COPY_CHUNKS,
-    _COPY_TYPES,
-    chunk_uids,
+    DOCUMENT_COLUMNS,
+    chunk_rows,
+    copy_chunks,
+    document_values,
+    edge_rows,
+    insert_edges,
     refresh_document_stats,
-    text_hash,
     write_document,
 )
 
@@ -46,16 +46,8 @@ __all__ = ["BulkReport", "bulk_load"]
 
 # The two indexes whose maintenance dominates incremental inserts.
 _SEARCH_INDEXES = ("kb_chunks_hnsw_ix", "kb_chunks_tsv_ix")
-_DOC_COLS = (
-    "tenant_id", "project_key", "source_path", "doc_key", "title", "source_type", "content_hash",
-    "doc_id", "slug", "is_canonical", "canonical_type", "canonical_status", "retrieval_priority",
-    "generation_source", "evidence_tier", "tags", "owners", "summary", "language", "doc_date",
-    "frontmatter",
-)
-_DOC_TYPES = [
-    "text", "text", "text", "text", "text", "text", "text", "text", "text", "bool", "text", "text",
-    "int2", "text", "text", "text[]", "text[]", "text", "text", "timestamptz", "jsonb",
-]
+_DOC_COLS = ("tenant_id", "project_key", "source_path", *(c for c, _ in DOCUMENT_COLUMNS))
+_DOC_TYPES = ["text", "text", "text", *(t for _, t in DOCUMENT_COLUMNS)]
 _COPY_DOCS = f"COPY kb_documents ({', '.join(_DOC_COLS)}) FROM STDIN WITH (FORMAT BINARY)"
 
 
@@ -71,10 +63,6 @@ class BulkReport:
     @property
     def chunks_per_second(self) -> float:
         return self.chunks / self.load_s if self.load_s else 0.0
-
-
-def _json(value: Any) -> Jsonb:
-    return Jsonb(json.loads(json.dumps(dict(value), default=str)))
 
 
 def _batches(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]],
@@ -129,37 +117,16 @@ def _write_batch(conn: psycopg.Connection, tenant: str, project: str,
         with conn.cursor() as cur, cur.copy(_COPY_DOCS) as copy:
             copy.set_types(_DOC_TYPES)
             for d, _ in fresh:
-                copy.write_row((
-                    tenant, project, d.source_path, d.doc_key, d.title, d.source_type,
-                    d.content_hash, d.doc_id, d.slug, d.is_canonical, d.canonical_type,
-                    d.canonical_status, d.retrieval_priority, d.generation_source,
-                    d.evidence_tier, list(d.tags), list(d.owners), d.summary, d.language,
-                    d.doc_date, _json(d.frontmatter),
-                ))
+                copy.write_row((tenant, project, d.source_path, *document_values(d).values()))
         ids: dict[str, int] = dict(conn.execute(
             "SELECT source_path, id FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
             "AND source_path = ANY(%s)", [tenant, project, [d.source_path for d, _ in fresh]]
         ).fetchall())
-        with conn.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:
-            copy.set_types(_COPY_TYPES)
-            for d, embs in fresh:
-                doc_pk = ids[d.source_path]
-                for chunk, emb, uid in zip(d.chunks, embs, chunk_uids(d), strict=True):
-                    copy.write_row((
-                        tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
-                        text_hash(chunk.text), f"{d.title} {chunk.heading_path}".strip(),
-                        _json(chunk.metadata), emb, uid,
-                    ))
-                report.chunks += len(d.chunks)
-        edges = [(tenant, project, d.slug, e.to_slug, e.edge_type, e.weight, e.provenance,
-                  ids[d.source_path]) for d, _ in fresh if d.slug for e in d.edges]
-        if edges:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO kb_edges (tenant_id, project_key, from_slug, to_slug, edge_type, "
-                    "weight, provenance, source_document_id) VALUES (%s, %s, %s, %s, %s, %s, %s, "
-                    "%s) ON CONFLICT (tenant_id, project_key, from_slug, to_slug, edge_type) "
-                    "DO NOTHING", edges)
+        copy_chunks(conn, (row for d, embs in fresh
+                           for row in chunk_rows(tenant, project, ids[d.source_path], d, embs)))
+        report.chunks += sum(len(d.chunks) for d, _ in fresh)
+        insert_edges(conn, [row for d, _ in fresh
+                            for row in edge_rows(tenant, project, ids[d.source_path], d)])
         report.documents += len(fresh)
 
 

@@ -249,3 +249,26 @@ def test_chunks_by_filters(make_kb):
         kb.delete_chunks()
     with pytest.raises(InputError, match="clear"):
         kb.get_chunks(filters={})
+
+
+def test_bulk_loaded_records_keep_their_text_and_metadata(make_kb) -> None:
+    """The bulk loader writes the same document columns as the per-document writer (one spec):
+    a record loaded in bulk reads back exactly as added."""
+    from kb_retriever import documents as docs
+    from kb_retriever.bulk import bulk_load
+
+    kb = make_kb()
+    record = docs.as_record({"text": "Page the on-call via Opsgenie.", "id": "rb-pager",
+                             "metadata": {"team": "sre"}})
+    draft = docs.record_draft(record, kb.settings)
+    vectors = kb.embedder.embed_documents([c.text for c in draft.chunks])
+    report = bulk_load(kb.url, [("default", draft, vectors)], tenant="default")
+    assert report.documents == 1
+    (stored,) = kb.get_by_ids(["rb-pager"])
+    assert stored.text == "Page the on-call via Opsgenie." and stored.metadata == {"team": "sre"}
+    import psycopg
+
+    with psycopg.connect(kb.url) as conn:  # the columns themselves, not a reader's fallback
+        row = conn.execute("SELECT content, metadata FROM kb_documents WHERE source_path = "
+                           "'rb-pager'").fetchone()
+    assert row == ("Page the on-call via Opsgenie.", {"team": "sre"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -114,8 +114,22 @@ def store_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,
         )
 
 
-def _doc_values(draft: DocumentDraft) -> dict[str, Any]:
-    return {
+#: The kb_documents columns a draft fills, with their COPY types: the one list that the
+#: per-document INSERT / UPDATE (:func:`write_document`) and the bulk loader's COPY share.
+DOCUMENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("doc_key", "text"), ("title", "text"), ("source_type", "text"), ("content_hash", "text"),
+    ("doc_id", "text"), ("slug", "text"), ("is_canonical", "bool"), ("canonical_type", "text"),
+    ("canonical_status", "text"), ("retrieval_priority", "int2"),
+    ("generation_source", "text"), ("evidence_tier", "text"), ("tags", "text[]"),
+    ("owners", "text[]"), ("summary", "text"), ("language", "text"),
+    ("doc_date", "timestamptz"), ("frontmatter", "jsonb"), ("content", "text"),
+    ("metadata", "jsonb"),
+)
+
+
+def document_values(draft: DocumentDraft) -> dict[str, Any]:
+    """The draft's value for each of :data:`DOCUMENT_COLUMNS`, in that order."""
+    values = {
         "doc_key": draft.doc_key, "title": draft.title, "source_type": draft.source_type,
         "content_hash": draft.content_hash, "doc_id": draft.doc_id, "slug": draft.slug,
         "is_canonical": draft.is_canonical, "canonical_type": draft.canonical_type,
@@ -128,6 +142,46 @@ def _doc_values(draft: DocumentDraft) -> dict[str, Any]:
         "content": draft.content,
         "metadata": None if draft.record_metadata is None else Jsonb(dict(draft.record_metadata)),
     }
+    assert tuple(values) == tuple(c for c, _ in DOCUMENT_COLUMNS)  # one spec, one order
+    return values
+
+
+def chunk_rows(tenant: str, project: str, doc_pk: int, draft: DocumentDraft,
+               embeddings: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+    """The draft's kb_chunks rows, in ``_COPY_CHUNKS`` order."""
+    prefix = clip_words(draft.title, MAX_HEADING_CHARS)
+    for chunk, emb, uid in zip(draft.chunks, embeddings, chunk_uids(draft), strict=True):
+        yield (tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
+               text_hash(chunk.text), f"{prefix} {chunk.heading_path}".strip(),
+               Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid)
+
+
+def copy_chunks(conn: psycopg.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+    """Binary COPY of :func:`chunk_rows` rows (of one document or many)."""
+    with conn.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:
+        copy.set_types(_COPY_TYPES)
+        for row in rows:
+            copy.write_row(row)
+
+
+def edge_rows(tenant: str, project: str, doc_pk: int,
+              draft: DocumentDraft) -> list[tuple[Any, ...]]:
+    """The draft's kb_edges rows (a canonical document with a slug has edges)."""
+    if not draft.slug:
+        return []
+    return [(tenant, project, draft.slug, e.to_slug, e.edge_type, e.weight, e.provenance, doc_pk)
+            for e in draft.edges]
+
+
+def insert_edges(conn: psycopg.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO kb_edges (tenant_id, project_key, from_slug, to_slug, edge_type, "
+                "weight, provenance, source_document_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (tenant_id, project_key, from_slug, to_slug, edge_type) DO NOTHING",
+                rows,
+            )
 
 
 def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
@@ -138,7 +192,7 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
     is re-checked under it, so two processes ingesting one folder leave one version.
     ``source_root`` is the ingest root the file was found under (for prune).
     """
-    values = _doc_values(draft)
+    values = document_values(draft)
     if source_root is not None:
         values["source_root"] = source_root
     with conn.transaction():
@@ -197,22 +251,6 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
             conn.execute("DELETE FROM kb_edges WHERE tenant_id = %s AND source_document_id = %s",
                          [tenant, doc_pk])
             status = "updated"
-        prefix = clip_words(draft.title, MAX_HEADING_CHARS)
-        with conn.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:
-            copy.set_types(_COPY_TYPES)
-            for chunk, emb, uid in zip(draft.chunks, embeddings, chunk_uids(draft), strict=True):
-                copy.write_row((
-                    tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
-                    text_hash(chunk.text), f"{prefix} {chunk.heading_path}".strip(),
-                    Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid,
-                ))
-        if draft.slug and draft.edges:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO kb_edges (tenant_id, project_key, from_slug, to_slug, edge_type, "
-                    "weight, provenance, source_document_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                    "ON CONFLICT (tenant_id, project_key, from_slug, to_slug, edge_type) DO NOTHING",
-                    [(tenant, project, draft.slug, e.to_slug, e.edge_type, e.weight, e.provenance,
-                      doc_pk) for e in draft.edges],
-                )
+        copy_chunks(conn, chunk_rows(tenant, project, doc_pk, draft, embeddings))
+        insert_edges(conn, edge_rows(tenant, project, doc_pk, draft))
     return status
