@@ -72,6 +72,16 @@ class Not:
 Expr = Cond | And | Or | Not
 
 
+def is_bigint(v: int) -> bool:
+    """Whether PostgreSQL can compare ``v`` as a number (a bigint); 10**400 is none."""
+    return -(2**63) <= v < 2**63
+
+
+def is_row_id(v: Any) -> bool:
+    """A positive integer that fits a bigint id column (``bool`` is not one)."""
+    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v < 2**63
+
+
 def parse_expr(value: Any) -> Expr:
     """Validate a filter expression (a mapping) into a frozen tree; :class:`FilterError` on
     anything malformed, naming the valid operators or fields."""
@@ -175,7 +185,7 @@ def _scalar(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
     if v is None or isinstance(v, bool):
         return v
     if isinstance(v, int):
-        if not -(2**63) <= v < 2**63:
+        if not is_bigint(v):
             raise FilterError(f"{field} {op}: the number is out of range (a 64-bit integer)")
         return v
     if isinstance(v, float):

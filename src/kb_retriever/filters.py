@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from .errors import FilterError
-from .filter_expr import Expr, as_datetime, parse_expr
+from .filter_expr import Expr, as_datetime, is_bigint, is_row_id, parse_expr
 from .models import CANONICAL_TYPES, SOURCE_TYPES
 
 __all__ = ["METADATA_OPERATORS", "SearchFilters", "parse_filters", "where_filters"]
@@ -112,7 +112,7 @@ def _scalar_ok(v: Any) -> bool:
     if isinstance(v, bool) or v is None:
         return True
     if isinstance(v, int):
-        return -(2**63) <= v < 2**63  # a bigint; 10**400 is no number PostgreSQL compares
+        return is_bigint(v)
     if isinstance(v, float):
         return math.isfinite(v)
     return isinstance(v, str) and "\x00" not in v and len(v) <= 10_000
@@ -177,9 +177,7 @@ def parse_filters(filters: SearchFilters | Mapping[str, Any] | None) -> SearchFi
     doc_ids: tuple[int, ...] = ()
     if f.get("doc_ids"):
         raw = f["doc_ids"]
-        if not isinstance(raw, (list, tuple)) or not all(
-            isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 2**63 for x in raw
-        ):
+        if not isinstance(raw, (list, tuple)) or not all(is_row_id(x) for x in raw):
             raise FilterError("filter 'doc_ids' takes a list of positive integers")
         doc_ids = tuple(dict.fromkeys(raw))
     langs = _str_list("languages", f.get("languages") or ())

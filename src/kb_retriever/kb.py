@@ -22,6 +22,7 @@ from .documents import StoredChunk, StoredDocument
 from .embedding import Embedder, default_embedder, embedder_errors
 from .embedding.base import check_vector
 from .errors import ConfigError, InputError, StoreError
+from .filter_expr import is_row_id
 from .filters import SearchFilters, parse_filters
 from .ingestion import IngestReport, Progress, as_paths, ingest_paths
 from .models import SearchResult
@@ -103,7 +104,7 @@ def _doc_ids(values: Any) -> frozenset[int]:
         raise InputError("mention_doc_ids takes a list of document ids (integers)")
     out = set()
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**63:
+        if not is_row_id(v):
             raise InputError(f"mention_doc_ids takes positive integer document ids, not {v!r:.40}")
         out.add(v)
     return frozenset(out)

@@ -193,3 +193,12 @@ def test_remembered_statements_render_once_per_encoding():
     assert once.as_bytes(None) == once.as_bytes(None) == "SELECT 'café'".encode()
     assert once.as_bytes(Latin1()) == once.as_bytes(Latin1()) == "SELECT 'café'".encode("latin-1")
     assert len(renders) == 2  # once per encoding
+
+
+def test_the_writer_fills_every_document_column_in_spec_order():
+    from kb_retriever.models import DocumentDraft
+    from kb_retriever.store.writer import DOCUMENT_COLUMNS, document_values
+
+    draft = DocumentDraft(source_path="a.md", doc_key="a", title="A", source_type="markdown",
+                          content_hash="h", chunks=())
+    assert tuple(document_values(draft)) == tuple(c for c, _ in DOCUMENT_COLUMNS)
