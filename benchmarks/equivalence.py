@@ -1,15 +1,16 @@
-"""The behaviour check of a refactoring: every result of 693 searches, before against after.
+"""The behaviour check of a refactoring: every result of 792 searches, before against after.
 
     .venv/bin/python benchmarks/equivalence.py dump before.json   # on the old code
     .venv/bin/python benchmarks/equivalence.py dump after.json    # on the new code
     .venv/bin/python benchmarks/equivalence.py compare before.json after.json
 
 The searches are the queries of ``examples/benchmark`` and both held-out sets (99 queries),
-each under seven configurations: the defaults, a tag filter, the AND full-text mode, ``limit``
-10, semantic only, without reranking and without graph expansion. A dump holds each search's whole result
-(``SearchResult.to_dict()``: every hit of primary, expanded, rejected and runner-up with its
-scores and breakdown, and ``meta`` without its timings) and its rendered prompt, so a compare
-fails on any score that moves in its last digit. The clock is fixed, so recency is stable.
+each under eight configurations: the defaults, a tag filter, the AND full-text mode, ``limit``
+10, semantic only, without reranking, without graph expansion, and with an @mention. A dump
+holds each search's whole result (``SearchResult.to_dict()``: every hit of primary, expanded,
+rejected and runner-up with its scores and breakdown, and ``meta`` without its timings) and its
+rendered prompt, so a compare fails on any score that moves in its last digit. The clock is
+fixed, so recency is stable.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import sys
 import tempfile
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,9 @@ SETS = {
     "dataplatform": ROOT / "examples" / "benchmark-heldout" / "dataplatform",
     "mobile-it": ROOT / "examples" / "benchmark-heldout" / "mobile-it",
 }
-NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
-#: name -> (Settings overrides, search keyword arguments); "tag" filters by the set's first tag
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+#: name -> (Settings overrides, search keyword arguments); "tag" filters by the first hit's
+#: first tag, "last" @mentions the document of the first query's last hit
 VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "defaults": ({}, {}),
     "tag": ({}, {"filters": "tag"}),
@@ -40,6 +42,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "semantic": ({"hybrid_search_enabled": False}, {}),
     "no-rerank": ({"reranking_enabled": False}, {}),
     "no-graph": ({"graph_expansion_enabled": False}, {}),
+    "mention": ({}, {"mention_doc_ids": "last"}),
 }
 
 
@@ -52,9 +55,12 @@ def _searches(home: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             kb.ingest([path / "corpus"])
             first = kb.search(queries[0]["query"], now=NOW).primary
             tag = next((t for h in first for t in h.document.tags), None)
+            last = [first[-1].document.id] if first else []
         for variant, (overrides, kwargs) in VARIANTS.items():
             if kwargs.get("filters") == "tag":
                 kwargs = {**kwargs, "filters": {"tags": [tag]} if tag else None}
+            if kwargs.get("mention_doc_ids") == "last":
+                kwargs = {**kwargs, "mention_doc_ids": last}
             with KnowledgeBase(Settings(**overrides), home=home, project=name) as kb:
                 for q in queries:
                     result = kb.search(q["query"], now=NOW, **kwargs)

@@ -4,45 +4,34 @@
 embedding) and receives the answer, so the sync and async entry points share every line of
 logic and differ only in how they perform I/O (``plan.run_plan`` / ``plan.arun_plan``).
 
-embed → candidates (two independent SQL legs, HNSW and FTS, fused by weighted RRF) → rerank
-→ diversify → graph → rejected → result
+synonyms → embed → scope catalog → candidates (two independent SQL legs, HNSW and FTS, fused
+by weighted RRF) → rank → history → rejected → cap → graph → refusal → meta. Each stage is a
+function of its own (a sub-generator when it reads); :func:`search_plan` only calls them.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import InputError
 from .graph import expand_graph
-from .models import DocumentRef, Hit, Origin, SearchResult
+from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
+from .models import Candidate, DocumentRef, Hit, Origin, SearchResult
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
-from .ranking import (
-    diversify,
-    expand_query_text,
-    expansion_phrases,
-    fuse_rrf,
-    should_refuse,
-)
+from .ranking import diversify, expand_query_text, expansion_phrases, should_refuse
 from .ranking.bm25 import CorpusLexemes
 from .ranking.calibration import Calibration
+from .ranking.fusion import fuse_legs
 from .ranking.history import promote_predecessors
 from .ranking.rerank import rank
-from .rejected import (
-    RejectedChannel,
-    RejectedVectors,
-    best_rejected,
-    decide_rejected,
-    unit_vectors,
-    yield_to_accepted,
-)
+from .rejected import RejectedChannel, decide_rejected, unit_vectors, yield_to_accepted
 from .settings import Settings
 from .store import sql as q
 from .store.rows import candidate_from_row
 
-__all__ = ["best_rejected", "fuse_legs", "leg_shape", "search_plan", "unit_vectors",
+__all__ = ["candidates", "leg_shape", "scope_catalog", "search_plan", "synonym_groups",
            "validate_limit", "validate_query"]
 
 
@@ -94,221 +83,171 @@ def _kept(read: Fetch, req: SearchRequest, ttl: float) -> Fetch:
 
 def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     """The whole search as a generator of I/O requests (see module docstring)."""
-    timings: dict[str, float] = {}
-    t_start = time.perf_counter()
-    scope_p = q.scope_params(req.scope)
+    watch = Stopwatch()
+    groups = yield from synonym_groups(req, settings, watch)
+    with watch.lap("embed"):
+        qvec = req.query_embedding
+        if qvec is None:
+            qvec = yield Embed(expand_query_text(req.query, groups) if groups else req.query)
+    catalog = yield from scope_catalog(req, settings)
+    with watch.lap("candidates"):
+        found = yield from candidates(req, settings, catalog, groups, qvec)
+    with watch.lap("rerank"):
+        ranked = rank(req.query, found.candidates, settings, mention_doc_ids=found.mentions,
+                      now=req.now, lexeme_stats=found.lexeme_stats)
+        # History questions: a superseded decision the query names goes next to its successor.
+        edges = yield _kept(Fetch(q.supersessions_sql(), q.scope_params(req.scope),
+                                  "supersessions", parse=successor_map), req, catalog.ttl)
+        ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit)
+    channel = pool = None
+    if settings.rejected_injection_enabled:
+        with watch.lap("rejected"):
+            pool = yield _kept(Fetch(q.rejected_chunks_sql(), q.scope_params(req.scope),
+                                     "rejected_vectors", parse=unit_vectors), req, catalog.ttl)
+            channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings)
+            # a rejected idea that does not correlate is no context either (rejected.py)
+            ranked = yield_to_accepted([s for s in ranked if channel.keeps(s.document)], pool,
+                                       ratio=settings.rejected_yield_ratio)
+    kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
+    top = [s.hit() for s in kept]  # hits for what the result keeps, not for every candidate
+    runner_up = tuple(s.hit(Origin.RUNNER_UP) for s in rest[: settings.runner_up_limit])
+    expanded: list[Hit] = []
+    if settings.graph_expansion_enabled:
+        with watch.lap("graph"):
+            expanded = yield from expand_graph(top, req, settings, qvec, unlinked=found.unlinked)
+            if channel is not None:
+                expanded = [h for h in expanded if channel.keeps(h.document)]
+    refuse = should_refuse(top, settings, catalog.calibration)
+    rejected: list[Hit] = []
+    if channel is not None and pool is not None:
+        rejected = channel.inject(pool, qvec, [*top, *expanded], refused=refuse,
+                                  settings=settings)
+    meta = search_meta(req, settings, watch, found=found, top=top, counts=(
+        len(expanded), len(rejected), len(runner_up)), refuse=refuse, catalog=catalog,
+        promoted=promoted, channel=channel)
+    return SearchResult(primary=tuple(top), expanded=tuple(expanded), rejected=tuple(rejected),
+                        runner_up=runner_up, meta=meta, query=req.query)
 
-    groups: list[list[str]] = []
-    if settings.synonyms_enabled:
-        t = time.perf_counter()
-        rows = yield _kept(Fetch(q.synonyms_sql(), scope_p, "synonyms"), req,
+
+def synonym_groups(req: SearchRequest, settings: Settings,
+                   watch: Stopwatch) -> Generator[Fetch, Any, list[list[str]]]:
+    """The scope's synonym groups (term first), or none when synonyms are off."""
+    if not settings.synonyms_enabled:
+        return []
+    with watch.lap("synonyms"):
+        rows = yield _kept(Fetch(q.synonyms_sql(), q.scope_params(req.scope), "synonyms"), req,
                            settings.synonyms_cache_ttl_seconds)
-        groups = [[r["term"], *r["synonyms"]] for r in rows]
-        timings["synonyms"] = _ms(t)
+    return [[r["term"], *r["synonyms"]] for r in rows]
+
+
+class ScopeCatalog(NamedTuple):
+    """What only a write changes in a scope, read through the cache for ``ttl`` seconds
+    (``KB_CATALOG_CACHE_TTL_SECONDS``)."""
+
+    corpus: CorpusLexemes  # the lexeme statistics: BM25 idf, the OR lexemes' budget
+    configs: list[str]  # the full-text configurations of the scope's documents' languages
+    calibration: Calibration  # the null similarity: the refusal gate's and rejected channel's
+    ttl: float
+
+
+def scope_catalog(req: SearchRequest, settings: Settings) -> Generator[Fetch, Any, ScopeCatalog]:
+    ttl = settings.catalog_cache_ttl_seconds
+    scope_p = q.scope_params(req.scope)
+    corpus = yield _kept(Fetch(q.lexeme_stats_sql(), scope_p, "lexeme_stats",
+                               parse=CorpusLexemes.from_rows), req, ttl)
+    configs = yield _kept(Fetch(q.fts_configs_sql(), {**scope_p, "default": settings.fts_language},
+                                "fts_configs", parse=lambda rows: [r["config"] for r in rows]),
+                          req, ttl)
+    calibration = yield _kept(Fetch(q.scope_stats_sql(), scope_p, "scope_stats",
+                                    parse=Calibration.from_rows), req, ttl)
+    return ScopeCatalog(corpus, configs, calibration, ttl)
+
+
+class Found(NamedTuple):
+    """The candidates of the two legs, fused, and what the later stages need of the legs."""
+
+    candidates: list[Candidate]
+    n_pre: int  # matches both legs saw before the similarity threshold
+    mentions: frozenset[int]  # the @mentioned documents that boost (KB_MENTIONS_MODE=boost)
+    phrases: list[str]  # the synonym phrases the query matched
+    lexeme_stats: dict[str, Any] | None  # the scope's frequencies of the query's lexemes
+    unlinked: frozenset[int]  # documents without an edge graph expansion walks
+
+
+def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
+               groups: list[list[str]], qvec: Any) -> Generator[Parallel, Any, Found]:
+    """The vector and full-text legs, run at once, and their weighted RRF.
+
+    Each statement stems the query itself (CTE ``ql``) and the full-text leg chooses the
+    lexemes it ORs together (``store.sql.lexeme_selection_sql``), so nothing needs a round trip
+    first; the caller may run the legs on two connections, the full-text leg (the longer one)
+    on the search's own."""
     phrases = expansion_phrases(req.query, groups) if groups else []
-    embed_text = expand_query_text(req.query, groups) if groups else req.query
-
-    t = time.perf_counter()
-    qvec = req.query_embedding if req.query_embedding is not None else (yield Embed(embed_text))
-    timings["embed"] = _ms(t)
-
-    # What only a write changes is read through the cache (KB_CATALOG_CACHE_TTL_SECONDS).
-    catalog = settings.catalog_cache_ttl_seconds
-    # The scope's lexeme statistics (BM25 idf, the OR lexemes' budget).
-    corpus: CorpusLexemes = yield _kept(Fetch(q.lexeme_stats_sql(), scope_p, "lexeme_stats",
-                                              parse=CorpusLexemes.from_rows), req, catalog)
-
-    # The full-text configurations of the scope's documents (their languages'): one stems the
-    # query through the fts_lang parameter, several through the legs' CTE ql.
-    configs: list[str] = yield _kept(Fetch(
-        q.fts_configs_sql(), {**scope_p, "default": settings.fts_language}, "fts_configs",
-        parse=lambda rows: [r["config"] for r in rows]), req, catalog)
-    fts_lang = configs[0] if len(configs) == 1 else settings.fts_language
-
-    # The scope's null similarity (the refusal gate's and rejected channel's calibration).
-    calibration: Calibration = yield _kept(Fetch(q.scope_stats_sql(), scope_p, "scope_stats",
-                                                 parse=Calibration.from_rows), req, catalog)
-
     with_doc_ids = settings.mentions_mode == "filter"
-    hybrid = settings.hybrid_search_enabled
     mode = settings.fts_query_mode
-    # In boost mode @mentioned doc ids (the argument, or filters.doc_ids as in the reference) boost
-    # instead of filtering.
+    # In boost mode @mentioned doc ids (the argument, or filters.doc_ids as in the reference)
+    # boost instead of filtering.
     mentions = (req.mention_doc_ids | frozenset(req.filters.doc_ids)
                 if settings.mentions_mode == "boost" else frozenset())
-    t = time.perf_counter()
-    fts_text = " ".join([req.query, *phrases]) if mode == "or" else req.query
-    shape = leg_shape(req, settings, corpus, configs)
+    shape = leg_shape(req, settings, catalog.corpus, catalog.configs)
     vec_sql, fparams = q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids,
                                         with_mentions=bool(mentions))
-    params = {
-        **fparams, "qvec": qvec,
-        "fts_lang": fts_lang,
-        "fts_text": fts_text,
-        **{f"phrase{i}": p for i, p in enumerate(phrases)},
-        "mention_ids": sorted(mentions),
-    }
-
-    # Independent: the caller may run them at once on two connections, the full-text leg (the
-    # longer one) on the search's own. Each statement stems the query itself (CTE ql) and the
-    # full-text leg chooses the lexemes it ORs together (store.sql.lexeme_selection_sql), so
-    # nothing needs a round trip first.
+    # one configuration stems the query through fts_lang, several through the legs' CTE ql
+    fts_lang = catalog.configs[0] if len(catalog.configs) == 1 else settings.fts_language
+    params = {**fparams, "qvec": qvec, "fts_lang": fts_lang,
+              "fts_text": " ".join([req.query, *phrases]) if mode == "or" else req.query,
+              **{f"phrase{i}": p for i, p in enumerate(phrases)},
+              "mention_ids": sorted(mentions)}
     legs: tuple[Fetch, ...] = (Fetch(vec_sql, params, "vector_leg"),)
-    if hybrid:
+    if settings.hybrid_search_enabled:
         fts_sql, _ = q.keyword_leg_sql(
             shape, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
             filters=req.filters, with_doc_ids=with_doc_ids)
         legs = (Fetch(fts_sql, params, "keyword_leg"), *legs)
     answers = yield Parallel(legs)
-    vector_rows, keyword_rows = answers[-1], answers[0] if hybrid else None
-    # the query's lexemes as the statements stemmed them, sorted (the vector leg returns them,
+    vector_rows, keyword_rows = answers[-1], answers[0] if len(legs) == 2 else None
+    fused, n_pre = fuse_legs(vector_rows, keyword_rows, k=settings.rrf_k, weights=(
+        float(settings.hybrid_semantic_weight), float(settings.hybrid_fts_weight)))
+    # the query's lexemes as the statements stemmed them, sorted (the vector leg returns them
     # on every row, and always returns a row)
     lexemes = list(vector_rows[0]["query_lexemes"] or ()) if vector_rows else []
-    rows, n_pre = fuse_legs(vector_rows, keyword_rows, settings)
-    timings["candidates"] = _ms(t)
     documents: dict[int, DocumentRef] = {}  # one per document: the rows of a search share it
-    candidates = [candidate_from_row(r, documents) for r in rows]
-
-    t = time.perf_counter()
-    lexeme_stats = corpus.for_query(lexemes) if rows else None
-    ranked = rank(req.query, candidates, settings, mention_doc_ids=mentions, now=req.now,
-                  lexeme_stats=lexeme_stats)
-    # History questions: a superseded decision the query names goes next to its successor.
-    edges = yield _kept(Fetch(q.supersessions_sql(), scope_p, "supersessions",
-                              parse=successor_map), req, catalog)
-    ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit)
-    timings["rerank"] = _ms(t)
-
-    channel: RejectedChannel | None = None
-    pool: RejectedVectors | None = None
-    if settings.rejected_injection_enabled:
-        t = time.perf_counter()
-        # The scope's rejected-approach chunks with their vectors, cached: scoring and reading
-        # them takes no round trip per search.
-        pool = yield _kept(Fetch(q.rejected_chunks_sql(), scope_p, "rejected_vectors",
-                                 parse=unit_vectors), req, catalog)
-        channel = decide_rejected(pool, qvec, ranked, calibration, settings)
-        # a rejected idea that does not correlate is no context either (rejected.py)
-        ranked = yield_to_accepted([s for s in ranked if channel.keeps(s.document)], pool,
-                                   ratio=settings.rejected_yield_ratio)
-        timings["rejected"] = _ms(t)
-
-    kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
-    top = [s.hit() for s in kept]  # hits for what the result keeps, not for every candidate
-    runner_up = tuple(s.hit(Origin.RUNNER_UP) for s in rest[: settings.runner_up_limit])
-
-    expanded: list[Hit] = []
-    if settings.graph_expansion_enabled:
-        t = time.perf_counter()
+    return Found(
+        [candidate_from_row(f, documents) for f in fused], n_pre, mentions, phrases,
+        catalog.corpus.for_query(lexemes) if fused else None,
         # documents the legs found without an edge to walk: no seeds (store.sql.LegShape)
-        unlinked = frozenset(r["doc_pk"] for r in rows if r.get("linked") is False)
-        expanded = yield from expand_graph(top, req, settings, qvec, unlinked=unlinked)
-        if channel is not None:
-            expanded = [h for h in expanded if channel.keeps(h.document)]
-        timings["graph"] = _ms(t)
+        frozenset(f.row["doc_pk"] for f in fused if f.row.get("linked") is False))
 
-    refuse = should_refuse(top, settings, calibration)
-    rejected: list[Hit] = []
-    if channel is not None and pool is not None:
-        rejected = channel.inject(pool, qvec, [*top, *expanded], refused=refuse,
-                                  settings=settings)
 
-    total_ms = _ms(t_start)
+def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, found: Found,
+                top: Sequence[Hit], counts: tuple[int, int, int], refuse: bool,
+                catalog: ScopeCatalog, promoted: Sequence[tuple[Any, str]],
+                channel: RejectedChannel | None) -> SearchMeta:
+    """The search's report (``counts``: expanded, rejected and runner-up hits)."""
+    hybrid = settings.hybrid_search_enabled
     sims = [h.similarity for h in top if h.similarity is not None]
-    meta = {
-        "primary_count": len(top),
-        "expanded_count": len(expanded),
-        "rejected_count": len(rejected),
-        "runner_up_count": len(runner_up),
-        "project_key": req.scope.projects[0] if len(req.scope.projects) == 1 else None,
-        "projects": list(req.scope.projects),
-        "tenant": req.scope.tenant,
-        "retrieval_ms": round(total_ms, 3),
-        "timings_ms": {k: round(v, 3) for k, v in timings.items()},
-        "search_strategy": {
-            "semantic_enabled": True,
-            "fts_enabled": hybrid,
-            "fusion_method": (
-                "rerank_weighted_sum" if settings.reranking_enabled
-                else "rrf" if hybrid else "semantic_only"
-            ),
-            "candidate_fusion": "rrf" if hybrid else "semantic_only",
-            "fts_query_mode": mode if hybrid else None,
-            "graph_expansion_enabled": settings.graph_expansion_enabled,
-            "rejected_injection_enabled": settings.rejected_injection_enabled,
-            "filters_applied": req.filters.count(),
-            "synonym_phrases": phrases,
-        },
-        "retrieval_stats": {
-            "candidates_pre_threshold": n_pre,
-            "candidates_post_threshold": len(candidates),
-            "min_score_used": min(sims) if sims else None,
-            "max_score_used": max(sims) if sims else None,
-        },
-        "should_refuse": refuse,
-        "calibration": {"calibrated": calibration.calibrated,
-                        "null_ceiling": round(calibration.ceiling, 4)},
-        "history_promoted": [slug for _, slug in promoted],
-        "rejected_evidence": [e.to_dict() for e in channel.evidence] if channel else [],
-        # the scope's frequencies of the query's lexemes (the BM25 idf inputs), for --explain
-        "lexeme_stats": lexeme_stats,
-    }
-    return SearchResult(
-        primary=tuple(top), expanded=tuple(expanded), rejected=tuple(rejected),
-        runner_up=runner_up, meta=meta, query=req.query,
-    )
-
-
-def fuse_legs(vector_rows: Sequence[dict[str, Any]], keyword_rows: Sequence[dict[str, Any]] | None,
-              settings: Settings) -> tuple[list[dict[str, Any]], int]:
-    """Weighted reciprocal rank fusion of the two legs' rows (reference §8), best first.
-
-    Returns the candidate rows, each with ``vector_rank``, ``fts_rank``, ``fts_score`` and
-    ``fused`` set, and the matches both legs saw before the threshold (``n_pre``). A chunk found
-    by both legs sums ``w / (rrf_k + rank)`` over them; an @mentioned chunk neither found
-    (``mention``) joins with 0. Ties: lower chunk id first. Without ``keyword_rows`` (semantic
-    only) the vector rank alone scores.
-
-    >>> from kb_retriever import Settings
-    >>> vec = [{"n_pre": 2, "chunk_id": 5, "vector_rank": 1}, {"n_pre": 2, "chunk_id": 7,
-    ...        "vector_rank": 2}]
-    >>> kw = [{"n_pre": 9, "chunk_id": 7, "fts_rank": 1, "fts_score": 0.5}]
-    >>> rows, n_pre = fuse_legs(vec, kw, Settings())
-    >>> [(r["chunk_id"], round(r["fused"], 5)) for r in rows], n_pre
-    ([(7, 0.01621), (5, 0.01148)], 11)
-    """
-    legs = [vector_rows] if keyword_rows is None else [vector_rows, keyword_rows]
-    n_pre = sum(int(rows[0]["n_pre"]) for rows in legs if rows)  # on every row of a leg
-    # The legs' ranks are 1..n (row_number over what the leg returns), so rank order is list
-    # order for fuse_rrf; an empty leg's one row carries only its count (chunk_id NULL).
-    vec = sorted((r for r in vector_rows if r["chunk_id"] is not None and not r.get("mention")),
-                 key=lambda r: r["vector_rank"])
-    kw = sorted((r for r in keyword_rows or () if r["chunk_id"] is not None),
-                key=lambda r: r["fts_rank"])
-    by_id: dict[int, dict[str, Any]] = {}
-    for row in vec:
-        row["fts_rank"] = row["fts_score"] = None
-        by_id[row["chunk_id"]] = row
-    for row in kw:
-        have = by_id.get(row["chunk_id"])
-        if have is None:
-            row["vector_rank"] = None
-            by_id[row["chunk_id"]] = row
-        else:
-            have["fts_rank"], have["fts_score"] = row["fts_rank"], row["fts_score"]
-    lists, weights = [[r["chunk_id"] for r in vec]], [float(settings.hybrid_semantic_weight)]
-    if keyword_rows is not None:
-        lists.append([r["chunk_id"] for r in kw])
-        weights.append(float(settings.hybrid_fts_weight))
-    for chunk_id, score in fuse_rrf(lists, weights, k=settings.rrf_k):
-        by_id[chunk_id]["fused"] = score
-    for row in vector_rows:
-        if row.get("mention") and row["chunk_id"] not in by_id:
-            row["vector_rank"] = row["fts_rank"] = row["fts_score"] = None
-            row["fused"] = 0.0
-            by_id[row["chunk_id"]] = row
-    rows = sorted(by_id.values(), key=lambda r: (-r["fused"], r["chunk_id"]))
-    return rows, n_pre
+    return SearchMeta(
+        primary_count=len(top), expanded_count=counts[0], rejected_count=counts[1],
+        runner_up_count=counts[2], projects=tuple(req.scope.projects), tenant=req.scope.tenant,
+        retrieval_ms=round(watch.total_ms(), 3), timings_ms=watch.rounded(),
+        search_strategy=SearchStrategy(
+            fts_enabled=hybrid,
+            fusion_method=("rerank_weighted_sum" if settings.reranking_enabled
+                           else "rrf" if hybrid else "semantic_only"),
+            fts_query_mode=settings.fts_query_mode if hybrid else None,
+            graph_expansion_enabled=settings.graph_expansion_enabled,
+            rejected_injection_enabled=settings.rejected_injection_enabled,
+            filters_applied=req.filters.count(), synonym_phrases=tuple(found.phrases)),
+        retrieval_stats=RetrievalStats(
+            candidates_pre_threshold=found.n_pre,
+            candidates_post_threshold=len(found.candidates),
+            min_score_used=min(sims) if sims else None,
+            max_score_used=max(sims) if sims else None),
+        should_refuse=refuse, calibrated=catalog.calibration.calibrated,
+        null_ceiling=catalog.calibration.ceiling,
+        history_promoted=tuple(slug for _, slug in promoted),
+        rejected_evidence=tuple(channel.evidence) if channel else (),
+        lexeme_stats=found.lexeme_stats)
 
 
 def successor_map(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[tuple[str, str]]]:
@@ -331,6 +270,3 @@ def successor_map(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[
             preds.append((p, old))
     return out
 
-
-def _ms(t: float) -> float:
-    return (time.perf_counter() - t) * 1000.0

@@ -69,3 +69,26 @@ def test_properties(lists: list[list[int]], data: st.DataObject) -> None:
     scores = [score for _, score in fused]
     assert scores == sorted(scores, reverse=True)
     assert all(score >= 0 for score in scores)
+
+
+def test_fuse_legs_leaves_the_rows_unchanged_and_keeps_mentions_last():
+    """The legs' rows are the reader's (and may be cached): fusion returns new records. A
+    chunk both legs found takes the vector leg's row and both ranks; an @mentioned chunk
+    neither found joins with score 0, after every found one."""
+    import copy
+
+    from kb_retriever.ranking.fusion import fuse_legs
+
+    vec = [{"n_pre": 3, "chunk_id": 9, "vector_rank": 1, "leg": "v"},
+           {"n_pre": 3, "chunk_id": 4, "vector_rank": 2, "leg": "v"},
+           {"n_pre": 3, "chunk_id": 2, "vector_rank": None, "mention": True, "leg": "m"}]
+    kw = [{"n_pre": 1, "chunk_id": 4, "fts_rank": 1, "fts_score": 0.25, "leg": "k"}]
+    before = copy.deepcopy((vec, kw))
+    fused, n_pre = fuse_legs(vec, kw, weights=(0.7, 0.3))
+    assert (vec, kw) == before and n_pre == 4
+    assert [(f.row["chunk_id"], f.row["leg"], f.vector_rank, f.fts_rank, f.fts_score)
+            for f in fused] == [(4, "v", 2, 1, 0.25), (9, "v", 1, None, None),
+                                (2, "m", None, None, None)]
+    assert fused[-1].score == 0.0
+    semantic, _ = fuse_legs(vec, None, weights=(0.7, 0.3))
+    assert [f.row["chunk_id"] for f in semantic] == [9, 4, 2]

@@ -41,12 +41,18 @@ def _row(**over):
         "retrieval_priority": 80, "generation_source": "human", "evidence_tier": None,
         "tags": ["cache"], "summary": None, "language": "en", "doc_date": None,
         "chunk_id": 3, "text": "redis", "heading_path": None, "chunk_order": 0,
-        "metadata": {"status_active": True}, "similarity": 0.5, "vector_rank": 1,
-        "fts_rank": None, "fts_score": None, "fused": 0.01, "tf_lexemes": ["redi"],
+        "metadata": {"status_active": True}, "similarity": 0.5, "tf_lexemes": ["redi"],
         "tf_counts": [2], "lexeme_count": 9,
     }
     row.update(over)
     return row
+
+
+def _fused(**over):
+    """A row as fusion gives it: found by the vector leg first, fused score 0.01."""
+    from kb_retriever.ranking.fusion import Fused
+
+    return Fused(_row(**over), 1, None, None, 0.01)
 
 
 def test_rows_build_the_same_models_as_their_constructors():
@@ -59,7 +65,7 @@ def test_rows_build_the_same_models_as_their_constructors():
     from kb_retriever.models import Candidate, DocumentRef
     from kb_retriever.store.rows import candidate_from_row
 
-    cand = candidate_from_row(_row())
+    cand = candidate_from_row(_fused())
     doc = DocumentRef(7, "t", "p", "k", "T", "a.md", "markdown", "s", "D-1", True, "decision",
                       "accepted", 80, "human", None, ("cache",), None, "en", None)
     expected = Candidate(3, "redis", "", 0, doc, 0.5, 1, None, None, 0.01,
@@ -68,7 +74,7 @@ def test_rows_build_the_same_models_as_their_constructors():
     assert cand == expected and dict(cand.metadata) == {"status_active": True}
     with pytest.raises(dataclasses.FrozenInstanceError):
         cand.document.title = "changed"  # type: ignore[misc]
-    assert candidate_from_row(_row(tf_lexemes=None)).lexeme_tf is None
+    assert candidate_from_row(_fused(tf_lexemes=None)).lexeme_tf is None
 
 
 def test_construct_fills_defaults_and_rejects_unknown_or_missing_fields():
@@ -93,9 +99,9 @@ def test_the_rows_of_one_search_share_their_documents():
     from kb_retriever.store.rows import candidate_from_row
 
     documents: dict = {}
-    a = candidate_from_row(_row(chunk_id=3), documents)
-    b = candidate_from_row(_row(chunk_id=4, chunk_order=1), documents)
-    c = candidate_from_row(_row(chunk_id=5, doc_pk=8, title="Other"), documents)
-    assert a.document is b.document and a.document == candidate_from_row(_row()).document
+    a = candidate_from_row(_fused(chunk_id=3), documents)
+    b = candidate_from_row(_fused(chunk_id=4, chunk_order=1), documents)
+    c = candidate_from_row(_fused(chunk_id=5, doc_pk=8, title="Other"), documents)
+    assert a.document is b.document and a.document == candidate_from_row(_fused()).document
     assert c.document is not a.document and c.document.title == "Other"
     assert set(documents) == {7, 8}

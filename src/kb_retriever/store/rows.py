@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..models import Candidate, DocumentRef, construct
+from ..ranking.fusion import Fused
 
 
 def vector_array(value: Any, dtype: Any = np.float32) -> np.ndarray:
@@ -42,13 +43,12 @@ def document_from_row(row: Mapping[str, Any]) -> DocumentRef:
     })
 
 
-def candidate_from_row(row: Mapping[str, Any],
-                       documents: dict[int, DocumentRef] | None = None) -> Candidate:
-    """A candidate row as a :class:`Candidate`. ``documents`` (document id -> its
+def candidate_from_row(fused: Fused, documents: dict[int, DocumentRef] | None = None) -> Candidate:
+    """A fused candidate row as a :class:`Candidate`. ``documents`` (document id -> its
     :class:`DocumentRef`) lets the rows of one search share their documents: its candidates
     are often several chunks of one document (on the perf set, 50 candidates from 19)."""
+    row = fused.row
     sim = row.get("similarity")
-    fts_score = row.get("fts_score")
     if documents is None:
         document = document_from_row(row)
     else:
@@ -61,10 +61,10 @@ def candidate_from_row(row: Mapping[str, Any],
         "chunk_order": int(row["chunk_order"]),
         "document": document,
         "vector_similarity": None if sim is None else float(sim),
-        "vector_rank": row.get("vector_rank"),
-        "fts_rank": row.get("fts_rank"),
-        "fts_score": None if fts_score is None else float(fts_score),
-        "fused_score": float(row.get("fused") or 0.0),
+        "vector_rank": fused.vector_rank,
+        "fts_rank": fused.fts_rank,
+        "fts_score": None if fused.fts_score is None else float(fused.fts_score),
+        "fused_score": float(fused.score),
         "metadata": MappingProxyType(dict(row["metadata"] or {})),
         "lexeme_tf": _lexeme_tf(row),
         "lexeme_count": row.get("lexeme_count"),
