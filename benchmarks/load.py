@@ -1,7 +1,8 @@
 """Speed under load: throughput and latency with 1, 4 and 16 concurrent clients, per system.
 
     .venv/bin/python benchmarks/load.py [--size 100000] [--clients 1,4,16] [--per-client 100]
-                                        [--skip-peers]
+                                        [--skip-peers] [--rounds 1]
+                                        [--kb-tree NAME=DIR ...] [--kb-tree-only]
 
 A client is a process of its own (a web worker, say), with its own connection pool, searching
 with the query vector given (no embedding time). All clients of a level start together (a
@@ -11,6 +12,12 @@ its defaults and with the AND full-text mode (``KB_FTS_QUERY_MODE=plain``), lang
 ``PGVectorStore`` hybrid, LlamaIndex ``PGVectorStore`` hybrid, on the synthetic corpus of
 ``perf.py``. Beside each, its SciFact nDCG@10 from benchmarks/results/scifact.json (the
 quality of the same configuration on real data). Results: benchmarks/results/load-<size>.json.
+
+``--kb-tree NAME=DIR`` adds system ``kb@NAME``: kb-retriever's defaults from the source tree
+``DIR`` (a git worktree, say, with one speed device taken out), on the same server and data,
+in turn with the others; ``--kb-tree-only`` runs only those. With ``--rounds`` above 1 every
+level runs that many times, the systems taking turns each round, and the figures are the
+median over the rounds. This is how decision 0004's devices were re-measured under load.
 """
 
 from __future__ import annotations
@@ -100,10 +107,15 @@ def worker(system: str, url: str, data: Path, n: int, offset: int) -> None:
     print(json.dumps({"lat": lat}), flush=True)
 
 
-def run_level(system: str, url: str, data: Path, clients: int, per_client: int) -> dict[str, Any]:
+def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
+              trees: dict[str, Path]) -> dict[str, Any]:
+    env = None
+    if system.startswith("kb@"):  # kb-retriever's defaults from another source tree
+        env = {**os.environ, "PYTHONPATH": str(trees[system[3:]] / "src")}
+        system = "kb"
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", system, "--url", url,
                                "--data", str(data), "--n", str(per_client), "--offset", str(c)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
              for c in range(clients)]
     try:
         for p in procs:  # the barrier: every client set up and warm
@@ -129,6 +141,13 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int) 
             "loadavg": os.getloadavg()[0]}
 
 
+def _median(outs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One level's rounds as one: the median of each figure, and every round's figures."""
+    figures = ("throughput_per_s", "p50", "p95")
+    med = {k: round(float(np.median([o[k] for o in outs])), 3) for k in figures}
+    return {**outs[0], **med, "rounds": [{k: o[k] for k in figures} for o in outs]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=100_000)
@@ -136,6 +155,9 @@ def main() -> int:
     ap.add_argument("--per-client", type=int, default=100)
     ap.add_argument("--queries", type=int, default=500)
     ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--kb-tree", action="append", default=[], metavar="NAME=DIR")
+    ap.add_argument("--kb-tree-only", action="store_true")
     ap.add_argument("--out-dir", default=str(HERE / "results"))
     ap.add_argument("--worker", choices=SYSTEMS)
     ap.add_argument("--url")
@@ -155,7 +177,10 @@ def main() -> int:
     from kb_retriever.store.server import start_embedded
 
     levels = [int(c) for c in args.clients.split(",")]
+    trees = {name: Path(tree).resolve()
+             for name, _, tree in (t.partition("=") for t in args.kb_tree)}
     systems = [s for s in SYSTEMS if not (args.skip_peers and s in ("langchain", "llamaindex"))]
+    systems = ([] if args.kb_tree_only else systems) + [f"kb@{name}" for name in trees]
     quality = _scifact()
     # The server may still be writing when the directory goes: that is no failure of the run.
     with tempfile.TemporaryDirectory(prefix="kb-load-", ignore_cleanup_errors=True) as home:
@@ -168,7 +193,7 @@ def main() -> int:
         res: dict[str, Any] = {"size": args.size, "machine": perf.machine(),
                                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "per_client": args.per_client, "ingest": perf.load_kb(url, corpus)}
-        if not args.skip_peers:
+        if any(s in ("langchain", "llamaindex") for s in systems):
             res["peer_load"] = perf.load_peers(url, corpus)
         qv, texts, _ = _synth.queries(corpus, args.queries)
         with tempfile.TemporaryDirectory() as tmp:
@@ -176,14 +201,20 @@ def main() -> int:
             np.save(data / "qvec.npy", qv)
             (data / "queries.json").write_text(json.dumps({"texts": texts}))
             for clients in levels:  # each level every system in turn: a slow minute hits all
-                for system in systems:
-                    out = run_level(system, url, data, clients, args.per_client)
-                    out["scifact_ndcg@10"] = quality.get(system)
+                runs: dict[str, list[dict[str, Any]]] = {}
+                for _ in range(args.rounds):
+                    for system in systems:
+                        out = run_level(system, url, data, clients, args.per_client, trees)
+                        runs.setdefault(system, []).append(out)
+                        print(f"[{args.size}] {clients:>2} clients {system:<18} "
+                              f"{out['throughput_per_s']:>7.1f}/s  p50 {out['p50']:.2f}  "
+                              f"p95 {out['p95']:.2f} ms", file=sys.stderr)
+                for system, outs in runs.items():
+                    out = _median(outs) if len(outs) > 1 else outs[0]
+                    out["scifact_ndcg@10"] = quality.get(system.partition("@")[0])
                     res.setdefault(system, []).append(out)
-                    print(f"[{args.size}] {clients:>2} clients {system:<10} "
-                          f"{out['throughput_per_s']:>7.1f}/s  p50 {out['p50']:.1f}  "
-                          f"p95 {out['p95']:.1f} ms", file=sys.stderr)
-        path = Path(args.out_dir) / f"load-{args.size}.json"
+        name = f"load-{args.size}" + ("-trees" if args.kb_tree_only else "")
+        path = Path(args.out_dir) / f"{name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(res, indent=2) + "\n")
     return 0
