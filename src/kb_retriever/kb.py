@@ -6,37 +6,28 @@ import asyncio
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from . import documents as docs
-from .calibrate import calibrate_project
-from .documents import StoredChunk, StoredDocument
 from .embedding import Embedder, default_embedder, embedder_errors
 from .embedding.base import check_vector
-from .errors import ConfigError, InputError, StoreError
+from .errors import ConfigError, InputError
 from .filter_expr import is_row_id
 from .filters import SearchFilters, parse_filters
 from .ingestion import IngestReport, Progress, as_paths, ingest_paths
+from .kb_documents import DocumentMethods, valid_name
 from .models import SearchResult
 from .pipeline import leg_shape, search_plan, validate_limit, validate_query
 from .plan import SearchRequest, arun_plan, run_plan
 from .settings import Settings, load_settings
-from .store import records, schema
-from .store.borrowed import BorrowedAsyncPool, BorrowedPool
-from .store.connection import (
-    atranslated,
-    make_async_pool,
-    make_pool,
-    translated,
-)
+from .store import schema
+from .store.connection import translated
+from .store.pools import Pools
 from .store.reader import AsyncSearchSession, ReadCache, SearchSession
 from .store.server import start_embedded
 from .store.sql import Scope
@@ -44,50 +35,6 @@ from .store.sql import Scope
 logger = logging.getLogger(__name__)
 
 __all__ = ["KnowledgeBase"]
-
-_NAME_MAX = 120
-
-
-def _count(cur: Any) -> int:
-    """A statement's count: the row it returned (``SELECT count(*)``), else its row count."""
-    if cur.description is not None:
-        row = cur.fetchone()
-        return int(row[0]) if row else 0
-    return max(cur.rowcount, 0)
-
-
-async def _acount(cur: Any) -> int:
-    if cur.description is not None:
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
-    return max(cur.rowcount, 0)
-
-
-def _selection(ids: Iterable[str] | None, filters: SearchFilters | Mapping[str, Any] | None
-               ) -> tuple[list[str] | None, SearchFilters | None]:
-    """Chunk ids and/or filters; at least one (a call with neither would mean every chunk)."""
-    parsed = parse_filters(filters) if filters is not None else None
-    if ids is None and (parsed is None or parsed.is_empty()):
-        raise InputError("give chunk ids, filters or both (clear() deletes everything)")
-    return (None if ids is None else docs.validate_ids(ids)), parsed
-
-
-def _in_order(found: Sequence[Any], wanted: Sequence[str]) -> list[Any]:
-    by_id = {item.id: item for item in found}
-    return [by_id[i] for i in wanted if i in by_id]
-
-
-def _name(kind: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX or "\x00" in value:
-        raise InputError(f"{kind} must be a non-empty string of at most {_NAME_MAX} characters")
-    return value.strip()
-
-
-def _finish_idle(pool: Any) -> None:
-    """Close the sockets of an async pool's idle connections without its event loop.
-    psycopg_pool keeps them in ``_pool``; connections in use belong to their caller."""
-    for conn in list(getattr(pool, "_pool", ())):
-        conn.pgconn.finish()
 
 
 def _quietly(load: Any) -> None:
@@ -116,7 +63,7 @@ def _moment(value: Any) -> datetime | None:
     return value
 
 
-class KnowledgeBase:
+class KnowledgeBase(DocumentMethods):
     """A knowledge base in PostgreSQL + pgvector: ingest files, search them.
 
     With no database URL (argument, ``settings.database_url`` or ``KB_DATABASE_URL``) an
@@ -156,44 +103,25 @@ class KnowledgeBase:
         self.embedder = embedder or default_embedder(self.settings.embedder)
         if not isinstance(self.embedder, Embedder):
             raise ConfigError("embedder must provide model_id, dimension, embed_documents, embed_query")
-        self.tenant = _name("tenant", tenant)
-        self.project = _name("project", project)
-        self._url: str | None = None
-        self._pool: Any = None
-        self._apool: Any = None
-        self._alock: asyncio.Lock | None = None
-        self._apool_loop: asyncio.AbstractEventLoop | None = None
+        self.tenant = valid_name("tenant", tenant)
+        self.project = valid_name("project", project)
         # The answers of the reads a search plan marks cacheable (synonyms, the scope's
         # statistics, calibration and rejected-approach vectors), parsed, for their TTL.
         self._reads = ReadCache()
-        self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
-        self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
+        self._pools = Pools(self.settings, pool=pool, async_pool=async_pool)
         self._loader: threading.Thread | None = None  # loads the embedder during open()
-        if pool is not None and not isinstance(pool, ConnectionPool):
-            raise ConfigError(f"pool must be a psycopg_pool.ConnectionPool, got {type(pool).__name__}")
-        if async_pool is not None and not isinstance(async_pool, AsyncConnectionPool):
-            raise ConfigError("async_pool must be a psycopg_pool.AsyncConnectionPool, got "
-                              f"{type(async_pool).__name__}")
-        self._given_pool, self._given_apool = pool, async_pool
-        # The server of a borrowed pool, for the pool of the other flavour we may open.
-        given = pool if pool is not None else async_pool
-        # (a pool built with a kwargs callable has no fixed kwargs to copy: none are taken)
-        kwargs = getattr(given, "kwargs", None)
-        self._conn_kwargs: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
     def url(self) -> str:
-        if self._url is None:
-            raise StoreError("the knowledge base is not open; call open() or use `with`")
-        return self._url
+        return self._pools.url
 
     def open(self) -> KnowledgeBase:
         """Connect (starting the embedded server if needed) and migrate. Idempotent.
 
         An embedder with a ``load()`` method (the default model) loads in a thread meanwhile,
         so the first search does not wait for both one after the other."""
-        if self._pool is not None:
+        if self._pools.is_open:
             return self
         load = getattr(self.embedder, "load", None)
         if callable(load) and self._loader is None:
@@ -212,30 +140,16 @@ class KnowledgeBase:
             self._loader = None
 
     def _open(self) -> KnowledgeBase:
-        given = self._given_pool if self._given_pool is not None else self._given_apool
-        if given is not None:
-            if not isinstance(given.conninfo, str):
-                raise ConfigError("a borrowed pool needs a conninfo string (not a callable)")
-            url: str = given.conninfo
-        else:
-            url = self.settings.database_url or start_embedded(self.settings.home)
-        with translated():
-            migrating = (self._given_pool.connection() if self._given_pool is not None else
-                         psycopg.connect(url, autocommit=True, connect_timeout=10,
-                                         **self._conn_kwargs))
-            with migrating as conn:
-                schema.migrate(conn)
-                schema.ensure_fixed_choices(
-                    conn, dimension=self.embedder.dimension, model_id=self.embedder.model_id,
-                    fts_language=self.settings.fts_language,
-                )
-            if self._given_pool is not None:
-                pool: Any = BorrowedPool(self._given_pool, self.settings)
-            else:
-                pool = make_pool(url, self.settings, vector_ready=True,
-                                 conn_kwargs=self._conn_kwargs)
-                pool.open(wait=True, timeout=30)
-        self._url, self._pool = url, pool
+        url = (self._pools.borrowed_conninfo() or self.settings.database_url
+               or start_embedded(self.settings.home))
+
+        def prepare(conn: psycopg.Connection[Any]) -> None:
+            schema.migrate(conn)
+            schema.ensure_fixed_choices(conn, dimension=self.embedder.dimension,
+                                        model_id=self.embedder.model_id,
+                                        fts_language=self.settings.fts_language)
+
+        self._pools.open(url, prepare)
         return self
 
     def close(self) -> None:
@@ -245,39 +159,11 @@ class KnowledgeBase:
         loop can still run; when it has ended (``asyncio.run`` returned), its connections are
         closed directly."""
         self._join_loader()
-        if self._apool is not None:
-            self._close_async_pool()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-        if self._threads is not None:
-            self._threads.shutdown(wait=True)
-            self._threads = None
-
-    def _close_async_pool(self) -> None:
-        pool, loop = self._apool, self._apool_loop
-        self._apool = self._apool_loop = self._alock = None
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is not None and not loop.is_closed():
-            if loop is running:  # close() inside the loop: it cannot wait for pool.close()
-                _finish_idle(pool)  # asyncio.run would cancel a pending close at its end
-                self._closing = loop.create_task(pool.close())
-                return
-            if not loop.is_running():
-                loop.run_until_complete(pool.close())
-                return
-            asyncio.run_coroutine_threadsafe(pool.close(), loop).result(timeout=30)
-            return
-        _finish_idle(pool)  # the loop is gone, and with it the pool's tasks
+        self._pools.close()
 
     async def aclose(self) -> None:
-        if self._apool is not None:
-            await self._apool.close()
-            self._apool = None
-        self.close()
+        await self._pools.aclose()
+        self._join_loader()
 
     def __enter__(self) -> KnowledgeBase:
         return self.open()
@@ -287,47 +173,11 @@ class KnowledgeBase:
 
     async def __aenter__(self) -> KnowledgeBase:
         await asyncio.to_thread(self.open)
-        await self._async_pool()
+        await self._pools.asynchronous()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    def _require_pool(self) -> Any:
-        if self._pool is None:
-            raise StoreError("the knowledge base is not open; call open() or use `with`")
-        return self._pool
-
-    def _write_pool(self) -> Any:
-        """The pool, its idle connections checked first: a write is not retried, so it must not
-        start on a connection the server has dropped (searches skip the check and retry)."""
-        pool = self._require_pool()
-        with translated():
-            pool.check()
-        return pool
-
-    async def _async_pool(self) -> Any:
-        # An async pool belongs to the event loop that opened it. When called from another loop
-        # (a new asyncio.run(), a test framework's per-test loop) open a fresh pool for it; the
-        # old one is dropped (its loop is gone or not ours to drive).
-        if self._given_apool is not None:  # the caller's, on the caller's loop
-            if self._apool is None:
-                self._apool = BorrowedAsyncPool(self._given_apool, self.settings)
-            return self._apool
-        loop = asyncio.get_running_loop()
-        if self._apool is not None and self._apool_loop is not loop:
-            logger.debug("event loop changed: opening a new async pool")
-            self._apool, self._alock = None, None
-        if self._apool is None:
-            if self._alock is None:
-                self._alock = asyncio.Lock()
-            async with self._alock:
-                if self._apool is None:
-                    pool = make_async_pool(self.url, self.settings, self._conn_kwargs)
-                    async with atranslated():
-                        await pool.open(wait=True, timeout=30)
-                    self._apool, self._apool_loop = pool, loop
-        return self._apool
 
     # --- ingest --------------------------------------------------------------------------
     def ingest(self, paths: str | Path | Iterable[str | Path], *, project: str | None = None,
@@ -342,9 +192,9 @@ class KnowledgeBase:
         deletes the documents found under these paths before whose file is now gone.
         """
         roots = as_paths(paths)
-        scope = (_name("tenant", self.tenant if tenant is None else tenant),
-                 _name("project", self.project if project is None else project))
-        pool = self._write_pool()
+        scope = (valid_name("tenant", self.tenant if tenant is None else tenant),
+                 valid_name("project", self.project if project is None else project))
+        pool = self._pools.checked()
         try:
             with translated(), pool.connection() as conn:
                 # A large file's COPY may take longer than a search's statement timeout.
@@ -373,170 +223,27 @@ class KnowledgeBase:
     def add_synonyms(self, term: str, synonyms: Sequence[str], *, project: str | None = None,
                      tenant: str | None = None) -> None:
         """Add or replace a synonym group for a project (reference §5)."""
-        pool = self._write_pool()
+        pool = self._pools.checked()
         self._reads.clear()
         with translated(), pool.connection() as conn:
             conn.execute(
                 "INSERT INTO kb_synonyms (tenant_id, project_key, term, synonyms) "
                 "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id, project_key, term) "
                 "DO UPDATE SET synonyms = EXCLUDED.synonyms, enabled = true",
-                [_name("tenant", self.tenant if tenant is None else tenant),
-                 _name("project", self.project if project is None else project),
-                 _name("term", term), [_name("synonym", s) for s in synonyms]],
+                [valid_name("tenant", self.tenant if tenant is None else tenant),
+                 valid_name("project", self.project if project is None else project),
+                 valid_name("term", term), [valid_name("synonym", s) for s in synonyms]],
             )
 
     def projects(self, *, tenant: str | None = None) -> dict[str, int]:
         """The tenant's projects that hold documents, with their document counts."""
-        pool = self._require_pool()
+        pool = self._pools.sync()
         with translated(), pool.connection() as conn:
             rows = conn.execute(
                 "SELECT project_key, count(*) FROM kb_documents WHERE tenant_id = %s "
                 "GROUP BY project_key ORDER BY project_key",
-                [_name("tenant", self.tenant if tenant is None else tenant)]).fetchall()
+                [valid_name("tenant", self.tenant if tenant is None else tenant)]).fetchall()
         return {str(p): int(n) for p, n in rows}
-    # --- documents from memory, by id (logic in documents.py, SQL in store/records.py) ---
-    def _scope(self, project: str | None, tenant: str | None) -> tuple[str, str]:
-        return (_name("tenant", self.tenant if tenant is None else tenant),
-                _name("project", self.project if project is None else project))
-
-    def add_documents(self, documents: Iterable[Any], *, project: str | None = None,
-                      tenant: str | None = None) -> list[str]:
-        """Add in-memory documents (:class:`~kb_retriever.documents.DocumentRecord` or mappings
-        with ``text``, ``metadata``, ``id``, ``chunks``); returns their ids, in order.
-
-        Each is chunked (unless it brings its chunks), embedded through the embedding cache
-        and written in its own transaction, like a file; canonical fields come from its
-        metadata or a frontmatter block and are validated as for files. An id that exists is
-        replaced (chunks whose text is unchanged keep their ids); unchanged content is a no-op.
-
-        Example::
-
-            ids = kb.add_documents([{"text": "# Pager\n\nPage the on-call via Opsgenie.",
-                                     "metadata": {"team": "sre"}, "id": "runbook-pager"}])
-        """
-        tenant, project = self._scope(project, tenant)
-        drafts = [docs.record_draft(docs.as_record(d), self.settings) for d in documents]
-        last = {d.source_path: d for d in drafts}  # one id twice in a call: the last wins
-        pool = self._write_pool()
-        try:
-            with translated(), pool.connection() as conn:
-                docs.write_records(conn, self.embedder, tenant=tenant, project=project,
-                                   drafts=last.values())
-                # The trust channels' null for this project, as a file ingest measures it.
-                calibrate_project(conn, self.embedder, tenant=tenant, project=project)
-        finally:
-            self._reads.clear()
-        return [d.source_path for d in drafts]
-
-    async def aadd_documents(self, documents: Iterable[Any], *, project: str | None = None,
-                             tenant: str | None = None) -> list[str]:
-        """The async twin of :meth:`add_documents`. Embedding is CPU work and the write is one
-        COPY per document, so it runs in a worker thread (the event loop stays free)."""
-        items = list(documents)
-        return await asyncio.to_thread(self.add_documents, items, project=project, tenant=tenant)
-
-    def _read(self, stmt: records.Statement) -> list[dict[str, Any]]:
-        with translated(), self._require_pool().connection() as conn, \
-                conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(*stmt)
-            return cur.fetchall()
-
-    async def _aread(self, stmt: records.Statement) -> list[dict[str, Any]]:
-        pool = await self._async_pool()
-        async with atranslated(), pool.connection() as conn, \
-                conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(*stmt)
-            return await cur.fetchall()
-
-    def _write(self, stmts: list[records.Statement]) -> int:
-        """Run ``stmts`` in one transaction; the first one's count (returned or affected)."""
-        pool = self._write_pool()
-        try:
-            with translated(), pool.connection() as conn, conn.transaction():
-                counts = [_count(conn.execute(*s)) for s in stmts]
-        finally:
-            self._reads.clear()
-        return counts[0]
-
-    async def _awrite(self, stmts: list[records.Statement]) -> int:
-        pool = await self._async_pool()
-        try:
-            async with atranslated(), pool.connection() as conn, conn.transaction():
-                counts = [await _acount(await conn.execute(*s)) for s in stmts]
-        finally:
-            self._reads.clear()
-        return counts[0]
-
-    def get_by_ids(self, ids: Iterable[str], *, project: str | None = None,
-                   tenant: str | None = None, with_embeddings: bool = False
-                   ) -> list[StoredDocument]:
-        """The documents with these ids (a file's id is its path), in the order asked;
-        unknown ids are skipped. ``with_embeddings`` also reads each chunk's vector."""
-        wanted = docs.validate_ids(ids)
-        found = records.documents_from_rows(self._read(records.get_documents_sql(
-            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
-        return _in_order(found, wanted)
-
-    async def aget_by_ids(self, ids: Iterable[str], *, project: str | None = None,
-                          tenant: str | None = None, with_embeddings: bool = False
-                          ) -> list[StoredDocument]:
-        wanted = docs.validate_ids(ids)
-        found = records.documents_from_rows(await self._aread(records.get_documents_sql(
-            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
-        return _in_order(found, wanted)
-
-    def get_chunks(self, ids: Iterable[str] | None = None, *,
-                   filters: SearchFilters | Mapping[str, Any] | None = None,
-                   project: str | None = None, tenant: str | None = None) -> list[StoredChunk]:
-        """The chunks with these stable ids (``Hit.chunk_uid``; in the order asked) and/or
-        matching ``filters`` (the search's filters; in document order)."""
-        wanted, parsed = _selection(ids, filters)
-        found = records.chunks_from_rows(self._read(
-            records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)))
-        return found if wanted is None else _in_order(found, wanted)
-
-    async def aget_chunks(self, ids: Iterable[str] | None = None, *,
-                          filters: SearchFilters | Mapping[str, Any] | None = None,
-                          project: str | None = None, tenant: str | None = None
-                          ) -> list[StoredChunk]:
-        wanted, parsed = _selection(ids, filters)
-        found = records.chunks_from_rows(await self._aread(
-            records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)))
-        return found if wanted is None else _in_order(found, wanted)
-
-    def delete(self, ids: Iterable[str], *, project: str | None = None,
-               tenant: str | None = None) -> int:
-        """Delete whole documents by id (a file's id is its path: its key); returns how many
-        went. Unknown ids are ignored. A deleted file comes back on its next ingest."""
-        return self._write(records.delete_documents_sql(*self._scope(project, tenant),
-                                                        docs.validate_ids(ids)))
-
-    async def adelete(self, ids: Iterable[str], *, project: str | None = None,
-                      tenant: str | None = None) -> int:
-        return await self._awrite(records.delete_documents_sql(*self._scope(project, tenant),
-                                                               docs.validate_ids(ids)))
-
-    def delete_chunks(self, ids: Iterable[str] | None = None, *,
-                      filters: SearchFilters | Mapping[str, Any] | None = None,
-                      project: str | None = None, tenant: str | None = None) -> int:
-        """Delete chunks by stable id and/or ``filters``; returns how many went. A document
-        left without chunks goes too."""
-        return self._write(records.delete_chunks_sql(*self._scope(project, tenant),
-                                                     *_selection(ids, filters)))
-
-    async def adelete_chunks(self, ids: Iterable[str] | None = None, *,
-                             filters: SearchFilters | Mapping[str, Any] | None = None,
-                             project: str | None = None, tenant: str | None = None) -> int:
-        return await self._awrite(records.delete_chunks_sql(*self._scope(project, tenant),
-                                                            *_selection(ids, filters)))
-
-    def clear(self, *, project: str | None = None, tenant: str | None = None) -> int:
-        """Delete every document of the project (files and documents added from memory)."""
-        return self._write(records.clear_sql(*self._scope(project, tenant)))
-
-    async def aclear(self, *, project: str | None = None, tenant: str | None = None) -> int:
-        return await self._awrite(records.clear_sql(*self._scope(project, tenant)))
-
     # --- search --------------------------------------------------------------------------
     def _request(self, query: Any, *, limit: int | None, project: str | Sequence[str] | None,
                  tenant: str | None, filters: SearchFilters | Mapping[str, Any] | None,
@@ -558,8 +265,8 @@ class KnowledgeBase:
             vec = self._vector(query_embedding)
         return SearchRequest(
             query=validate_query(query, self.settings),
-            scope=Scope(tenant=_name("tenant", self.tenant if tenant is None else tenant),
-                        projects=tuple(dict.fromkeys(_name("project", p) for p in projects))),
+            scope=Scope(tenant=valid_name("tenant", self.tenant if tenant is None else tenant),
+                        projects=tuple(dict.fromkeys(valid_name("project", p) for p in projects))),
             limit=validate_limit(self.settings.default_limit if limit is None else limit,
                                  self.settings),
             filters=parse_filters(filters),
@@ -580,13 +287,6 @@ class KnowledgeBase:
         with embedder_errors():
             return self.embedder.embed_query(text)
 
-    def _executor(self) -> ThreadPoolExecutor:
-        """The worker threads of parallel legs, started on first use."""
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(max_workers=self.settings.pool_max_size,
-                                               thread_name_prefix="kb-retriever-leg")
-        return self._threads
-
     def search(self, query: str, *, limit: int | None = None,
                project: str | Sequence[str] | None = None, tenant: str | None = None,
                filters: SearchFilters | Mapping[str, Any] | None = None,
@@ -601,8 +301,8 @@ class KnowledgeBase:
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
                             now=now)
-        session = SearchSession(self._require_pool(), self._reads, self.settings,
-                                self._executor)
+        session = SearchSession(self._pools.sync(), self._reads, self.settings,
+                                self._pools.executor)
 
         def embed(text: str) -> np.ndarray:
             session.release()  # no connection sits idle while the model runs
@@ -624,7 +324,7 @@ class KnowledgeBase:
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
                             now=now)
-        session = AsyncSearchSession(await self._async_pool(), self._reads, self.settings)
+        session = AsyncSearchSession(await self._pools.asynchronous(), self._reads, self.settings)
 
         async def embed(text: str) -> np.ndarray:
             await session.release()
@@ -641,7 +341,7 @@ class KnowledgeBase:
         full-text leg (the scope and sizes as literals, the query's values as placeholders).
 
         Shown without the lexeme statistics: a search's full-text leg also carries the cached
-        estimates by which it chooses its OR lexemes (``store.sql.lexeme_selection_sql``), a
+        estimates by which it chooses its OR lexemes (``store.fts_sql.lexeme_selection_sql``), a
         JSON literal of up to a thousand lexemes; here the leg keeps every query lexeme."""
         from .store import sql as q
 
@@ -656,5 +356,5 @@ class KnowledgeBase:
             legs.append(("full-text leg", q.keyword_leg_sql(
                 shape, fts_mode=self.settings.fts_query_mode, n_phrases=0, filters=req.filters,
                 with_doc_ids=with_doc_ids)[0]))
-        with self._require_pool().connection() as conn:
+        with self._pools.sync().connection() as conn:
             return "\n".join(f"-- {name}\n{stmt.as_string(conn)};" for name, stmt in legs)

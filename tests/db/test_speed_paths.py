@@ -32,7 +32,7 @@ def _legs_and_checkouts(kb: KnowledgeBase, q: str, monkeypatch) -> tuple[set[int
         return answer
 
     monkeypatch.setattr(SearchSession, "_fetch", spy)
-    pool = kb._require_pool()
+    pool = kb._pools.sync()
     before = pool.get_stats().get("requests_num", 0)
     result = kb.search(q)
     assert {"candidates", "graph", "rejected"} <= set(result.meta["timings_ms"])
@@ -67,7 +67,7 @@ def test_a_pool_of_one_runs_the_legs_one_after_the_other(example_kb, minilm):
         # same on one connection as on two.
         assert [h.chunk_id for h in kb.search(q).primary] == [
             h.chunk_id for h in example_kb.search(q).primary]
-        assert kb._require_pool().get_stats()["pool_size"] == 1
+        assert kb._pools.sync().get_stats()["pool_size"] == 1
 
 
 async def test_an_async_search_runs_the_legs_on_two_connections(example_kb, monkeypatch):
@@ -83,7 +83,7 @@ async def test_an_async_search_runs_the_legs_on_two_connections(example_kb, monk
         return answer
 
     monkeypatch.setattr(AsyncSearchSession, "_fetch", spy)
-    pool = await example_kb._async_pool()
+    pool = await example_kb._pools.asynchronous()
     before = pool.get_stats().get("requests_num", 0)
     result = await example_kb.asearch(q)
     assert result.expanded and result.rejected
@@ -186,7 +186,7 @@ def test_each_scope_keeps_one_plan_for_its_legs(example_kb, minilm):
         for _ in range(14):
             assert kb.search(q, query_embedding=qvec).primary == first.primary
         kb.search(q, query_embedding=qvec, project="elsewhere")
-        with kb._require_pool().connection() as conn:
+        with kb._pools.sync().connection() as conn:
             rows = conn.execute(
                 "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements "
                 "WHERE statement LIKE 'WITH ql AS%'").fetchall()
@@ -214,7 +214,7 @@ def test_consecutive_searches_keep_each_leg_on_the_same_connection(example_kb, m
             return answer
 
         monkeypatch.setattr(SearchSession, "_fetch", spy)
-        pool = kb._require_pool()
+        pool = kb._pools.sync()
         for _ in range(4):
             roles.append({})
             kb.search(q)
@@ -227,7 +227,7 @@ def test_consecutive_searches_keep_each_leg_on_the_same_connection(example_kb, m
 def test_a_search_of_new_words_reads_nothing_before_its_two_legs(example_kb, minilm,
                                                                   monkeypatch):
     """Each leg's statement stems the query itself, and the full-text leg chooses its OR
-    lexemes by the cached statistics in the statement (store.sql.lexeme_selection_sql): words
+    lexemes by the cached statistics in the statement (store.fts_sql.lexeme_selection_sql): words
     never seen before cost no round trip ahead of the legs, which run on two connections."""
     reads: list[tuple[str, int]] = []
     with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:

@@ -210,7 +210,7 @@ def test_malformed_files_are_reported_not_raised(make_kb: Callable[..., Knowledg
     for _, message in report.failed:
         assert message and "Traceback" not in message
     # A file that failed left nothing behind.
-    with kb._require_pool().connection() as conn:  # read-only peek at what was stored
+    with kb._pools.sync().connection() as conn:  # read-only peek at what was stored
         stored = {r[0] for r in conn.execute("SELECT source_path FROM kb_documents")}
     assert stored == ingested
     # The bomb's frontmatter was refused, so it is not canonical; the file is still searchable.

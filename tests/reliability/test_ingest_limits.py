@@ -70,7 +70,7 @@ def test_database_failures_are_reported_per_file_and_the_run_goes_on(
         rows = conn.execute("SELECT source_path FROM kb_documents ORDER BY 1").fetchall()
     assert rows == [("a.md",), ("d.md",)]
     # The connection went back to the pool with the search timeout, not the ingest's.
-    with kb._require_pool().connection() as conn:
+    with kb._pools.sync().connection() as conn:
         assert conn.execute("SHOW statement_timeout").fetchone() == ("10s",)
 
 

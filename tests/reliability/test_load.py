@@ -58,7 +58,7 @@ def test_concurrent_asearch_over_a_small_pool(make_kb: Callable[..., KnowledgeBa
                 *(kb.asearch(q, limit=5, project="default") for q in queries),
                 return_exceptions=True,
             )
-            stats = (await kb._async_pool()).get_stats()
+            stats = (await kb._pools.asynchronous()).get_stats()
         finally:
             stop.set()
             await watcher

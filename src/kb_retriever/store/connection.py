@@ -52,7 +52,7 @@ def make_pool(url: str, settings: Settings, *, vector_ready: bool,
         configure=configure,
         # No check on checkout (a round trip on every search): reads retry once on a fresh
         # connection when the server dropped theirs (store/reader.py), and writes check the
-        # pool first (KnowledgeBase._write_pool).
+        # pool first (store.pools.Pools.checked).
         timeout=settings.pool_timeout_s,  # how long a caller waits for a connection
         kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, **(conn_kwargs or {})},
         open=False,

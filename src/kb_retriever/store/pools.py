@@ -1,0 +1,175 @@
+"""The connections of one knowledge base: its sync pool, its async pool, the legs' threads.
+
+A borrowed pool (``KnowledgeBase(pool=...)``) is used and never closed; for the other flavour
+a small pool of our own opens to the same server. An async pool belongs to the event loop that
+opened it: called from another loop, a fresh one opens for that loop. Closing works in every
+loop state (``close()`` inside a running loop, after ``asyncio.run`` returned, from a thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from ..errors import ConfigError, StoreError
+from ..settings import Settings
+from .borrowed import BorrowedAsyncPool, BorrowedPool
+from .connection import atranslated, make_async_pool, make_pool, translated
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Pools"]
+
+
+def _finish_idle(pool: Any) -> None:
+    """Close the sockets of an async pool's idle connections without its event loop.
+    psycopg_pool keeps them in ``_pool``; connections in use belong to their caller."""
+    for conn in list(getattr(pool, "_pool", ())):
+        conn.pgconn.finish()
+
+
+class Pools:
+    """Opens, hands out and closes a knowledge base's connections (no I/O until :meth:`open`)."""
+
+    def __init__(self, settings: Settings, *, pool: ConnectionPool | None,
+                 async_pool: AsyncConnectionPool | None) -> None:
+        if pool is not None and not isinstance(pool, ConnectionPool):
+            raise ConfigError(f"pool must be a psycopg_pool.ConnectionPool, got {type(pool).__name__}")
+        if async_pool is not None and not isinstance(async_pool, AsyncConnectionPool):
+            raise ConfigError("async_pool must be a psycopg_pool.AsyncConnectionPool, got "
+                              f"{type(async_pool).__name__}")
+        self.settings = settings
+        self._given_pool, self._given_apool = pool, async_pool
+        # The server of a borrowed pool, for the pool of the other flavour we may open
+        # (a pool built with a kwargs callable has no fixed kwargs to copy: none are taken).
+        given = pool if pool is not None else async_pool
+        kwargs = getattr(given, "kwargs", None)
+        self._conn_kwargs: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
+        self._url: str | None = None
+        self._pool: Any = None
+        self._apool: Any = None
+        self._alock: asyncio.Lock | None = None
+        self._apool_loop: asyncio.AbstractEventLoop | None = None
+        self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
+        self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
+
+    def borrowed_conninfo(self) -> str | None:
+        """The server of a borrowed pool, or None when the pools are our own."""
+        given = self._given_pool if self._given_pool is not None else self._given_apool
+        if given is None:
+            return None
+        if not isinstance(given.conninfo, str):
+            raise ConfigError("a borrowed pool needs a conninfo string (not a callable)")
+        return given.conninfo
+
+    @property
+    def is_open(self) -> bool:
+        return self._pool is not None
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            raise StoreError("the knowledge base is not open; call open() or use `with`")
+        return self._url
+
+    def open(self, url: str, prepare: Callable[[psycopg.Connection[Any]], None]) -> None:
+        """Run ``prepare`` (the migrations) on one connection to ``url``, then open the sync
+        pool."""
+        with translated():
+            migrating = (self._given_pool.connection() if self._given_pool is not None else
+                         psycopg.connect(url, autocommit=True, connect_timeout=10,
+                                         **self._conn_kwargs))
+            with migrating as conn:
+                prepare(conn)
+            if self._given_pool is not None:
+                pool: Any = BorrowedPool(self._given_pool, self.settings)
+            else:
+                pool = make_pool(url, self.settings, vector_ready=True,
+                                 conn_kwargs=self._conn_kwargs)
+                pool.open(wait=True, timeout=30)
+        self._url, self._pool = url, pool
+
+    def sync(self) -> Any:
+        """The sync pool (the knowledge base must be open)."""
+        if self._pool is None:
+            raise StoreError("the knowledge base is not open; call open() or use `with`")
+        return self._pool
+
+    def checked(self) -> Any:
+        """The sync pool, its idle connections checked first: a write is not retried, so it
+        must not start on a connection the server has dropped (searches skip the check and
+        retry)."""
+        pool = self.sync()
+        with translated():
+            pool.check()
+        return pool
+
+    async def asynchronous(self) -> Any:
+        """The async pool of the running event loop, opened on first use."""
+        if self._given_apool is not None:  # the caller's, on the caller's loop
+            if self._apool is None:
+                self._apool = BorrowedAsyncPool(self._given_apool, self.settings)
+            return self._apool
+        loop = asyncio.get_running_loop()
+        if self._apool is not None and self._apool_loop is not loop:
+            logger.debug("event loop changed: opening a new async pool")
+            self._apool, self._alock = None, None  # the old one's loop is gone or not ours
+        if self._apool is None:
+            if self._alock is None:
+                self._alock = asyncio.Lock()
+            async with self._alock:
+                if self._apool is None:
+                    pool = make_async_pool(self.url, self.settings, self._conn_kwargs)
+                    async with atranslated():
+                        await pool.open(wait=True, timeout=30)
+                    self._apool, self._apool_loop = pool, loop
+        return self._apool
+
+    def executor(self) -> ThreadPoolExecutor:
+        """The worker threads of parallel legs, started on first use."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(max_workers=self.settings.pool_max_size,
+                                               thread_name_prefix="kb-retriever-leg")
+        return self._threads
+
+    def close(self) -> None:
+        """Close both pools and the legs' threads (a borrowed pool stays open)."""
+        if self._apool is not None:
+            self._close_async_pool()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+            self._threads = None
+
+    async def aclose(self) -> None:
+        if self._apool is not None:
+            await self._apool.close()
+            self._apool = None
+        self.close()
+
+    def _close_async_pool(self) -> None:
+        pool, loop = self._apool, self._apool_loop
+        self._apool = self._apool_loop = self._alock = None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is not None and not loop.is_closed():
+            if loop is running:  # close() inside the loop: it cannot wait for pool.close()
+                _finish_idle(pool)  # asyncio.run would cancel a pending close at its end
+                self._closing = loop.create_task(pool.close())
+                return
+            if not loop.is_running():
+                loop.run_until_complete(pool.close())
+                return
+            asyncio.run_coroutine_threadsafe(pool.close(), loop).result(timeout=30)
+            return
+        _finish_idle(pool)  # the loop is gone, and with it the pool's tasks
