@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 from kb_retriever import KnowledgeBase, Settings
 from kb_retriever.models import ChunkDraft, DocumentDraft
 from kb_retriever.ranking.bm25 import CorpusLexemes
+from kb_retriever.store import fts_sql as fts
 from kb_retriever.store import sql as q
 from kb_retriever.store.writer import write_document
 
@@ -92,8 +93,8 @@ def fts_search(url: str, settings: Settings, *, rank: str = "ts_rank/log-len(1)"
         "ON d.tenant_id = c.tenant_id AND d.id = c.document_id, q "
         "WHERE c.tsv @@ q.query AND c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
         "ORDER BY s DESC, c.id LIMIT %(k)s"
-    ).format(ql=q.QUERY_LEXEMES, tsq=q.tsquery_sql(mode, 0), rank=sql.SQL(FTS_RANKS[rank]),
-             sel=q.lexeme_selection_sql(q.LexemeBudget(*estimates) if estimates else None,
+    ).format(ql=fts.QUERY_LEXEMES, tsq=fts.tsquery_sql(mode, 0), rank=sql.SQL(FTS_RANKS[rank]),
+             sel=fts.lexeme_selection_sql(fts.LexemeBudget(*estimates) if estimates else None,
                                         settings.fts_match_cap))
 
     def search(query: str, _qvec: np.ndarray, k: int) -> list[str]:

@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 from .errors import FilterError
 
-__all__ = ["And", "Cond", "Expr", "Not", "OPERATORS", "Or", "TYPED_FIELDS", "parse_expr"]
+__all__ = ["And", "Cond", "Expr", "MetaCond", "Not", "OPERATORS", "Or", "TYPED_FIELDS",
+           "parse_expr", "parse_metadata"]
 
 OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$between", "$like",
              "$ilike", "$exists")
@@ -52,6 +53,12 @@ class Cond:
     field: str
     op: str
     value: Any
+
+
+@dataclass(frozen=True)
+class MetaCond(Cond):
+    """A condition on a metadata key, whatever its name (the ``metadata`` filter dimension:
+    a key ``tags`` there is a metadata key, not the document's tags)."""
 
 
 @dataclass(frozen=True)
@@ -85,11 +92,24 @@ def is_row_id(v: Any) -> bool:
 def parse_expr(value: Any) -> Expr:
     """Validate a filter expression (a mapping) into a frozen tree; :class:`FilterError` on
     anything malformed, naming the valid operators or fields."""
-    counter = [0]
-    return _parse(value, 0, counter)
+    return _parse(value, 0, [0], metadata=False)
 
 
-def _parse(value: Any, depth: int, counter: list[int]) -> Expr:
+def parse_metadata(value: Any) -> Expr | None:
+    """:func:`parse_expr` for the ``metadata`` filter dimension: every field is a metadata key
+    (:class:`MetaCond`). An empty mapping is no condition (None).
+
+    >>> parse_metadata({"tags": "x", "$not": {"team": {"$in": ["a"]}}}).items
+    (MetaCond(field='tags', op='$eq', value='x'), Not(item=MetaCond(field='team', op='$in', value=('a',))))
+    """
+    if isinstance(value, Mapping) and not value:
+        return None
+    if not isinstance(value, Mapping):
+        raise FilterError("filter 'metadata' takes a mapping {key: value | {$op: value}}")
+    return _parse(value, 0, [0], metadata=True)
+
+
+def _parse(value: Any, depth: int, counter: list[int], *, metadata: bool) -> Expr:
     if depth > MAX_DEPTH:
         raise FilterError(f"filter is nested more than {MAX_DEPTH} levels deep")
     if not isinstance(value, Mapping) or not value:
@@ -99,15 +119,15 @@ def _parse(value: Any, depth: int, counter: list[int]) -> Expr:
         if key in ("$and", "$or"):
             if not isinstance(operand, list | tuple) or not operand:
                 raise FilterError(f"{key} takes a non-empty list of filter expressions")
-            parts = tuple(_parse(x, depth + 1, counter) for x in operand)
+            parts = tuple(_parse(x, depth + 1, counter, metadata=metadata) for x in operand)
             items.append(And(parts) if key == "$and" else Or(parts))
         elif key == "$not":
-            items.append(Not(_parse(operand, depth + 1, counter)))
+            items.append(Not(_parse(operand, depth + 1, counter, metadata=metadata)))
         elif isinstance(key, str) and key.startswith("$"):
             raise FilterError(f"unknown filter operator {key!r} at this level; valid: $and, "
                               "$or, $not, or a field name")
         else:
-            items.extend(_conditions(key, operand, counter))
+            items.extend(_conditions(key, operand, counter, metadata=metadata))
     return items[0] if len(items) == 1 else And(tuple(items))
 
 
@@ -116,7 +136,7 @@ def _day(v: Any) -> bool:
         isinstance(v, str) and len(v.strip()) == 10)
 
 
-def _conditions(field: Any, operand: Any, counter: list[int]) -> list[Expr]:
+def _conditions(field: Any, operand: Any, counter: list[int], *, metadata: bool) -> list[Expr]:
     if not isinstance(field, str) or not _FIELD.match(field):
         raise FilterError(f"filter field {field!r:.80} is invalid: letters, digits, '_' and '-'")
     ops = operand if isinstance(operand, Mapping) else {"$eq": operand}
@@ -129,16 +149,19 @@ def _conditions(field: Any, operand: Any, counter: list[int]) -> list[Expr]:
         counter[0] += 1
         if counter[0] > MAX_CONDITIONS:
             raise FilterError(f"a filter has at most {MAX_CONDITIONS} conditions")
-        if TYPED_FIELDS.get(field) == "date" and op in ("$eq", "$ne") and _day(v):
-            on_day = Cond(field, "$between", _value(field, "$between", [v, v]))
+        if metadata:
+            out.append(MetaCond(field, op, _value(field, None, op, v)))
+            continue
+        kind = TYPED_FIELDS.get(field)
+        if kind == "date" and op in ("$eq", "$ne") and _day(v):
+            on_day = Cond(field, "$between", _value(field, kind, "$between", [v, v]))
             out.append(on_day if op == "$eq" else Not(on_day))  # that whole day, not midnight
             continue
-        out.append(Cond(field, op, _value(field, op, v)))
+        out.append(Cond(field, op, _value(field, kind, op, v)))
     return out
 
 
-def _value(field: str, op: str, v: Any) -> Any:
-    kind = TYPED_FIELDS.get(field)
+def _value(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
     if kind == "tags" and op in _ORDERED:
         raise FilterError(f"tags take $eq, $ne, $in, $nin, $like, $ilike or $exists, not {op}")
     if kind == "bool" and op not in ("$eq", "$ne", "$exists"):

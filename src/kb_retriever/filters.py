@@ -10,26 +10,20 @@ LangChain's ``filter=``), AND-ed with the dimensions::
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from .errors import FilterError
-from .filter_expr import Expr, as_datetime, is_bigint, is_row_id, parse_expr
+from .filter_expr import OPERATORS, Expr, as_datetime, is_row_id, parse_expr, parse_metadata
 from .models import CANONICAL_TYPES, SOURCE_TYPES
 
 __all__ = ["METADATA_OPERATORS", "SearchFilters", "parse_filters", "where_filters"]
 
-METADATA_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
-# Boolean groups inside ``metadata``: ``{"$or": [{...}, {...}]}``, ``{"$and": [...]}``,
-# ``{"$not": {...}}`` (the framework filters' nested AND / OR / NOT).
-METADATA_GROUPS = ("$and", "$or", "$not")
-# Deeper nesting is never a real filter and would only make a huge statement.
-_MAX_GROUP_DEPTH = 8
-_META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+#: The operators of the ``metadata`` dimension: those of the filter expressions (one parser,
+#: filter_expr.parse_metadata), with ``$and``/``$or``/``$not`` groups.
+METADATA_OPERATORS = OPERATORS
 _MAX_VALUES = 1000  # per dimension; bounds parameter arrays (reference caps at 50/1000)
 
 
@@ -45,8 +39,8 @@ class SearchFilters:
     folder_globs: tuple[str, ...] = ()
     date_from: datetime | None = None
     date_to: datetime | None = None
-    # (key, op, value) triples, AND-ed; a group is (group, "", (triples, ...)) (see _metadata)
-    metadata: tuple[tuple[str, str, Any], ...] = field(default=())
+    # conditions on metadata keys (filter_expr.MetaCond), whatever their names
+    metadata: Expr | None = None
     where: Expr | None = None  # the top-level $and/$or/$not expressions, AND-ed together
 
     def is_empty(self) -> bool:
@@ -108,60 +102,6 @@ def where_filters(expression: Mapping[str, Any] | None) -> SearchFilters:
     return SearchFilters(where=parse_expr(expression))
 
 
-def _scalar_ok(v: Any) -> bool:
-    if isinstance(v, bool) or v is None:
-        return True
-    if isinstance(v, int):
-        return is_bigint(v)
-    if isinstance(v, float):
-        return math.isfinite(v)
-    return isinstance(v, str) and "\x00" not in v and len(v) <= 10_000
-
-
-def _group(key: str, cond: Any, depth: int) -> tuple[str, str, Any]:
-    """``("$or" | "$and", "", (branch, ...))`` or ``("$not", "", (branch,))``, each branch
-    a parsed mapping (AND-ed triples)."""
-    if depth >= _MAX_GROUP_DEPTH:
-        raise FilterError(f"metadata groups nest deeper than {_MAX_GROUP_DEPTH} levels")
-    branches = [cond] if key == "$not" else cond
-    if key == "$not" and not isinstance(cond, Mapping) or key != "$not" and (
-            not isinstance(cond, (list, tuple)) or not cond):
-        raise FilterError(f"metadata {key} takes " + (
-            "a mapping" if key == "$not" else "a non-empty list of mappings"))
-    return key, "", tuple(_metadata(b, depth + 1) for b in branches)
-
-
-def _metadata(value: Any, depth: int = 0) -> tuple[tuple[str, str, Any], ...]:
-    if not isinstance(value, Mapping):
-        raise FilterError("filter 'metadata' takes a mapping {key: value | {$op: value}}")
-    out = []
-    for key, cond in value.items():
-        if key in METADATA_GROUPS:
-            out.append(_group(key, cond, depth))
-            continue
-        if not isinstance(key, str) or not _META_KEY.match(key):
-            raise FilterError(
-                f"metadata key {key!r} is invalid: letters, digits, '_' and '-' only"
-            )
-        ops = cond if isinstance(cond, Mapping) else {"$eq": cond}
-        for op, v in ops.items():
-            if op not in METADATA_OPERATORS:
-                raise FilterError(
-                    f"metadata operator {op!r} is unknown; valid: {', '.join(METADATA_OPERATORS)}"
-                )
-            if op in ("$in", "$nin"):
-                if not isinstance(v, (list, tuple)) or not all(_scalar_ok(x) for x in v):
-                    raise FilterError(f"metadata {key!r} {op} takes a list of scalars")
-                v = tuple(v)
-            elif op == "$exists":
-                if not isinstance(v, bool):
-                    raise FilterError(f"metadata {key!r} $exists takes true or false")
-            elif not _scalar_ok(v):
-                raise FilterError(f"metadata {key!r} {op} takes a scalar")
-            out.append((key, op, v))
-    return tuple(out)
-
-
 def parse_filters(filters: SearchFilters | Mapping[str, Any] | None) -> SearchFilters:
     """Validate a mapping into :class:`SearchFilters`; unknown keys raise :class:`FilterError`."""
     if filters is None:
@@ -194,7 +134,7 @@ def parse_filters(filters: SearchFilters | Mapping[str, Any] | None) -> SearchFi
         folder_globs=_str_list("folder_globs", f.get("folder_globs") or ()),
         date_from=_date("date_from", f.get("date_from"), end=False),
         date_to=_date("date_to", f.get("date_to"), end=True),
-        metadata=_metadata(f.get("metadata") or {}),
+        metadata=parse_metadata(f.get("metadata") or {}),
         where=_where(f),
     )
     if out.date_from and out.date_to and out.date_to < out.date_from:

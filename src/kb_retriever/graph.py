@@ -7,7 +7,7 @@ similar to the query, scores it, and applies the user's filters.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Generator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from .models import Hit, Origin, ScoreBreakdown
@@ -20,18 +20,12 @@ _SEP = chr(31)  # unit separator: joins (project, slug) into one visited key, as
 
 
 def expand_graph(primary: Sequence[Hit], req: SearchRequest, settings: Settings,
-                 qvec: Any, *, unlinked: Collection[int] = frozenset()
-                 ) -> Generator[Fetch, Any, list[Hit]]:
-    """Yield one fetch per hop; return expanded hits ordered by score (at most max_nodes).
-
-    ``unlinked``: ids of documents known to have no edge that the expansion walks (the legs'
-    ``linked`` column). They seed nothing, so they leave the frontier, and with no seed left
-    there is no round trip; the result is the same.
-    """
+                 qvec: Any) -> Generator[Fetch, Any, list[Hit]]:
+    """Yield one fetch per hop; return expanded hits ordered by score (at most max_nodes)."""
     # canonical documents of the primary list, in rank order, once each
     seeds = list(dict.fromkeys(
         (h.document.project_key, h.document.slug) for h in primary
-        if h.document.is_canonical and h.document.slug and h.document.id not in unlinked
+        if h.document.is_canonical and h.document.slug
     ))
     types = list(settings.graph_expansion_edge_types)
     if not seeds or not types:

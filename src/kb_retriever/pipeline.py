@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from .errors import InputError
 from .graph import expand_graph
 from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
-from .models import Candidate, DocumentRef, Hit, Origin, SearchResult
+from .models import Candidate, Hit, Origin, SearchResult
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
 from .ranking import diversify, expand_query_text, expansion_phrases, should_refuse
 from .ranking.bm25 import CorpusLexemes
@@ -29,6 +29,7 @@ from .ranking.rerank import rank
 from .rejected import RejectedChannel, decide_rejected, unit_vectors, yield_to_accepted
 from .settings import Settings
 from .store import sql as q
+from .store.fts_sql import LexemeBudget
 from .store.rows import candidate_from_row
 
 __all__ = ["candidates", "leg_shape", "scope_catalog", "search_plan", "synonym_groups",
@@ -66,12 +67,10 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
     edges graph expansion walks, and the lexeme statistics (``corpus``) by which the full-text
     leg chooses its OR lexemes."""
     kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
-    edges = tuple(settings.graph_expansion_edge_types) if settings.graph_expansion_enabled else ()
     estimates = corpus.estimates if corpus is not None else None
     return q.LegShape(req.scope, kc=kc, min_sim=settings.default_min_similarity,
-                      fts_cap=settings.fts_match_cap, edge_types=edges,
-                      edge_direction=settings.graph_expansion_direction,
-                      lexemes=q.LexemeBudget(*estimates) if estimates else None,
+                      fts_cap=settings.fts_match_cap,
+                      lexemes=LexemeBudget(*estimates) if estimates else None,
                       fts_configs=tuple(fts_configs) if len(fts_configs) > 1 else ())
 
 
@@ -114,7 +113,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     expanded: list[Hit] = []
     if settings.graph_expansion_enabled:
         with watch.lap("graph"):
-            expanded = yield from expand_graph(top, req, settings, qvec, unlinked=found.unlinked)
+            expanded = yield from expand_graph(top, req, settings, qvec)
             if channel is not None:
                 expanded = [h for h in expanded if channel.keeps(h.document)]
     refuse = should_refuse(top, settings, catalog.calibration)
@@ -171,7 +170,6 @@ class Found(NamedTuple):
     mentions: frozenset[int]  # the @mentioned documents that boost (KB_MENTIONS_MODE=boost)
     phrases: list[str]  # the synonym phrases the query matched
     lexeme_stats: dict[str, Any] | None  # the scope's frequencies of the query's lexemes
-    unlinked: frozenset[int]  # documents without an edge graph expansion walks
 
 
 def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
@@ -179,7 +177,7 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
     """The vector and full-text legs, run at once, and their weighted RRF.
 
     Each statement stems the query itself (CTE ``ql``) and the full-text leg chooses the
-    lexemes it ORs together (``store.sql.lexeme_selection_sql``), so nothing needs a round trip
+    lexemes it ORs together (``store.fts_sql.lexeme_selection_sql``), so nothing needs a round trip
     first; the caller may run the legs on two connections, the full-text leg (the longer one)
     on the search's own."""
     phrases = expansion_phrases(req.query, groups) if groups else []
@@ -211,12 +209,9 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
     # the query's lexemes as the statements stemmed them, sorted (the vector leg returns them
     # on every row, and always returns a row)
     lexemes = list(vector_rows[0]["query_lexemes"] or ()) if vector_rows else []
-    documents: dict[int, DocumentRef] = {}  # one per document: the rows of a search share it
     return Found(
-        [candidate_from_row(f, documents) for f in fused], n_pre, mentions, phrases,
-        catalog.corpus.for_query(lexemes) if fused else None,
-        # documents the legs found without an edge to walk: no seeds (store.sql.LegShape)
-        frozenset(f.row["doc_pk"] for f in fused if f.row.get("linked") is False))
+        [candidate_from_row(f) for f in fused], n_pre, mentions, phrases,
+        catalog.corpus.for_query(lexemes) if fused else None)
 
 
 def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, found: Found,

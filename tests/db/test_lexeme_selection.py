@@ -1,4 +1,4 @@
-"""The full-text leg chooses its OR lexemes in the statement (store.sql.lexeme_selection_sql):
+"""The full-text leg chooses its OR lexemes in the statement (store.fts_sql.lexeme_selection_sql):
 on a real PostgreSQL, the same lexemes in the same order as CorpusLexemes.select, whatever the
 text, the statistics, the ties between estimates and the characters of the lexemes."""
 
@@ -14,7 +14,7 @@ from psycopg import sql
 
 from kb_retriever import HashingEmbedder, Settings
 from kb_retriever.ranking.bm25 import CorpusLexemes
-from kb_retriever.store import sql as q
+from kb_retriever.store import fts_sql as fts
 from kb_retriever.store.reader import SearchSession
 
 from ..unit.lexeme_oracle import select_lexemes
@@ -49,9 +49,9 @@ def _lexemes(conn: psycopg.Connection[Any], text: str) -> list[str]:
 def _chosen(conn: psycopg.Connection[Any], text: str, corpus: CorpusLexemes, cap: int
             ) -> list[str]:
     estimates = corpus.estimates
-    budget = q.LexemeBudget(*estimates) if estimates else None
+    budget = fts.LexemeBudget(*estimates) if estimates else None
     stmt = sql.SQL("WITH {ql}, {sel} SELECT coalesce(array_agg(l ORDER BY o), '{{}}') FROM sel"
-                   ).format(ql=q.QUERY_LEXEMES, sel=q.lexeme_selection_sql(budget, cap))
+                   ).format(ql=fts.QUERY_LEXEMES, sel=fts.lexeme_selection_sql(budget, cap))
     row = conn.execute(stmt, {"fts_lang": "english", "fts_text": text}).fetchone()
     assert row is not None
     return list(row[0])

@@ -56,8 +56,8 @@ def _fused(**over):
 
 
 def test_rows_build_the_same_models_as_their_constructors():
-    """The row converters build models with models.construct (no __init__): the result must
-    equal, hash and stay frozen like the dataclass built the ordinary way."""
+    """The row converters build the frozen models that positional construction gives: equal,
+    hashable and frozen."""
     import dataclasses
 
     import pytest
@@ -77,31 +77,18 @@ def test_rows_build_the_same_models_as_their_constructors():
     assert candidate_from_row(_fused(tf_lexemes=None)).lexeme_tf is None
 
 
-def test_construct_fills_defaults_and_rejects_unknown_or_missing_fields():
-    import pytest
+def test_the_column_spec_is_the_models_fields():
+    """The SELECT lists and the row readers come from store/columns.py: its document columns
+    are DocumentRef's fields (the id read as doc_pk), its chunk columns Hit's chunk fields, so
+    a field added to the model without its column fails here."""
+    import dataclasses
 
-    from kb_retriever.models import Hit, Origin, ScoreBreakdown, construct
+    from kb_retriever.models import DocumentRef, Hit
+    from kb_retriever.store.columns import CHUNK_FIELDS, DOCUMENT_FIELDS
+    from kb_retriever.store.rows import document_from_row
 
-    s = construct(ScoreBreakdown, {"total": 1.0})
-    assert s == ScoreBreakdown(total=1.0) and s.hop_decay is None
-    h = construct(Hit, {"chunk_id": 1, "text": "x", "heading_path": "", "score": 1.0,
-                        "scores": s, "origin": Origin.PRIMARY, "document": None})
-    assert dict(h.metadata) == {} and h.chunk_order == 0  # default_factory and plain defaults
-    with pytest.raises(TypeError, match="missing"):
-        construct(Hit, {"chunk_id": 1})
-    with pytest.raises(TypeError, match="totl"):
-        construct(ScoreBreakdown, {"totl": 1.0})
-
-
-def test_the_rows_of_one_search_share_their_documents():
-    """With a search's ``documents`` map, the chunks of one document get one DocumentRef,
-    equal to what each row alone would give; another document gets its own."""
-    from kb_retriever.store.rows import candidate_from_row
-
-    documents: dict = {}
-    a = candidate_from_row(_fused(chunk_id=3), documents)
-    b = candidate_from_row(_fused(chunk_id=4, chunk_order=1), documents)
-    c = candidate_from_row(_fused(chunk_id=5, doc_pk=8, title="Other"), documents)
-    assert a.document is b.document and a.document == candidate_from_row(_fused()).document
-    assert c.document is not a.document and c.document.title == "Other"
-    assert set(documents) == {7, 8}
+    names = [name for name, _ in DOCUMENT_FIELDS]
+    assert ["id", *names] == [f.name for f in dataclasses.fields(DocumentRef)]
+    assert set(CHUNK_FIELDS) <= {f.name for f in dataclasses.fields(Hit)}
+    doc = document_from_row(_row(is_canonical=1, retrieval_priority="80", tags=None))
+    assert doc.is_canonical is True and doc.retrieval_priority == 80 and doc.tags == ()

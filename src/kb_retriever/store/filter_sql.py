@@ -1,4 +1,7 @@
-"""Render a filter expression (``filter_expr``) as an SQL predicate over ``d`` and ``c``.
+"""The search filters as SQL predicates over ``d`` (documents) and ``c`` (chunks).
+
+:func:`doc_filter_sql` renders a :class:`~kb_retriever.filters.SearchFilters`; its ``where``
+expression (``filter_expr``) renders through :func:`where_sql`.
 
 Every value is a bound parameter (``%(wN)s``); field names choose among fixed column
 expressions or become a bound JSON key. The result is tested by rendering and by running it
@@ -12,9 +15,11 @@ from typing import Any
 
 from psycopg import sql
 
-from ..filter_expr import TYPED_FIELDS, And, Cond, Expr, Not, Or
+from ..filter_expr import TYPED_FIELDS, And, Cond, Expr, MetaCond, Not, Or
+from ..filters import SearchFilters
+from ..ranking.globs import glob_to_sql_regex
 
-__all__ = ["where_sql"]
+__all__ = ["doc_filter_sql", "needs_doc_join", "where_sql"]
 
 Params = dict[str, Any]
 
@@ -57,6 +62,8 @@ def _bind(params: Params, value: Any) -> sql.Composable:
 
 
 def _condition(cond: Cond, params: Params) -> sql.Composable:
+    if isinstance(cond, MetaCond):
+        return _metadata(cond, params)
     kind = TYPED_FIELDS.get(cond.field)
     if kind == "tags":
         return _tags(cond, params)
@@ -120,3 +127,52 @@ def _metadata(cond: Cond, params: Params) -> sql.Composable:
         return sql.SQL("{} BETWEEN {}{} AND {}{}").format(
             left, _bind(params, v[0]), cast, _bind(params, v[1]), cast)
     return sql.SQL("{} {} {}{}").format(left, sql.SQL(_COMPARE[op]), _bind(params, v), cast)
+
+
+def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.Composable, Params]:
+    """Predicates on ``d`` (documents) and ``c`` (chunks) for the user's filters.
+
+    Returns an SQL fragment starting with `` AND`` (or empty) and its parameters.
+    """
+    parts: list[sql.Composable] = []
+    p: Params = {}
+    if filters.source_types:
+        parts.append(sql.SQL("d.source_type = ANY(%(f_source_types)s)"))
+        p["f_source_types"] = list(filters.source_types)
+    if filters.canonical_types:
+        parts.append(sql.SQL("d.canonical_type = ANY(%(f_canonical_types)s)"))
+        p["f_canonical_types"] = list(filters.canonical_types)
+    if filters.tags:
+        parts.append(sql.SQL("d.tags && %(f_tags)s::text[]"))
+        p["f_tags"] = list(filters.tags)
+    if filters.languages:
+        parts.append(sql.SQL("d.language = ANY(%(f_languages)s)"))
+        p["f_languages"] = list(filters.languages)
+    if with_doc_ids and filters.doc_ids:
+        parts.append(sql.SQL("d.id = ANY(%(f_doc_ids)s)"))
+        p["f_doc_ids"] = list(filters.doc_ids)
+    if filters.folder_globs:
+        parts.append(sql.SQL("d.source_path ~ ANY(%(f_globs)s)"))
+        p["f_globs"] = [glob_to_sql_regex(g) for g in filters.folder_globs]
+    # The document's own date when it has one (fix of reference §24.10), else ingest time.
+    if filters.date_from:
+        parts.append(sql.SQL("coalesce(d.doc_date, d.indexed_at) >= %(f_date_from)s"))
+        p["f_date_from"] = filters.date_from
+    if filters.date_to:
+        parts.append(sql.SQL("coalesce(d.doc_date, d.indexed_at) <= %(f_date_to)s"))
+        p["f_date_to"] = filters.date_to
+    # one renderer, one parameter namespace for both expressions (filter_expr)
+    for expr in (filters.metadata, filters.where):
+        if expr is not None:
+            parts.append(_render(expr, p))
+    if not parts:
+        return sql.SQL(""), p
+    return sql.SQL(" AND ") + sql.SQL(" AND ").join(parts), p
+
+
+def needs_doc_join(filters: SearchFilters, *, with_doc_ids: bool) -> bool:
+    return bool(
+        filters.source_types or filters.canonical_types or filters.tags or filters.languages
+        or (with_doc_ids and filters.doc_ids) or filters.folder_globs or filters.date_from
+        or filters.date_to or filters.metadata or filters.where is not None
+    )

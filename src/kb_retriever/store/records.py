@@ -15,8 +15,8 @@ from psycopg import sql
 
 from ..documents import StoredChunk, StoredDocument
 from ..filters import SearchFilters
+from .filter_sql import doc_filter_sql
 from .rows import vector_array
-from .sql import doc_filter_sql
 
 __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
            "documents_from_rows", "get_chunks_sql", "get_documents_sql"]
@@ -51,7 +51,7 @@ def get_documents_sql(tenant: str, project: str, ids: Sequence[str], *,
 def _chunk_selection(tenant: str, project: str, ids: Sequence[str] | None,
                      filters: SearchFilters | None) -> tuple[sql.Composable, dict[str, Any]]:
     """``FROM … WHERE …`` of the chunks with these ids and/or matching these filters (the
-    search's own filter predicates, ``store.sql.doc_filter_sql``)."""
+    search's own filter predicates, ``store.filter_sql.doc_filter_sql``)."""
     filt, params = doc_filter_sql(filters or SearchFilters(), with_doc_ids=False)
     by_id = sql.SQL(" AND c.chunk_uid = ANY(%(ids)s)") if ids is not None else sql.SQL("")
     return sql.SQL(

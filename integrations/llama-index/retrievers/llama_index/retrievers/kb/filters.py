@@ -32,8 +32,12 @@ def to_search_filters(filters: MetadataFilters) -> SearchFilters:
     return where_filters(metadata_filters_to_expression(filters))
 
 
-def metadata_filters_to_expression(filters: MetadataFilters) -> dict[str, Any]:
+def metadata_filters_to_expression(filters: MetadataFilters, *,
+                                   list_fields: frozenset[str] = _LIST_FIELDS) -> dict[str, Any]:
     """``MetadataFilters(filters=[...], condition=and|or|not)`` as an expression mapping.
+
+    ``list_fields`` are the fields whose value is a list, which ``any``/``all``/``contains``
+    test member by member (the vector store, whose every key is node metadata, has none).
 
     >>> from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
     >>> metadata_filters_to_expression(MetadataFilters(filters=[
@@ -41,8 +45,8 @@ def metadata_filters_to_expression(filters: MetadataFilters) -> dict[str, Any]:
     ...     MetadataFilter(key="team", value="plat", operator="text_match")], condition="or"))
     {'$or': [{'tags': {'$eq': 'cache'}}, {'team': {'$like': '%plat%'}}]}
     """
-    parts = [metadata_filters_to_expression(f) if isinstance(f, MetadataFilters) else _one(f)
-             for f in filters.filters]
+    parts = [metadata_filters_to_expression(f, list_fields=list_fields)
+             if isinstance(f, MetadataFilters) else _one(f, list_fields) for f in filters.filters]
     if not parts:
         raise FilterError("MetadataFilters has no filters")
     condition = filters.condition or FilterCondition.AND
@@ -60,7 +64,7 @@ def _like(value: Any) -> str:
     return f"%{escaped}%"
 
 
-def _one(f: MetadataFilter) -> dict[str, Any]:
+def _one(f: MetadataFilter, list_fields: frozenset[str]) -> dict[str, Any]:
     op, key, value = f.operator, f.key, f.value
     if op in _SAME:
         return {key: {_SAME[op]: value}}
@@ -70,7 +74,7 @@ def _one(f: MetadataFilter) -> dict[str, Any]:
         return {key: {"$ilike": _like(value)}}
     if op == FilterOperator.IS_EMPTY:
         return {key: {"$exists": False}}
-    if key in _LIST_FIELDS:
+    if key in list_fields:
         if op == FilterOperator.CONTAINS:
             return {key: {"$eq": value}}
         if op == FilterOperator.ANY:
@@ -80,4 +84,4 @@ def _one(f: MetadataFilter) -> dict[str, Any]:
                 raise FilterError("all takes a non-empty list")
             return {"$and": [{key: {"$eq": v}} for v in value]}
     raise FilterError(f"filter operator {op.value!r} is not supported on {key!r} "
-                      f"(any/all/contains work on: {', '.join(sorted(_LIST_FIELDS))})")
+                      f"(any/all/contains work on: {', '.join(sorted(list_fields)) or 'none'})")
