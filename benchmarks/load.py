@@ -99,12 +99,14 @@ def worker(system: str, url: str, data: Path, n: int, offset: int) -> None:
     print("READY", flush=True)
     sys.stdin.readline()
     lat = []
+    cpu = time.process_time()
     for j in range(n):
         i = (offset * 997 + j) % len(texts)  # each client its own walk through the queries
         t = time.perf_counter()
         search(qv[i], texts[i])
         lat.append((time.perf_counter() - t) * 1000)
-    print(json.dumps({"lat": lat}), flush=True)
+    cpu_ms = (time.process_time() - cpu) * 1000 / max(n, 1)
+    print(json.dumps({"lat": lat, "cpu_ms": cpu_ms}), flush=True)
 
 
 def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
@@ -136,14 +138,16 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
             if p.poll() is None:
                 p.kill()
     lat = [x for o in outs for x in o["lat"]]
+    # the client's own CPU per search (its Python and driver work; the server's is not in it)
+    client_cpu = float(np.mean([o["cpu_ms"] for o in outs]))
     return {"clients": clients, "searches": len(lat), "wall_s": round(wall, 2),
             "throughput_per_s": round(len(lat) / wall, 1), **perf.pct(lat),
-            "loadavg": os.getloadavg()[0]}
+            "client_cpu_ms": round(client_cpu, 3), "loadavg": os.getloadavg()[0]}
 
 
 def _median(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """One level's rounds as one: the median of each figure, and every round's figures."""
-    figures = ("throughput_per_s", "p50", "p95")
+    figures = ("throughput_per_s", "p50", "p95", "client_cpu_ms")
     med = {k: round(float(np.median([o[k] for o in outs])), 3) for k in figures}
     return {**outs[0], **med, "rounds": [{k: o[k] for k in figures} for o in outs]}
 
@@ -208,7 +212,8 @@ def main() -> int:
                         runs.setdefault(system, []).append(out)
                         print(f"[{args.size}] {clients:>2} clients {system:<18} "
                               f"{out['throughput_per_s']:>7.1f}/s  p50 {out['p50']:.2f}  "
-                              f"p95 {out['p95']:.2f} ms", file=sys.stderr)
+                              f"p95 {out['p95']:.2f} ms  client CPU {out['client_cpu_ms']:.3f} ms",
+                              file=sys.stderr)
                 for system, outs in runs.items():
                     out = _median(outs) if len(outs) > 1 else outs[0]
                     out["scifact_ndcg@10"] = quality.get(system.partition("@")[0])

@@ -63,9 +63,8 @@ def validate_limit(limit: Any, settings: Settings) -> int:
 def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | None = None,
               fts_configs: Sequence[str] = ()) -> q.LegShape:
     """The legs' literal scope and sizes: ``limit x candidate_multiplier`` candidates per leg
-    when reranking (just ``limit`` without it), the similarity threshold, the match cap, the
-    edges graph expansion walks, and the lexeme statistics (``corpus``) by which the full-text
-    leg chooses its OR lexemes."""
+    when reranking (just ``limit`` without it), the similarity threshold, the match cap, and
+    the lexeme statistics (``corpus``) by which the full-text leg chooses its OR lexemes."""
     kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
     estimates = corpus.estimates if corpus is not None else None
     return q.LegShape(req.scope, kc=kc, min_sim=settings.default_min_similarity,

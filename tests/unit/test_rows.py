@@ -56,8 +56,8 @@ def _fused(**over):
 
 
 def test_rows_build_the_same_models_as_their_constructors():
-    """The row converters build the frozen models that positional construction gives: equal,
-    hashable and frozen."""
+    """The row converters build models with models.construct (no __init__): the result must
+    equal, hash and stay frozen like the dataclass built the ordinary way."""
     import dataclasses
 
     import pytest
@@ -75,6 +75,22 @@ def test_rows_build_the_same_models_as_their_constructors():
     with pytest.raises(dataclasses.FrozenInstanceError):
         cand.document.title = "changed"  # type: ignore[misc]
     assert candidate_from_row(_fused(tf_lexemes=None)).lexeme_tf is None
+
+
+def test_construct_fills_defaults_and_rejects_unknown_or_missing_fields():
+    import pytest
+
+    from kb_retriever.models import Hit, Origin, ScoreBreakdown, construct
+
+    s = construct(ScoreBreakdown, {"total": 1.0})
+    assert s == ScoreBreakdown(total=1.0) and s.hop_decay is None
+    h = construct(Hit, {"chunk_id": 1, "text": "x", "heading_path": "", "score": 1.0,
+                        "scores": s, "origin": Origin.PRIMARY, "document": None})
+    assert dict(h.metadata) == {} and h.chunk_order == 0  # default_factory and plain defaults
+    with pytest.raises(TypeError, match="missing"):
+        construct(Hit, {"chunk_id": 1})
+    with pytest.raises(TypeError, match="totl"):
+        construct(ScoreBreakdown, {"totl": 1.0})
 
 
 def test_the_column_spec_is_the_models_fields():

@@ -149,8 +149,35 @@ def test_leg_statements_are_remembered_per_arguments():
     assert a is not b and render(a[0]) == render(b[0]) and a[1] == b[1]
 
 
-def test_catalog_statements_are_built_once():
+def test_remembered_statements_render_once_per_encoding():
+    """A remembered statement keeps its bytes (store.sql.Statement): psycopg would render every
+    piece and literal again on each execute. Another client encoding renders anew."""
+    stmt, _ = q.vector_leg_sql(SHAPE, filters=parse_filters(None), with_doc_ids=False)
+    assert isinstance(stmt, q.Statement)
+    assert stmt.as_bytes(None) is stmt.as_bytes(None)  # rendered once, then kept
+    assert stmt.as_bytes(None) == stmt._composed.as_bytes(None)  # the statement's own bytes
     assert q.lexeme_stats_sql() is q.lexeme_stats_sql()
+    assert isinstance(q.lexeme_stats_sql(), q.Statement)
+
+    renders = []
+
+    class Counted(sql.SQL):
+        def as_bytes(self, context=None):
+            renders.append(context)
+            return super().as_bytes(context)
+
+    class PGconn:
+        _encoding = "latin-1"
+
+    class Latin1:  # a connection whose client encoding is LATIN1, as an adapt context
+        pgconn = PGconn()
+        info = type("Info", (), {"encoding": "latin-1"})()
+        connection = property(lambda self: self)
+
+    once = q.Statement(Counted("SELECT 'café'"))
+    assert once.as_bytes(None) == once.as_bytes(None) == "SELECT 'café'".encode()
+    assert once.as_bytes(Latin1()) == once.as_bytes(Latin1()) == "SELECT 'café'".encode("latin-1")
+    assert len(renders) == 2  # once per encoding
 
 
 def test_the_writer_fills_every_document_column_in_spec_order():

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from kb_retriever.models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown
+from kb_retriever.models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, construct
 from kb_retriever.settings import Settings
 
 from .bm25 import lexeme_bm25, lexeme_idf, pool_bm25
@@ -77,15 +77,30 @@ class Scored(NamedTuple):
 
     def hit(self, origin: Origin = Origin.PRIMARY) -> Hit:
         c = self.candidate
-        breakdown = ScoreBreakdown(
+        breakdown = construct(ScoreBreakdown, {
             **dict(zip(TERMS, self.terms, strict=True)),
-            raw_similarity=c.vector_similarity, fused_score=c.fused_score,
-            vector_rank=c.vector_rank, fts_rank=c.fts_rank, lexeme_tf=c.lexeme_tf,
-            lexeme_count=c.lexeme_count)
-        return Hit(chunk_id=c.chunk_id, text=c.text, heading_path=c.heading_path,
-                   score=breakdown.total, scores=breakdown, origin=origin, document=c.document,
-                   chunk_order=c.chunk_order, similarity=c.vector_similarity,
-                   metadata=c.metadata, chunk_uid=c.chunk_uid)
+            "hop_decay": None,  # not reached through the graph
+            "raw_similarity": c.vector_similarity,
+            "fused_score": c.fused_score,
+            "vector_rank": c.vector_rank,
+            "fts_rank": c.fts_rank,
+            "lexeme_tf": c.lexeme_tf,
+            "lexeme_count": c.lexeme_count,
+        })
+        return construct(Hit, {
+            "chunk_id": c.chunk_id,
+            "text": c.text,
+            "heading_path": c.heading_path,
+            "score": breakdown.total,
+            "scores": breakdown,
+            "origin": origin,
+            "document": c.document,
+            "chunk_order": c.chunk_order,
+            "similarity": c.vector_similarity,
+            "metadata": c.metadata,
+            "chunk_uid": c.chunk_uid,
+            "edge_type": None, "from_slug": None, "hop": None,  # not reached through the graph
+        })
 
 
 def rerank(

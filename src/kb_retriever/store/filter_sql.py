@@ -129,6 +129,15 @@ def _metadata(cond: Cond, params: Params) -> sql.Composable:
     return sql.SQL("{} {} {}{}").format(left, sql.SQL(_COMPARE[op]), _bind(params, v), cast)
 
 
+# The dimensions that match any of their values: (SearchFilters field, parameter, predicate).
+_ANY_OF = (
+    ("source_types", "f_source_types", "d.source_type = ANY(%(f_source_types)s)"),
+    ("canonical_types", "f_canonical_types", "d.canonical_type = ANY(%(f_canonical_types)s)"),
+    ("tags", "f_tags", "d.tags && %(f_tags)s::text[]"),
+    ("languages", "f_languages", "d.language = ANY(%(f_languages)s)"),
+)
+
+
 def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.Composable, Params]:
     """Predicates on ``d`` (documents) and ``c`` (chunks) for the user's filters.
 
@@ -136,18 +145,11 @@ def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.C
     """
     parts: list[sql.Composable] = []
     p: Params = {}
-    if filters.source_types:
-        parts.append(sql.SQL("d.source_type = ANY(%(f_source_types)s)"))
-        p["f_source_types"] = list(filters.source_types)
-    if filters.canonical_types:
-        parts.append(sql.SQL("d.canonical_type = ANY(%(f_canonical_types)s)"))
-        p["f_canonical_types"] = list(filters.canonical_types)
-    if filters.tags:
-        parts.append(sql.SQL("d.tags && %(f_tags)s::text[]"))
-        p["f_tags"] = list(filters.tags)
-    if filters.languages:
-        parts.append(sql.SQL("d.language = ANY(%(f_languages)s)"))
-        p["f_languages"] = list(filters.languages)
+    for dimension, name, predicate in _ANY_OF:
+        values = getattr(filters, dimension)
+        if values:
+            parts.append(sql.SQL(predicate))
+            p[name] = list(values)
     if with_doc_ids and filters.doc_ids:
         parts.append(sql.SQL("d.id = ANY(%(f_doc_ids)s)"))
         p["f_doc_ids"] = list(filters.doc_ids)

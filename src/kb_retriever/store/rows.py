@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models import Candidate, DocumentRef
+from ..models import Candidate, DocumentRef, construct
 from ..ranking.fusion import Fused
 from .columns import DOCUMENT_FIELDS
 
@@ -22,25 +22,32 @@ def vector_array(value: Any, dtype: Any = np.float32) -> np.ndarray:
 
 def document_from_row(row: Mapping[str, Any]) -> DocumentRef:
     """A row's document (the columns of :data:`~kb_retriever.store.columns.DOCUMENT_FIELDS`)."""
-    values = {name: row[name] if convert is None else convert(row[name])
-              for name, convert in DOCUMENT_FIELDS}
-    return DocumentRef(id=int(row["doc_pk"]), **values)
+    values = {"id": int(row["doc_pk"])}
+    for name, convert in DOCUMENT_FIELDS:
+        values[name] = row[name] if convert is None else convert(row[name])
+    return construct(DocumentRef, values)
 
 
 def candidate_from_row(fused: Fused) -> Candidate:
     """A fused candidate row as a :class:`Candidate`."""
     row = fused.row
     sim = row.get("similarity")
-    document = document_from_row(row)
-    return Candidate(
-        chunk_id=int(row["chunk_id"]), text=row["text"], heading_path=row["heading_path"] or "",
-        chunk_order=int(row["chunk_order"]), document=document,
-        vector_similarity=None if sim is None else float(sim), vector_rank=fused.vector_rank,
-        fts_rank=fused.fts_rank,
-        fts_score=None if fused.fts_score is None else float(fused.fts_score),
-        fused_score=float(fused.score), metadata=MappingProxyType(dict(row["metadata"] or {})),
-        lexeme_tf=_lexeme_tf(row), lexeme_count=row.get("lexeme_count"),
-        chunk_uid=row.get("chunk_uid"))
+    return construct(Candidate, {
+        "chunk_id": int(row["chunk_id"]),
+        "text": row["text"],
+        "heading_path": row["heading_path"] or "",
+        "chunk_order": int(row["chunk_order"]),
+        "document": document_from_row(row),
+        "vector_similarity": None if sim is None else float(sim),
+        "vector_rank": fused.vector_rank,
+        "fts_rank": fused.fts_rank,
+        "fts_score": None if fused.fts_score is None else float(fused.fts_score),
+        "fused_score": float(fused.score),
+        "metadata": MappingProxyType(dict(row["metadata"] or {})),
+        "lexeme_tf": _lexeme_tf(row),
+        "lexeme_count": row.get("lexeme_count"),
+        "chunk_uid": row.get("chunk_uid"),
+    })
 
 
 def _lexeme_tf(row: Mapping[str, Any]) -> Mapping[str, int] | None:
