@@ -17,7 +17,7 @@ import psycopg
 from .embedding import Embedder, check_vectors, embedder_errors
 from .ranking.calibration import PROBE_VERSION, PROBES
 
-__all__ = ["calibrate_project"]
+__all__ = ["RECALIBRATE_AT", "calibrate_after_write", "calibrate_project", "needs_calibration"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +31,20 @@ _STORE = (
     "probe_similarity, calibrated_at) VALUES (%(tenant)s, %(project)s, %(model)s, %(version)s, "
     "%(sims)s, now()) ON CONFLICT (tenant_id, project_key) DO UPDATE SET "
     "probe_model = EXCLUDED.probe_model, probe_version = EXCLUDED.probe_version, "
-    "probe_similarity = EXCLUDED.probe_similarity, calibrated_at = EXCLUDED.calibrated_at"
+    "probe_similarity = EXCLUDED.probe_similarity, calibrated_at = EXCLUDED.calibrated_at, "
+    "writes_since_calibration = 0"
 )
+# Count a write; the row exists once the project has had chunks (the count triggers of 0004).
+_WRITTEN = (
+    "UPDATE kb_scope_stats SET writes_since_calibration = writes_since_calibration + %(n)s "
+    "WHERE tenant_id = %(tenant)s AND project_key = %(project)s "
+    "RETURNING chunks, writes_since_calibration, probe_model, probe_version, calibrated_at"
+)
+
+#: A write recalibrates the project once the chunks written since its last calibration reach
+#: this fraction of it. The null is a maximum of cosines over the project's chunks, which a
+#: tenth more (or other) chunks barely moves; a small project recalibrates on every write.
+RECALIBRATE_AT = 0.1
 
 _vectors: dict[str, list[np.ndarray]] = {}  # model id -> the probes' query vectors
 _lock = threading.Lock()
@@ -50,6 +62,37 @@ def _probe_vectors(embedder: Embedder) -> list[np.ndarray]:
     with _lock:
         _vectors[embedder.model_id] = vecs
     return vecs
+
+
+def needs_calibration(state: tuple[Any, ...] | None, model_id: str) -> bool:
+    """Whether a project whose ``_WRITTEN`` row is ``state`` must be calibrated again.
+
+    >>> from datetime import datetime
+    >>> at = datetime(2026, 12, 1)
+    >>> needs_calibration((1000, 99, "m", PROBE_VERSION, at), "m")
+    False
+    >>> needs_calibration((1000, 100, "m", PROBE_VERSION, at), "m"), needs_calibration(
+    ...     (1000, 1, "other", PROBE_VERSION, at), "m"), needs_calibration(None, "m")
+    (True, True, True)
+    """
+    if state is None:
+        return True
+    chunks, written, model, version, calibrated_at = state
+    if calibrated_at is None or model != model_id or version != PROBE_VERSION:
+        return True
+    return int(written) >= RECALIBRATE_AT * max(int(chunks), 1)
+
+
+def calibrate_after_write(conn: psycopg.Connection[Any], embedder: Embedder, *, tenant: str,
+                          project: str, chunks_written: int) -> bool:
+    """Count ``chunks_written`` against the project's calibration and recalibrate it when
+    :func:`needs_calibration` says so; True when it did."""
+    state = conn.execute(_WRITTEN, {"n": chunks_written, "tenant": tenant,
+                                    "project": project}).fetchone()
+    if not needs_calibration(state, embedder.model_id):
+        return False
+    calibrate_project(conn, embedder, tenant=tenant, project=project)
+    return True
 
 
 def calibrate_project(conn: psycopg.Connection[Any], embedder: Embedder, *, tenant: str,

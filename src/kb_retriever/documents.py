@@ -250,13 +250,14 @@ def _vectors(conn: psycopg.Connection, embedder: Embedder, tenant: str,
 
 def write_records(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, project: str,
                   drafts: Iterable[DocumentDraft]) -> int:
-    """Write each draft in its own transaction; returns how many were added or changed.
+    """Write each draft in its own transaction; returns how many chunks the drafts that were
+    added or changed have.
 
     A draft whose stored version has the same content hash is skipped. A failure raises
     (:class:`IngestError` for a slug or chunk id another document owns); the documents before
     it stay written, the failing one keeps its previous version.
     """
-    written = 0
+    written = chunks = 0
     for draft in drafts:
         if writer.existing_hash(conn, tenant, project, draft.source_path) == draft.content_hash:
             continue
@@ -273,9 +274,10 @@ def write_records(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, 
             if not written:
                 writer.refresh_document_stats(conn)
             written += 1
+            chunks += len(draft.chunks)
     if written:
         conn.execute("ANALYZE kb_chunks")  # the BM25 idf statistics, as after a file ingest
-    return written
+    return chunks
 
 
 def validate_ids(ids: Any, what: str = "ids") -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from .calibrate import calibrate_project
+from .calibrate import calibrate_after_write, calibrate_project
 from .embedding import Embedder, check_vectors, embedder_errors
 from .errors import IngestError, InputError
 from .ingest import SUPPORTED_SUFFIXES, parse_document
@@ -228,9 +228,13 @@ def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Setting
         conn.execute("ANALYZE kb_chunks")
     if prune:
         report.deleted += prune_missing(conn, tenant=tenant, project=project, roots=roots)
-    if report.chunks_written or report.deleted:
-        # The refusal gate's and the rejected channel's null for this project (calibrate.py).
+    # The refusal gate's and the rejected channel's null for this project (calibrate.py): after
+    # a prune, and once enough chunks were written since the last calibration.
+    if report.deleted:
         calibrate_project(conn, embedder, tenant=tenant, project=project)
+    elif report.chunks_written:
+        calibrate_after_write(conn, embedder, tenant=tenant, project=project,
+                              chunks_written=report.chunks_written)
     return report
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from . import documents as docs
-from .calibrate import calibrate_project
+from .calibrate import calibrate_after_write
 from .documents import StoredChunk, StoredDocument
 from .embedding import Embedder
 from .errors import InputError
@@ -101,10 +101,11 @@ class DocumentMethods:
         pool = self._pools.checked()
         try:
             with translated(), pool.connection() as conn:
-                docs.write_records(conn, self.embedder, tenant=tenant, project=project,
-                                   drafts=last.values())
-                # The trust channels' null for this project, as a file ingest measures it.
-                calibrate_project(conn, self.embedder, tenant=tenant, project=project)
+                written = docs.write_records(conn, self.embedder, tenant=tenant,
+                                             project=project, drafts=last.values())
+                if written:  # the trust channels' null, as a file ingest measures it
+                    calibrate_after_write(conn, self.embedder, tenant=tenant, project=project,
+                                          chunks_written=written)
         finally:
             self._reads.clear()
         return [d.source_path for d in drafts]

@@ -1,0 +1,47 @@
+"""A project's trust channels are calibrated again only once the chunks written since the last
+calibration reach a tenth of it (calibrate.RECALIBRATE_AT): adding documents one at a time
+does not run the 32 probe searches on every call, and a file ingest follows the same rule."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+
+pytestmark = pytest.mark.db
+
+
+def _state(url: str) -> tuple[int, int, object]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT chunks, writes_since_calibration, calibrated_at "
+                           "FROM kb_scope_stats WHERE project_key = 'p'").fetchone()
+    assert row is not None
+    return row
+
+
+def test_adding_documents_one_at_a_time_recalibrates_at_a_tenth(new_database, tmp_path):
+    url = new_database()
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(64), database_url=url,
+                       project="p") as kb:
+        kb.add_documents([{"text": f"Note {i} about the payment service and its queue {i}.",
+                           "id": f"n{i}"} for i in range(30)])
+        chunks, written, first = _state(url)
+        assert chunks == 30 and written == 0 and first is not None  # calibrated at once
+        for i in range(3):  # 1, 2, 3 chunks written: under a tenth of 31, 32, 33
+            kb.add_documents([{"text": f"Extra note {i} on the ledger.", "id": f"x{i}"}])
+            assert _state(url)[1:] == (i + 1, first)
+        kb.add_documents([{"text": "Extra note 3 on the ledger.", "id": "x3"}])  # 4 of 34
+        assert _state(url)[1] == 0 and _state(url)[2] > first
+        assert kb.add_documents([{"text": "Extra note 3 on the ledger.", "id": "x3"}]) == ["x3"]
+        assert _state(url)[1] == 0  # unchanged content writes nothing and counts nothing
+        assert kb.search("payment service queue").meta["calibration"]["calibrated"]
+
+        root = tmp_path / "files"
+        root.mkdir()
+        (root / "one.md").write_text("# One\n\nThe ledger closes at midnight.\n")
+        kb.ingest([root])  # 1 chunk of 35: counted, no probes
+        assert _state(url)[1] == 1
+        (root / "one.md").unlink()
+        kb.ingest([root], prune=True)  # a prune recalibrates
+        assert _state(url)[1] == 0
