@@ -7,11 +7,13 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from kb_retriever import ConfigError, KnowledgeBase, SearchResult, Settings, StoredDocument
+from kb_retriever import ConfigError, Hit, KnowledgeBase, SearchResult, Settings, StoredDocument
+from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.settings import load_settings
 
 from .embeddings import LangChainEmbedder
@@ -221,6 +223,59 @@ class KBVectorStore(VectorStore):
                                  **kwargs: Any) -> list[Document]:
         pairs = await self.asimilarity_search_with_score(query, k, filter, **kwargs)
         return [d for d, _ in pairs]
+
+    def _mmr_ranked(self, kb: KnowledgeBase, result: SearchResult, k: int, fetch_k: int,
+                    lambda_mult: float) -> list[tuple[str, float]]:
+        """(document id, score) of ``k`` of the first ``fetch_k`` documents in MMR order:
+        relevance is the pipeline's final score, similarity the cosine between the documents'
+        best chunks (embedded again, as LangChain's stores do with their stored vectors)."""
+        best: dict[str, Hit] = {}
+        for hit in result.primary:
+            best.setdefault(hit.document.source_path, hit)
+        hits = list(best.values())[:fetch_k]
+        if not hits:
+            return []
+        vectors = np.asarray(kb.embedder.embed_documents([h.text for h in hits]),
+                             dtype=np.float32)
+        order = mmr_order([h.score for h in hits], vectors, k, lambda_mult)
+        return [(hits[i].document.source_path, hits[i].score) for i in order]
+
+    def _mmr_args(self, k: int, fetch_k: int, lambda_mult: float,
+                  filter: Mapping[str, Any] | None,
+                  filters: Mapping[str, Any] | None) -> dict[str, Any]:
+        if isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1:
+            raise ConfigError(f"fetch_k must be a positive integer, got {fetch_k!r}")
+        if isinstance(lambda_mult, bool) or not isinstance(lambda_mult, int | float) \
+                or not 0.0 <= lambda_mult <= 1.0:
+            raise ConfigError(f"lambda_mult must be between 0 and 1, got {lambda_mult!r}")
+        self._search_args(k, filter, filters)  # k checked as for a similarity search
+        return self._search_args(max(k, fetch_k), filter, filters)
+
+    def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20,
+                                      lambda_mult: float = 0.5,
+                                      filter: dict[str, Any] | None = None, *,
+                                      filters: dict[str, Any] | None = None,
+                                      **kwargs: Any) -> list[Document]:
+        """``k`` documents chosen by maximal marginal relevance among the ``fetch_k`` best of
+        the pipeline (``lambda_mult`` 1: relevance only, 0: diversity only)."""
+        kb = self._open()
+        result = kb.search(query, **self._mmr_args(k, fetch_k, lambda_mult, filter, filters))
+        ranked = self._mmr_ranked(kb, result, k, fetch_k, lambda_mult)
+        stored = kb.get_by_ids([i for i, _ in ranked], **self._scope())
+        return [d for d, _ in self._with_scores(ranked, stored)]
+
+    async def amax_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20,
+                                             lambda_mult: float = 0.5,
+                                             filter: dict[str, Any] | None = None, *,
+                                             filters: dict[str, Any] | None = None,
+                                             **kwargs: Any) -> list[Document]:
+        kb = await self._aopen()
+        result = await kb.asearch(query, **self._mmr_args(k, fetch_k, lambda_mult, filter,
+                                                            filters))
+        # the embedder is synchronous: keep the loop free
+        ranked = await asyncio.to_thread(self._mmr_ranked, kb, result, k, fetch_k, lambda_mult)
+        stored = await kb.aget_by_ids([i for i, _ in ranked], **self._scope())
+        return [d for d, _ in self._with_scores(ranked, stored)]
 
     def _select_relevance_score_fn(self) -> Any:
         # Final scores are relevance already (higher is better); they are not distances.

@@ -105,3 +105,33 @@ def test_kb_and_embedding_together_is_a_config_error(example_kb):
 
     with pytest.raises(ConfigError, match="LangChainEmbedder"):
         KBVectorStore(DeterministicFakeEmbedding(size=8), kb=example_kb)
+
+
+def test_max_marginal_relevance_search_trades_relevance_for_diversity(new_database):
+    """MMR picks among the pipeline's fetch_k best documents: lambda_mult 1 keeps the
+    relevance order, a low lambda_mult swaps a near-duplicate for a different document."""
+    import asyncio
+
+    from kb_retriever import ConfigError
+
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=new_database())
+    with kb:
+        store = KBVectorStore.from_documents([
+            Document(id="a", page_content="Redis cluster is the shared cache layer for the API."),
+            Document(id="a-copy", page_content="Redis cluster is the shared cache layer for "
+                                                "the API gateway."),
+            Document(id="other", page_content="Lunch is at noon near the shared kitchen."),
+        ], kb=kb)
+        query = "shared cache layer redis cluster"
+        relevance = [d.id for d in store.similarity_search(query, k=3)]
+        assert [d.id for d in store.max_marginal_relevance_search(
+            query, k=2, fetch_k=3, lambda_mult=1.0)] == relevance[:2]
+        diverse = [d.id for d in store.max_marginal_relevance_search(
+            query, k=2, fetch_k=3, lambda_mult=0.1)]
+        assert diverse[0] == relevance[0] and diverse[1] == "other"
+        assert [d.id for d in asyncio.run(store.amax_marginal_relevance_search(
+            query, k=2, fetch_k=3, lambda_mult=0.1))] == diverse
+        with pytest.raises(ConfigError, match="lambda_mult"):
+            store.max_marginal_relevance_search(query, lambda_mult=2)
+        with pytest.raises(ConfigError, match="fetch_k"):
+            store.max_marginal_relevance_search(query, fetch_k=0)
