@@ -37,11 +37,14 @@ bench: $(STAMP)
 bench-beir: $(STAMP)
 	$(PY) benchmarks/beir.py --dataset ../shared/datasets/scifact
 
+# Latency one client at a time (perf.py), then throughput and latency with 1, 4 and 16
+# concurrent clients, SciFact quality beside each (load.py, also `make load`). The peers must be
+# installed: pip install langchain-postgres llama-index-vector-stores-postgres asyncpg
+# psycopg2-binary (docs/benchmarks.md runs them in a separate venv).
 perf: $(STAMP)
 	$(PY) benchmarks/perf.py
+	$(PY) benchmarks/load.py
 
-# Throughput and latency with 1, 4 and 16 concurrent clients (the peers must be installed:
-# pip install langchain-postgres llama-index-vector-stores-postgres asyncpg psycopg2-binary).
 load: $(STAMP)
 	$(PY) benchmarks/load.py
 
