@@ -30,9 +30,9 @@ from psycopg import sql
 
 from .errors import InputError
 from .models import DocumentDraft
+from .store.columns import DOCUMENT_COLUMNS
 from .store.connection import translated
 from .store.writer import (
-    DOCUMENT_COLUMNS,
     chunk_rows,
     copy_chunks,
     document_values,

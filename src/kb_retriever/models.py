@@ -65,8 +65,8 @@ def construct(cls: type[_T], values: Mapping[str, Any]) -> _T:
 
     A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, and a
     search builds four such objects per candidate: this fills the instance's ``__dict__`` at
-    once (like pydantic's ``model_construct``). Under load it saves a tenth of a search's
-    Python (decision 0004, "Re-measured under load"). Defaults apply as in ``__init__``; an
+    once (like pydantic's ``model_construct``); decision 0004 measured that it pays under load.
+    Defaults apply as in ``__init__``; an
     unknown or missing required field raises :class:`TypeError` (mypy cannot check the keys:
     tests/unit/test_rows.py compares each converter with the ordinary constructor).
 

@@ -1,5 +1,6 @@
-"""The columns a search reads, named once: the SELECT lists (``store/sql.py``) are built from
-them and the row readers (``store/rows.py``) read by them.
+"""kb_documents' and kb_chunks' columns, named once: what a search reads (the SELECT lists of
+``store/sql.py`` are built from it and ``store/rows.py`` reads by it) and what a write fills
+(``store/writer.py`` and the bulk loader).
 
 A document's columns are :class:`~kb_retriever.models.DocumentRef`'s fields (its id is read as
 ``doc_pk``), each with the conversion its value needs; a chunk's are the hit's chunk fields
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CHUNK_FIELDS", "DOCUMENT_FIELDS"]
+__all__ = ["CHUNK_FIELDS", "DOCUMENT_COLUMNS", "DOCUMENT_FIELDS"]
 
 
 def _tags(value: Any) -> tuple[str, ...]:
@@ -29,3 +30,15 @@ DOCUMENT_FIELDS: tuple[tuple[str, Callable[[Any], Any] | None], ...] = (
 
 #: kb_chunks columns of a hit besides its id
 CHUNK_FIELDS: tuple[str, ...] = ("text", "heading_path", "chunk_order", "metadata", "chunk_uid")
+
+#: The kb_documents columns a draft fills, with their COPY types: the one list that the
+#: per-document INSERT / UPDATE (``store.writer.write_document``) and the bulk loader's COPY share.
+DOCUMENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("doc_key", "text"), ("title", "text"), ("source_type", "text"), ("content_hash", "text"),
+    ("doc_id", "text"), ("slug", "text"), ("is_canonical", "bool"), ("canonical_type", "text"),
+    ("canonical_status", "text"), ("retrieval_priority", "int2"),
+    ("generation_source", "text"), ("evidence_tier", "text"), ("tags", "text[]"),
+    ("owners", "text[]"), ("summary", "text"), ("language", "text"),
+    ("doc_date", "timestamptz"), ("frontmatter", "jsonb"), ("content", "text"),
+    ("metadata", "jsonb"),
+)

@@ -46,8 +46,8 @@ class Statement(sql.Composable):
 
     psycopg renders a ``Composed`` on every execute: each piece, and each literal through a new
     transformer. A statement built once (the builders below remember theirs) renders once,
-    and psycopg then finds its parsed form and its prepared statement by those bytes: it saves
-    a twentieth of a search's Python under load (decision 0004, "Re-measured under load").
+    and psycopg then finds its parsed form and its prepared statement by those bytes (decision
+    0004 measured that it pays under load).
     Literals render with psycopg's default adapters: they are scope names and numbers.
     """
 

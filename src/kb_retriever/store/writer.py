@@ -114,21 +114,9 @@ def store_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,
         )
 
 
-#: The kb_documents columns a draft fills, with their COPY types: the one list that the
-#: per-document INSERT / UPDATE (:func:`write_document`) and the bulk loader's COPY share.
-DOCUMENT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("doc_key", "text"), ("title", "text"), ("source_type", "text"), ("content_hash", "text"),
-    ("doc_id", "text"), ("slug", "text"), ("is_canonical", "bool"), ("canonical_type", "text"),
-    ("canonical_status", "text"), ("retrieval_priority", "int2"),
-    ("generation_source", "text"), ("evidence_tier", "text"), ("tags", "text[]"),
-    ("owners", "text[]"), ("summary", "text"), ("language", "text"),
-    ("doc_date", "timestamptz"), ("frontmatter", "jsonb"), ("content", "text"),
-    ("metadata", "jsonb"),
-)
-
-
 def document_values(draft: DocumentDraft) -> dict[str, Any]:
-    """The draft's value for each of :data:`DOCUMENT_COLUMNS`, in that order."""
+    """The draft's value for each of :data:`~kb_retriever.store.columns.DOCUMENT_COLUMNS`, in
+    that order."""
     values = {
         "doc_key": draft.doc_key, "title": draft.title, "source_type": draft.source_type,
         "content_hash": draft.content_hash, "doc_id": draft.doc_id, "slug": draft.slug,
