@@ -28,6 +28,8 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
+from .calibrate import calibrate_project
+from .embedding import Embedder
 from .errors import InputError
 from .models import DocumentDraft
 from .store.columns import DOCUMENT_COLUMNS
@@ -155,7 +157,7 @@ def _writer(url: str, tenant: str, work: queue.Queue[Any], report: BulkReport,
 
 def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], *,
               tenant: str, batch_docs: int = 500, defer_indexes: bool = False,
-              workers: int = 2) -> BulkReport:
+              workers: int = 2, embedder: Embedder | None = None) -> BulkReport:
     """Write ``(project, draft, chunk_vectors)`` items, ``batch_docs`` documents per transaction.
 
     The database must have been opened once by :class:`KnowledgeBase` (schema and dimension
@@ -164,7 +166,10 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
     (their build times are in ``index_build_s``): meanwhile searches scan exactly, so use it
     for first loads and maintenance windows, not on a live database. ``workers`` parallel
     COPY streams (one connection each) spread ``to_tsvector``, the dominant server-side cost,
-    over the cores (reference/postgres-performance.md §3.3).
+    over the cores (reference/postgres-performance.md §3.3). With ``embedder`` (the one the
+    knowledge base searches with) each project loaded is calibrated at the end, as an ingest
+    calibrates it (the refusal gate's and rejected channel's null, decision 0009); without it
+    those channels use their absolute thresholds until the project's next ingest.
     """
     report = BulkReport()
     with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
@@ -187,10 +192,12 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
                                     daemon=True) for r in reports]
         for th in threads:
             th.start()
+        projects: set[str] = set()
         try:
             for groups in _batches(items, batch_docs):
                 if errors:
                     break
+                projects.update(groups)
                 work.put(groups)
         finally:
             for _ in threads:
@@ -215,4 +222,7 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
         t = time.perf_counter()
         conn.execute("ANALYZE kb_documents, kb_chunks, kb_edges")
         report.index_build_s["analyze"] = round(time.perf_counter() - t, 3)
+        if embedder is not None:
+            for project in sorted(projects):
+                calibrate_project(conn, embedder, tenant=tenant, project=project)
     return report

@@ -272,3 +272,23 @@ def test_bulk_loaded_records_keep_their_text_and_metadata(make_kb) -> None:
         row = conn.execute("SELECT content, metadata FROM kb_documents WHERE source_path = "
                            "'rb-pager'").fetchone()
     assert row == ("Page the on-call via Opsgenie.", {"team": "sre"})
+
+
+def test_a_bulk_load_with_the_embedder_calibrates_each_project(make_kb) -> None:
+    """Without an embedder a bulk load leaves its projects uncalibrated (absolute thresholds);
+    with the knowledge base's embedder each project loaded is calibrated, as after an ingest."""
+    from kb_retriever import documents as docs
+    from kb_retriever.bulk import bulk_load
+
+    kb = make_kb()
+
+    def item(project: str, i: int):
+        draft = docs.record_draft(docs.as_record(
+            {"text": f"Runbook {i}: restart the payment queue.", "id": f"rb-{i}"}), kb.settings)
+        return project, draft, kb.embedder.embed_documents([c.text for c in draft.chunks])
+
+    bulk_load(kb.url, [item("plain", 1)], tenant="default")
+    bulk_load(kb.url, [item("a", 2), item("b", 3)], tenant="default", embedder=kb.embedder)
+    calibrated = {p: kb.search("payment queue", project=p).meta["calibration"]["calibrated"]
+                  for p in ("plain", "a", "b")}
+    assert calibrated == {"plain": False, "a": True, "b": True}
