@@ -349,12 +349,18 @@ class KnowledgeBase(DocumentMethods):
                             tenant=kwargs.get("tenant"), filters=kwargs.get("filters"),
                             mention_doc_ids=None, query_embedding=None, now=None)
         with_doc_ids = self.settings.mentions_mode == "filter"
-        shape = leg_shape(req, self.settings)
+        pool = self._pools.sync()
+        with translated(), pool.connection() as conn:
+            # the scope's full-text configurations, as a search reads them: several stem the
+            # query by each (the legs' CTE ql)
+            configs = [str(r[0]) for r in conn.execute(q.fts_configs_sql(), {
+                **q.scope_params(req.scope), "default": self.settings.fts_language})]
+        shape = leg_shape(req, self.settings, fts_configs=configs)
         legs = [("vector leg",
                  q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids)[0])]
         if self.settings.hybrid_search_enabled:
             legs.append(("full-text leg", q.keyword_leg_sql(
                 shape, fts_mode=self.settings.fts_query_mode, n_phrases=0, filters=req.filters,
                 with_doc_ids=with_doc_ids)[0]))
-        with self._pools.sync().connection() as conn:
+        with translated(), pool.connection() as conn:
             return "\n".join(f"-- {name}\n{stmt.as_string(conn)};" for name, stmt in legs)

@@ -40,6 +40,9 @@ def test_documents_are_indexed_in_their_language_and_queries_use_the_scopes(make
     assert result.primary[0].document.doc_key == "it" and result.primary[0].scores.fts_rank
     result = kb.search("releasing", limit=3)
     assert result.primary[0].document.doc_key == "en" and result.primary[0].scores.fts_rank
+    # --sql shows the statement a search of this scope runs: stemmed by both configurations
+    shown = kb.search_sql("releasing")
+    assert "unnest('{english,italian}'::regconfig[])" in shown, shown
 
 
 def test_a_single_language_scope_stems_the_query_in_that_language(make_kb, tmp_path):
