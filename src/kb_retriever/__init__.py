@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .filters import SearchFilters
     from .ingestion import IngestReport
     from .kb import KnowledgeBase
+    from .meta import SearchMeta
     from .models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
     from .prompt import PromptTemplate, compose_prompt
     from .settings import Settings, load_settings
@@ -41,7 +42,8 @@ _LAZY = {
     "Embedder": ".embedding", "HashingEmbedder": ".embedding", "MiniLMEmbedder": ".embedding",
     "SearchFilters": ".filters", "IngestReport": ".ingestion", "KnowledgeBase": ".kb",
     "Candidate": ".models", "DocumentRef": ".models", "Hit": ".models", "Origin": ".models",
-    "ScoreBreakdown": ".models", "SearchResult": ".models", "PromptTemplate": ".prompt",
+    "ScoreBreakdown": ".models", "SearchResult": ".models", "SearchMeta": ".meta",
+    "PromptTemplate": ".prompt",
     "compose_prompt": ".prompt", "Settings": ".settings", "load_settings": ".settings",
     "ChunkRecord": ".documents", "DocumentRecord": ".documents", "StoredChunk": ".documents",
     "StoredDocument": ".documents",
@@ -52,7 +54,8 @@ __all__ = [
     "EmbeddingError", "FilterError",
     "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
     "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
-    "SchemaError", "SearchFilters", "SearchResult", "Settings", "StoreError", "StoredChunk",
+    "SchemaError", "SearchFilters", "SearchMeta", "SearchResult", "Settings", "StoreError",
+    "StoredChunk",
     "StoredDocument", "compose_prompt",
     "load_settings", "__version__",
 ]

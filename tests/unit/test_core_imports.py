@@ -25,7 +25,8 @@ def test_public_surface_is_pinned():
         "EmbeddingError", "FilterError",
         "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
         "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
-        "SchemaError", "SearchFilters", "SearchResult", "Settings", "StoreError", "StoredChunk",
+        "SchemaError", "SearchFilters", "SearchMeta", "SearchResult", "Settings", "StoreError",
+        "StoredChunk",
         "StoredDocument", "compose_prompt", "load_settings", "__version__",
     ])
     for name in kb_retriever.__all__:
