@@ -145,14 +145,17 @@ def _json_safe(value: Mapping[str, Any], what: str) -> dict[str, Any]:
     return out
 
 
+def _known_keys(value: Mapping[str, Any], valid: tuple[str, ...], what: str) -> None:
+    unknown = sorted(set(value) - set(valid))
+    if unknown:
+        raise InputError(f"{what} {unknown}; valid: {', '.join(valid)}")
+
+
 def _chunk(value: Any, i: int) -> ChunkRecord:
     if isinstance(value, ChunkRecord):
         return value
     if isinstance(value, Mapping):
-        unknown = sorted(set(value) - {"text", "id", "metadata", "embedding"})
-        if unknown:
-            raise InputError(f"chunk {i}: unknown key(s) {unknown}; valid: text, id, metadata, "
-                             "embedding")
+        _known_keys(value, ("text", "id", "metadata", "embedding"), f"chunk {i}: unknown key(s)")
         return ChunkRecord(text=value.get("text", ""), id=value.get("id"),
                            metadata=value.get("metadata") or {}, embedding=value.get("embedding"))
     raise InputError(f"chunk {i} must be a ChunkRecord or a mapping, got {type(value).__name__}")
@@ -164,10 +167,7 @@ def as_record(value: Any) -> DocumentRecord:
     if isinstance(value, DocumentRecord):
         return value
     if isinstance(value, Mapping):
-        unknown = sorted(set(value) - {"text", "metadata", "id", "chunks"})
-        if unknown:
-            raise InputError(f"unknown document key(s) {unknown}; valid: text, metadata, id, "
-                             "chunks")
+        _known_keys(value, ("text", "metadata", "id", "chunks"), "unknown document key(s)")
         chunks = value.get("chunks")
         return DocumentRecord(
             text=value.get("text", ""), metadata=value.get("metadata") or {}, id=value.get("id"),

@@ -93,10 +93,10 @@ def fuse_legs(vector_rows: Sequence[Mapping[str, Any]],
     by_kw = {r["chunk_id"]: r for r in kw}
     lists = [list(by_vec)] if keyword_rows is None else [list(by_vec), list(by_kw)]
     scores = dict(fuse_rrf(lists, list(weights[: len(lists)]), k=k))
-    for r in vector_rows:  # @mentioned chunks neither leg found
-        if r.get("mention") and r["chunk_id"] not in scores:
-            scores[r["chunk_id"]] = 0.0
-    mentioned = {r["chunk_id"]: r for r in vector_rows if r.get("mention")}
+    # @mentioned chunks neither leg found join with 0
+    mentioned = {r["chunk_id"]: r for r in vector_rows
+                 if r.get("mention") and r["chunk_id"] not in scores}
+    scores.update(dict.fromkeys(mentioned, 0.0))
     out = []
     for chunk_id in sorted(scores, key=lambda c: (-scores[c], c)):
         v, f = by_vec.get(chunk_id), by_kw.get(chunk_id)
