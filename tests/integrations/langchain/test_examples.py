@@ -3,37 +3,24 @@ already, so their own ingest is a no-op)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
 from kb_retriever import KnowledgeBase
 
+from ..examples import load_example
+
 pytestmark = pytest.mark.db
-
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_langchain_chain_example(example_kb: KnowledgeBase, capsys: pytest.CaptureFixture[str],
                                  ) -> None:
-    out = _load("langchain_chain").main(database_url=example_kb.url)
+    out = load_example("langchain_chain").main(database_url=example_kb.url)
     assert out["answer"].startswith("No. Memcached was rejected")
     assert "## Context" in out["context"] and "REJECTED APPROACHES" in out["context"]
     assert "sources:" in capsys.readouterr().out
 
 
 def test_agent_tool_example(example_kb: KnowledgeBase) -> None:
-    message = _load("agent_tool").main(database_url=example_kb.url)
+    message = load_example("agent_tool").main(database_url=example_kb.url)
     assert message.tool_call_id == "call_1"
     assert "## Context" in message.content
     primary = [d for d in message.artifact if d.metadata["kb"]["origin"] == "primary"]
@@ -45,7 +32,7 @@ def test_agent_tool_example(example_kb: KnowledgeBase) -> None:
 def test_langchain_vectorstore_example(new_database, capsys: pytest.CaptureFixture[str]) -> None:
     # A database of its own: the example adds 57 splits, which would move the shared
     # example_kb's lexeme statistics.
-    out = _load("langchain_vectorstore").main(database_url=new_database())
+    out = load_example("langchain_vectorstore").main(database_url=new_database())
     assert out["answer"].startswith("Redis cluster")
     top = out["docs"][0].metadata["kb"]["document"]
     assert top["slug"] == "dec-cache-v2" and top["canonical_status"] == "accepted"

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Sequence
 
 import pytest
 
 from kb_retriever import MiniLMEmbedder
 
-from .conftest import ROOT
+from ..examples import load_example
 
 
 class MemoEmbedder:
@@ -33,11 +32,7 @@ class MemoEmbedder:
 
 def test_example_runs(new_database: Callable[[], str], minilm: MiniLMEmbedder,
                       capsys: pytest.CaptureFixture[str]) -> None:
-    path = ROOT / "examples" / "llamaindex_query_engine.py"
-    spec = importlib.util.spec_from_file_location("llamaindex_query_engine", path)
-    assert spec and spec.loader
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("llamaindex_query_engine")
 
     assert example.main(new_database(), embedder=MemoEmbedder(minilm)) == 0
     out = capsys.readouterr().out
@@ -49,11 +44,7 @@ def test_example_runs(new_database: Callable[[], str], minilm: MiniLMEmbedder,
 
 def test_vector_store_example_runs(new_database: Callable[[], str], minilm: MiniLMEmbedder,
                                    capsys: pytest.CaptureFixture[str]) -> None:
-    path = ROOT / "examples" / "llamaindex_vector_store.py"
-    spec = importlib.util.spec_from_file_location("llamaindex_vector_store", path)
-    assert spec and spec.loader
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("llamaindex_vector_store")
     response = example.main(database_url=new_database(), embedder=minilm)
     top = response.source_nodes[0].node
     assert top.metadata["file_name"] == "dec-cache-v2.md"
