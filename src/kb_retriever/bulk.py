@@ -34,6 +34,7 @@ from .errors import InputError
 from .models import DocumentDraft
 from .store.columns import DOCUMENT_COLUMNS
 from .store.connection import translated
+from .store.stats import log_document_chunks, settle
 from .store.writer import (
     chunk_rows,
     copy_chunks,
@@ -126,6 +127,7 @@ def _write_batch(conn: psycopg.Connection, tenant: str, project: str,
         ).fetchall())
         copy_chunks(conn, (row for d, embs in fresh
                            for row in chunk_rows(tenant, project, ids[d.source_path], d, embs)))
+        log_document_chunks(conn, tenant, project, list(ids.values()))
         report.chunks += sum(len(d.chunks) for d, _ in fresh)
         insert_edges(conn, [row for d, _ in fresh
                             for row in edge_rows(tenant, project, ids[d.source_path], d)])
@@ -222,6 +224,8 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
         t = time.perf_counter()
         conn.execute("ANALYZE kb_documents, kb_chunks, kb_edges")
         report.index_build_s["analyze"] = round(time.perf_counter() - t, 3)
+        for project in sorted(projects):
+            settle(conn, tenant, project)
         if embedder is not None:
             for project in sorted(projects):
                 calibrate_project(conn, embedder, tenant=tenant, project=project)

@@ -15,9 +15,12 @@ import numpy as np
 import psycopg
 
 from .embedding import Embedder, check_vectors, embedder_errors
+from .errors import KbError
 from .ranking.calibration import PROBE_VERSION, PROBES
+from .store.stats import settle
 
-__all__ = ["RECALIBRATE_AT", "calibrate_after_write", "calibrate_project", "needs_calibration"]
+__all__ = ["RECALIBRATE_AT", "after_write", "calibrate_after_write", "calibrate_project",
+           "needs_calibration"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +37,14 @@ _STORE = (
     "probe_similarity = EXCLUDED.probe_similarity, calibrated_at = EXCLUDED.calibrated_at, "
     "writes_since_calibration = 0"
 )
-# Count a write; the row exists once the project has had chunks (the count triggers of 0004).
+# Count a write; the row exists once the project's statistics were first folded (store/stats.py).
+# Its chunks are the folded count plus the log's (exact, as the statistics readers count).
 _WRITTEN = (
     "UPDATE kb_scope_stats SET writes_since_calibration = writes_since_calibration + %(n)s "
     "WHERE tenant_id = %(tenant)s AND project_key = %(project)s "
-    "RETURNING chunks, writes_since_calibration, probe_model, probe_version, calibrated_at"
+    "RETURNING chunks + (SELECT coalesce(sum(l.chunks), 0) FROM kb_lexeme_log l "
+    "WHERE l.tenant_id = %(tenant)s AND l.project_key = %(project)s), "
+    "writes_since_calibration, probe_model, probe_version, calibrated_at"
 )
 
 #: A write recalibrates the project once the chunks written since its last calibration reach
@@ -93,6 +99,25 @@ def calibrate_after_write(conn: psycopg.Connection[Any], embedder: Embedder, *, 
         return False
     calibrate_project(conn, embedder, tenant=tenant, project=project)
     return True
+
+
+def after_write(conn: psycopg.Connection[Any], embedder: Embedder, tenant: str, project: str,
+                chunks_written: int, *, recalibrate: bool = False) -> None:
+    """What follows a committed write of ``chunks_written`` chunks: fold the statistics log,
+    then recalibrate the project when enough changed (``recalibrate``: always, as after a
+    prune). Never raises: the write is saved whatever happens here, and a calibration that
+    fails now runs after a later write (the searches meanwhile use the last one)."""
+    settle(conn, tenant, project)
+    if not chunks_written and not recalibrate:
+        return
+    try:
+        if recalibrate:
+            calibrate_project(conn, embedder, tenant=tenant, project=project)
+        else:
+            calibrate_after_write(conn, embedder, tenant=tenant, project=project,
+                                  chunks_written=chunks_written)
+    except (KbError, psycopg.Error) as exc:
+        logger.warning("calibration of %s/%s postponed: %s", tenant, project, exc)
 
 
 def calibrate_project(conn: psycopg.Connection[Any], embedder: Embedder, *, tenant: str,

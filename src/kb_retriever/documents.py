@@ -32,7 +32,7 @@ import psycopg
 
 from .embedding import Embedder
 from .embedding.base import check_vector
-from .errors import IngestError, InputError
+from .errors import IngestError, InputError, KbError, WriteError
 from .ingest.chunking import chunk_markdown
 from .ingest.frontmatter import frontmatter_from_mapping, parse_frontmatter, split_frontmatter
 from .ingest.loaders import MAX_FILE_BYTES, PARSER_VERSION, _markdown_draft
@@ -188,6 +188,27 @@ def _fallback_title(metadata: Mapping[str, Any], doc_id: str) -> str:
     return doc_id[:300]
 
 
+def derived_id(text: str, metadata: Mapping[str, Any]) -> str:
+    """The id of a record given without one (and without a canonical slug): a UUID of its text
+    and metadata, so that adding the same record twice is a no-op.
+
+    >>> derived_id("a", {}) == derived_id("a", {}) != derived_id("b", {})
+    True
+    """
+    return str(uuid.uuid5(_ID_NAMESPACE, json.dumps([text, dict(metadata)], sort_keys=True,
+                                                    default=str)))
+
+
+def canonical_slug(metadata: Mapping[str, Any], settings: Settings) -> str | None:
+    """The canonical slug that ``metadata`` gives a document (its frontmatter fields are
+    valid and canonical), else None: the vector stores keep the documents that share one as
+    the chunks of that canonical document (:meth:`KnowledgeBase.upsert_chunks`)."""
+    if not settings.canonical_enabled:
+        return None
+    fm = frontmatter_from_mapping(_json_safe(metadata, "metadata"), "")
+    return fm.slug if fm.is_canonical else None
+
+
 def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
     """The draft of one record: validated, chunked (unless pre-split), canonical fields parsed.
 
@@ -209,7 +230,7 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
     if block is not None and block.warnings and not block.data:  # the block itself was rejected
         fm = replace(fm, warnings=block.warnings + fm.warnings)
     doc_id = _id(record.id, "document id") or (fm.slug if fm.is_canonical else None) \
-        or str(uuid.uuid5(_ID_NAMESPACE, json.dumps([text, metadata], sort_keys=True)))
+        or derived_id(text, metadata)
     version = (f"{PARSER_VERSION};record;cap={settings.chunk_hard_cap_tokens};"
                f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}")
     content = json.dumps([version, text, metadata, None if chunks_in is None else [
@@ -230,6 +251,50 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
     return replace(draft, content=text, record_metadata=MappingProxyType(metadata))
 
 
+def unique_drafts(drafts: Sequence[DocumentDraft]) -> list[DocumentDraft]:
+    """The drafts of one call, each id once: the same record twice is written once, and two
+    different records with one id (the same ``id``, or the same canonical ``slug`` without
+    one) are an :class:`InputError`, never one silently dropping the other."""
+    seen: dict[str, tuple[int, DocumentDraft]] = {}
+    for i, draft in enumerate(drafts):
+        first = seen.setdefault(draft.source_path, (i, draft))
+        if first[1].content_hash != draft.content_hash:
+            raise InputError(
+                f"documents {first[0]} and {i} of this call both have the id "
+                f"{draft.source_path!r} (their id, else their canonical slug) but differ: give "
+                "each its own id, or add them as the chunks of one document (upsert_chunks)")
+    return [d for _, d in seen.values()]
+
+
+#: ``source_type`` of a document whose chunks are added and replaced by id
+#: (:meth:`KnowledgeBase.upsert_chunks`): its text is its chunks', in order.
+CHUNKS_SOURCE_TYPE = "chunks"
+
+
+def chunks_draft(document_id: str, chunks: Iterable[Any], metadata: Mapping[str, Any] | None,
+                 settings: Settings) -> tuple[DocumentDraft, list[str]]:
+    """The draft of :meth:`KnowledgeBase.upsert_chunks` (the chunks as given, each id once,
+    the document's fields from ``metadata`` as for a record), and the id of each chunk given,
+    in order (derived where missing)."""
+    if isinstance(chunks, str | bytes | Mapping) or not isinstance(chunks, Iterable):
+        raise InputError(f"chunks must be a list of chunks, got {type(chunks).__name__}")
+    given = tuple(_chunk(c, i) for i, c in enumerate(chunks))
+    if not given:
+        raise InputError("upsert_chunks needs at least one chunk")
+    doc_id = _id(document_id, "document id")
+    draft = record_draft(DocumentRecord(text="", metadata=metadata or {}, id=doc_id,
+                                        chunks=given), settings)
+    kept: dict[str, ChunkDraft] = {}
+    uids = writer.chunk_uids(draft)
+    for uid, chunk in zip(uids, draft.chunks, strict=True):
+        first = kept.setdefault(uid, chunk)
+        if (first.text, dict(first.metadata)) != (chunk.text, dict(chunk.metadata)):
+            raise InputError(f"two chunks of this call have the id {uid!r} but differ")
+    chunks_kept = tuple(replace(c, order=i, uid=uid) for i, (uid, c) in enumerate(kept.items()))
+    return replace(draft, source_type=CHUNKS_SOURCE_TYPE, content=None, content_hash="",
+                   chunks=chunks_kept), uids
+
+
 # --- writing (sync: the embedder and COPY run in the caller's thread) -------------------------
 def _vectors(conn: psycopg.Connection, embedder: Embedder, tenant: str,
              draft: DocumentDraft) -> list[np.ndarray]:
@@ -248,36 +313,71 @@ def _vectors(conn: psycopg.Connection, embedder: Embedder, tenant: str,
     return [v for v in out if v is not None]
 
 
-def write_records(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, project: str,
-                  drafts: Iterable[DocumentDraft]) -> int:
-    """Write each draft in its own transaction; returns how many chunks the drafts that were
-    added or changed have.
+@dataclass
+class Written:
+    """What :func:`write_records` did: the chunks of the documents it added or changed, the ids
+    now stored as given (added, updated or unchanged), and the ids it could not write, with
+    the reason."""
 
-    A draft whose stored version has the same content hash is skipped. A failure raises
-    (:class:`IngestError` for a slug or chunk id another document owns); the documents before
-    it stay written, the failing one keeps its previous version.
+    chunks: int = 0
+    saved: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def write_records(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, project: str,
+                  drafts: Iterable[DocumentDraft]) -> Written:
+    """Write each draft in its own transaction (unchanged content is a no-op).
+
+    A draft that cannot be stored (its slug or a chunk id belongs to another document) is
+    listed in ``failed`` and keeps its previous version; the others are written. A fault that
+    stops every later write (the embedder, the connection) raises: a :class:`WriteError` that
+    says which drafts were saved when some were, else the fault itself.
     """
-    written = chunks = 0
-    for draft in drafts:
-        if writer.existing_hash(conn, tenant, project, draft.source_path) == draft.content_hash:
-            continue
-        for w in draft.canonical_warnings:
-            logger.warning("%s: %s", draft.source_path, w)
-        vectors = _vectors(conn, embedder, tenant, draft)
+    out = Written()
+    pending = list(drafts)
+    for i, draft in enumerate(pending):
         try:
-            status = writer.write_document(conn, tenant=tenant, project=project, draft=draft,
-                                           embeddings=vectors)
-        except psycopg.errors.UniqueViolation:
-            raise IngestError(f"{draft.source_path}: a chunk id is already used by another "
-                              "document of the project") from None
-        if status != "unchanged":
-            if not written:
-                writer.refresh_document_stats(conn)
-            written += 1
-            chunks += len(draft.chunks)
-    if written:
-        conn.execute("ANALYZE kb_chunks")  # the BM25 idf statistics, as after a file ingest
-    return chunks
+            out.chunks += _write_record(conn, embedder, tenant, project, draft)
+        except IngestError as exc:
+            prefix = f"{draft.source_path}: "
+            msg = str(exc)
+            out.failed[draft.source_path] = msg[len(prefix):] if msg.startswith(prefix) else msg
+            continue
+        except (KbError, psycopg.Error) as exc:
+            if not out.saved:
+                raise
+            failed = {**out.failed, **{d.source_path: f"not written: {type(exc).__name__}"
+                                       for d in pending[i:]}}
+            raise WriteError(out.saved, failed) from exc
+        out.saved.append(draft.source_path)
+    return out
+
+
+def write_chunks(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, project: str,
+                 draft: DocumentDraft) -> list[str]:
+    """Add or replace the draft's chunks in its document (:func:`chunks_draft`); the ids of
+    the chunks written."""
+    for w in draft.canonical_warnings:
+        logger.warning("%s: %s", draft.source_path, w)
+    vectors = _vectors(conn, embedder, tenant, draft)
+    writer.refresh_document_stats(conn)
+    return writer.merge_chunks(conn, tenant=tenant, project=project, draft=draft,
+                               embeddings=vectors)
+
+
+def _write_record(conn: psycopg.Connection, embedder: Embedder, tenant: str, project: str,
+                  draft: DocumentDraft) -> int:
+    """Write one draft; the chunks it wrote (0 when its content was unchanged)."""
+    if writer.existing_hash(conn, tenant, project, draft.source_path) == draft.content_hash:
+        return 0
+    for w in draft.canonical_warnings:
+        logger.warning("%s: %s", draft.source_path, w)
+    vectors = _vectors(conn, embedder, tenant, draft)
+    writer.refresh_document_stats(conn)
+    if writer.write_document(conn, tenant=tenant, project=project, draft=draft,
+                             embeddings=vectors) == "unchanged":
+        return 0
+    return len(draft.chunks)
 
 
 def validate_ids(ids: Any, what: str = "ids") -> list[str]:

@@ -10,6 +10,7 @@
     │   └── SchemaError          schema/embedding-dimension mismatch, missing ``vector`` extension
     ├── EmbeddingError           the embedder failed or returned NaN/inf/wrong-dimension vectors
     └── IngestError              a file could not be read or parsed (the old version stays intact)
+        └── WriteError           some documents of one call were saved and some not: which is which
 
 Driver errors (psycopg) are translated into :class:`StoreError` in one place,
 ``kb_retriever.store.connection``.
@@ -28,6 +29,7 @@ __all__ = [
     "KbError",
     "SchemaError",
     "StoreError",
+    "WriteError",
     "redact",
 ]
 
@@ -62,6 +64,19 @@ class EmbeddingError(KbError):
 
 class IngestError(KbError):
     """A source file could not be ingested; nothing was written for it."""
+
+
+class WriteError(IngestError):
+    """Some documents of one write were not saved. ``saved`` lists the ids that were (each
+    committed, whole), ``failed`` maps each id that was not to the reason; a failed document
+    keeps its previous version."""
+
+    def __init__(self, saved: list[str], failed: dict[str, str]) -> None:
+        self.saved, self.failed = saved, failed
+        reasons = "; ".join(f"{doc_id}: {why}" for doc_id, why in list(failed.items())[:5])
+        more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
+        super().__init__(f"{len(failed)} document(s) not saved, {len(saved)} saved: "
+                         f"{reasons}{more}")
 
 
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")

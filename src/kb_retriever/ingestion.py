@@ -17,14 +17,15 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from .calibrate import calibrate_after_write, calibrate_project
+from .calibrate import after_write
 from .embedding import Embedder, check_vectors, embedder_errors
 from .errors import IngestError, InputError
 from .ingest import SUPPORTED_SUFFIXES, parse_document
 from .models import DocumentDraft
 from .settings import Settings
-from .store import writer
+from .store import deletes, writer
 from .store.connection import translate
+from .store.retry import retried
 
 logger = logging.getLogger(__name__)
 
@@ -208,10 +209,7 @@ def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Setting
         if progress:
             progress(i, len(files), found.rel)
         try:
-            written = report.chunks_written
             _ingest_file(conn, embedder, settings, tenant, project, found, report)
-            if not written and report.chunks_written:  # the run's first write
-                writer.refresh_document_stats(conn)
         except IngestError as exc:
             report.failed.append((found.rel, _without_path(str(exc), found.rel)))
         except psycopg.Error as exc:
@@ -222,19 +220,12 @@ def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Setting
             report.failed.append((found.rel, f"{type(exc).__name__}: {exc}"))
     if progress:
         progress(len(files), len(files), "")
-    if report.chunks_written:
-        # Lexeme frequencies (pg_stats) feed the BM25 keyword signal's idf; refresh them now
-        # rather than waiting for autovacuum. ANALYZE samples, so this stays cheap at scale.
-        conn.execute("ANALYZE kb_chunks")
     if prune:
         report.deleted += prune_missing(conn, tenant=tenant, project=project, roots=roots)
-    # The refusal gate's and the rejected channel's null for this project (calibrate.py): after
-    # a prune, and once enough chunks were written since the last calibration.
-    if report.deleted:
-        calibrate_project(conn, embedder, tenant=tenant, project=project)
-    elif report.chunks_written:
-        calibrate_after_write(conn, embedder, tenant=tenant, project=project,
-                              chunks_written=report.chunks_written)
+    # The statistics log folded, and the trust channels' null measured again (calibrate.py):
+    # after a prune, and once enough chunks were written since the last calibration.
+    after_write(conn, embedder, tenant, project, report.chunks_written,
+                recalibrate=bool(report.deleted))
     return report
 
 
@@ -271,6 +262,7 @@ def _ingest_one(conn: psycopg.Connection, embedder: Embedder, tenant: str, proje
         report.unchanged.append(draft.source_path)
         return
     vectors, n_new = embed_in_batches(conn, embedder, tenant, [c.text for c in draft.chunks])
+    writer.refresh_document_stats(conn)
     status = writer.write_document(conn, tenant=tenant, project=project, draft=draft,
                                    embeddings=vectors, source_root=source_root)
     report.chunks_embedded += n_new
@@ -293,14 +285,15 @@ def prune_missing(conn: psycopg.Connection, *, tenant: str, project: str,
         "SELECT source_root, source_path FROM kb_documents WHERE tenant_id = %s "
         "AND project_key = %s AND source_root = ANY(%s)", [tenant, project, list(dirs)],
     ).fetchall()
-    gone = [(root, rel) for root, rel in rows if not (dirs[root] / rel).is_file()]
+    gone = [rel for root, rel in rows if not (dirs[root] / rel).is_file()]
     if not gone:
         return 0
-    with conn.transaction():
-        cur = conn.execute(
-            "DELETE FROM kb_documents d USING unnest(%s::text[], %s::text[]) AS g(root, rel) "
-            "WHERE d.tenant_id = %s AND d.project_key = %s AND d.source_root = g.root "
-            "AND d.source_path = g.rel",
-            [[g[0] for g in gone], [g[1] for g in gone], tenant, project],
-        )
-        return cur.rowcount
+    batch = deletes.delete_documents_sql(tenant, project, gone)
+
+    def transaction() -> int:
+        with conn.transaction():
+            counts = [conn.execute(*stmt) for stmt in batch.statements]
+        row = counts[batch.counted].fetchone()
+        return int(row[0]) if row else 0
+
+    return retried(transaction)

@@ -8,26 +8,52 @@ writes whole documents and chunks by id (the logic is ``documents.py``'s, the SQ
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from psycopg.rows import dict_row
 
 from . import documents as docs
-from .calibrate import calibrate_after_write
+from .calibrate import after_write
 from .documents import StoredChunk, StoredDocument
 from .embedding import Embedder
-from .errors import InputError
+from .errors import InputError, WriteError
 from .filters import SearchFilters, parse_filters
 from .settings import Settings
 from .store import records
 from .store.connection import atranslated, translated
 from .store.pools import Pools
 from .store.reader import ReadCache
+from .store.retry import aretried, retried
+from .store.stats import asettle, settle
 
 __all__ = ["DocumentMethods", "valid_name"]
 
 _NAME_MAX = 120
+# Reads of several statements see one snapshot (a document and its chunks, never a mix).
+_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+
+@contextlib.contextmanager
+def _snapshot(conn: Any, stmts: Sequence[Any]) -> Iterator[None]:
+    """One read-only snapshot for ``stmts`` when they are several (else none is needed)."""
+    if len(stmts) < 2:
+        yield
+        return
+    with conn.transaction():
+        conn.execute(_SNAPSHOT)
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _asnapshot(conn: Any, stmts: Sequence[Any]) -> AsyncIterator[None]:
+    if len(stmts) < 2:
+        yield
+        return
+    async with conn.transaction():
+        await conn.execute(_SNAPSHOT)
+        yield
 
 
 def valid_name(kind: str, value: Any) -> str:
@@ -97,18 +123,57 @@ class DocumentMethods:
         """
         tenant, project = self._scope(project, tenant)
         drafts = [docs.record_draft(docs.as_record(d), self.settings) for d in documents]
-        last = {d.source_path: d for d in drafts}  # one id twice in a call: the last wins
-        pool = self._pools.checked()
+        unique = docs.unique_drafts(drafts)
         try:
-            with translated(), pool.connection() as conn:
+            with self._pools.writing() as conn:
                 written = docs.write_records(conn, self.embedder, tenant=tenant,
-                                             project=project, drafts=last.values())
-                if written:  # the trust channels' null, as a file ingest measures it
-                    calibrate_after_write(conn, self.embedder, tenant=tenant, project=project,
-                                          chunks_written=written)
+                                             project=project, drafts=unique)
+                after_write(conn, self.embedder, tenant, project, written.chunks)
         finally:
             self._reads.clear()
+        if written.failed:
+            raise WriteError(written.saved, written.failed)
         return [d.source_path for d in drafts]
+
+    def upsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
+                      metadata: Mapping[str, Any] | None = None, project: str | None = None,
+                      tenant: str | None = None) -> list[str]:
+        """Add chunks to a document, or replace the chunks with the same ids; its other chunks
+        stay. Returns the chunks' ids, in order.
+
+        ``chunks`` are :class:`~kb_retriever.documents.ChunkRecord` s or mappings (``text``,
+        ``id``, ``metadata``, ``embedding``), each stored exactly as given (not split again;
+        a chunk without an id gets one derived from the document's id and its text). The
+        document is created when missing; ``metadata`` gives its fields (canonical ones
+        included: ``slug``, ``type``, ``status`` …) and replaces the ones it had. Its text (as
+        :meth:`get_by_ids` returns it) is its chunks' in order. This is how the framework
+        vector stores keep every split of one canonical document (decision 0007).
+
+        Example::
+
+            kb.upsert_chunks("dec-cache", [{"text": "We chose Redis.", "id": "split-1"}],
+                             metadata={"type": "decision", "status": "accepted",
+                                       "slug": "dec-cache"})
+        """
+        tenant, project = self._scope(project, tenant)
+        draft, ids = docs.chunks_draft(document_id, chunks, metadata, self.settings)
+        try:
+            with self._pools.writing() as conn:
+                written = docs.write_chunks(conn, self.embedder, tenant=tenant, project=project,
+                                            draft=draft)
+                after_write(conn, self.embedder, tenant, project, len(written))
+        finally:
+            self._reads.clear()
+        return ids
+
+    async def aupsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
+                             metadata: Mapping[str, Any] | None = None,
+                             project: str | None = None, tenant: str | None = None) -> list[str]:
+        """The async twin of :meth:`upsert_chunks` (in a worker thread, as
+        :meth:`aadd_documents`)."""
+        items = list(chunks) if isinstance(chunks, Iterable) else chunks
+        return await asyncio.to_thread(self.upsert_chunks, document_id, items,
+                                       metadata=metadata, project=project, tenant=tenant)
 
     async def aadd_documents(self, documents: Iterable[Any], *, project: str | None = None,
                              tenant: str | None = None) -> list[str]:
@@ -117,37 +182,53 @@ class DocumentMethods:
         items = list(documents)
         return await asyncio.to_thread(self.add_documents, items, project=project, tenant=tenant)
 
-    def _read(self, stmt: records.Statement) -> list[dict[str, Any]]:
+    def _read(self, stmts: list[records.Statement]) -> list[list[dict[str, Any]]]:
+        """The rows of each statement, all read in one snapshot."""
         with translated(), self._pools.sync().connection() as conn, \
-                conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(*stmt)
-            return cur.fetchall()
+                conn.cursor(row_factory=dict_row) as cur, _snapshot(conn, stmts):
+            out = []
+            for stmt in stmts:
+                cur.execute(*stmt)
+                out.append(cur.fetchall())
+            return out
 
-    async def _aread(self, stmt: records.Statement) -> list[dict[str, Any]]:
+    async def _aread(self, stmts: list[records.Statement]) -> list[list[dict[str, Any]]]:
         pool = await self._pools.asynchronous()
         async with atranslated(), pool.connection() as conn, \
-                conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(*stmt)
-            return await cur.fetchall()
+                conn.cursor(row_factory=dict_row) as cur, _asnapshot(conn, stmts):
+            out = []
+            for stmt in stmts:
+                await cur.execute(*stmt)
+                out.append(await cur.fetchall())
+            return out
 
-    def _write(self, stmts: list[records.Statement]) -> int:
-        """Run ``stmts`` in one transaction; the first one's count (returned or affected)."""
-        pool = self._pools.checked()
+    def _write(self, batch: records.Batch, tenant: str, project: str) -> int:
+        """Run ``batch`` in one transaction (again, if PostgreSQL aborts it as a deadlock victim);
+        its counted statement's count (returned or affected)."""
         try:
-            with translated(), pool.connection() as conn, conn.transaction():
-                counts = [_count(conn.execute(*s)) for s in stmts]
+            with self._pools.writing() as conn:
+                def transaction() -> list[int]:
+                    with conn.transaction():
+                        return [_count(conn.execute(*s)) for s in batch.statements]
+
+                counts = retried(transaction)
+                settle(conn, tenant, project)
         finally:
             self._reads.clear()
-        return counts[0]
+        return counts[batch.counted]
 
-    async def _awrite(self, stmts: list[records.Statement]) -> int:
-        pool = await self._pools.asynchronous()
+    async def _awrite(self, batch: records.Batch, tenant: str, project: str) -> int:
         try:
-            async with atranslated(), pool.connection() as conn, conn.transaction():
-                counts = [await _acount(await conn.execute(*s)) for s in stmts]
+            async with self._pools.awriting() as conn:
+                async def transaction() -> list[int]:
+                    async with conn.transaction():
+                        return [await _acount(await conn.execute(*s)) for s in batch.statements]
+
+                counts = await aretried(transaction)
+                await asettle(conn, tenant, project)
         finally:
             self._reads.clear()
-        return counts[0]
+        return counts[batch.counted]
 
     def get_by_ids(self, ids: Iterable[str], *, project: str | None = None,
                    tenant: str | None = None, with_embeddings: bool = False
@@ -155,7 +236,7 @@ class DocumentMethods:
         """The documents with these ids (a file's id is its path), in the order asked;
         unknown ids are skipped. ``with_embeddings`` also reads each chunk's vector."""
         wanted = docs.validate_ids(ids)
-        found = records.documents_from_rows(self._read(records.get_documents_sql(
+        found = records.documents_from_rows(*self._read(records.get_documents_sql(
             *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
         return _in_order(found, wanted)
 
@@ -163,7 +244,7 @@ class DocumentMethods:
                           tenant: str | None = None, with_embeddings: bool = False
                           ) -> list[StoredDocument]:
         wanted = docs.validate_ids(ids)
-        found = records.documents_from_rows(await self._aread(records.get_documents_sql(
+        found = records.documents_from_rows(*await self._aread(records.get_documents_sql(
             *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
         return _in_order(found, wanted)
 
@@ -174,7 +255,7 @@ class DocumentMethods:
         matching ``filters`` (the search's filters; in document order)."""
         wanted, parsed = _selection(ids, filters)
         found = records.chunks_from_rows(self._read(
-            records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)))
+            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)])[0])
         return found if wanted is None else _in_order(found, wanted)
 
     async def aget_chunks(self, ids: Iterable[str] | None = None, *,
@@ -182,39 +263,43 @@ class DocumentMethods:
                           project: str | None = None, tenant: str | None = None
                           ) -> list[StoredChunk]:
         wanted, parsed = _selection(ids, filters)
-        found = records.chunks_from_rows(await self._aread(
-            records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)))
+        found = records.chunks_from_rows((await self._aread(
+            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)]))[0])
         return found if wanted is None else _in_order(found, wanted)
 
     def delete(self, ids: Iterable[str], *, project: str | None = None,
                tenant: str | None = None) -> int:
         """Delete whole documents by id (a file's id is its path: its key); returns how many
         went. Unknown ids are ignored. A deleted file comes back on its next ingest."""
-        return self._write(records.delete_documents_sql(*self._scope(project, tenant),
-                                                        docs.validate_ids(ids)))
+        scope = self._scope(project, tenant)
+        return self._write(records.delete_documents_sql(*scope, docs.validate_ids(ids)), *scope)
 
     async def adelete(self, ids: Iterable[str], *, project: str | None = None,
                       tenant: str | None = None) -> int:
-        return await self._awrite(records.delete_documents_sql(*self._scope(project, tenant),
-                                                               docs.validate_ids(ids)))
+        scope = self._scope(project, tenant)
+        return await self._awrite(records.delete_documents_sql(*scope, docs.validate_ids(ids)),
+                                  *scope)
 
     def delete_chunks(self, ids: Iterable[str] | None = None, *,
                       filters: SearchFilters | Mapping[str, Any] | None = None,
                       project: str | None = None, tenant: str | None = None) -> int:
         """Delete chunks by stable id and/or ``filters``; returns how many went. A document
         left without chunks goes too."""
-        return self._write(records.delete_chunks_sql(*self._scope(project, tenant),
-                                                     *_selection(ids, filters)))
+        scope = self._scope(project, tenant)
+        return self._write(records.delete_chunks_sql(*scope, *_selection(ids, filters)), *scope)
 
     async def adelete_chunks(self, ids: Iterable[str] | None = None, *,
                              filters: SearchFilters | Mapping[str, Any] | None = None,
                              project: str | None = None, tenant: str | None = None) -> int:
-        return await self._awrite(records.delete_chunks_sql(*self._scope(project, tenant),
-                                                            *_selection(ids, filters)))
+        scope = self._scope(project, tenant)
+        return await self._awrite(records.delete_chunks_sql(*scope, *_selection(ids, filters)),
+                                  *scope)
 
     def clear(self, *, project: str | None = None, tenant: str | None = None) -> int:
         """Delete every document of the project (files and documents added from memory)."""
-        return self._write(records.clear_sql(*self._scope(project, tenant)))
+        scope = self._scope(project, tenant)
+        return self._write(records.clear_sql(*scope), *scope)
 
     async def aclear(self, *, project: str | None = None, tenant: str | None = None) -> int:
-        return await self._awrite(records.clear_sql(*self._scope(project, tenant)))
+        scope = self._scope(project, tenant)
+        return await self._awrite(records.clear_sql(*scope), *scope)

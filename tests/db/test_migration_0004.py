@@ -46,10 +46,11 @@ def test_upgrading_a_v2_database(new_database):
     _old_database(url, embedder.model_id)
     with psycopg.connect(url, autocommit=True) as conn:
         assert schema.migrate(conn) >= 4
+        # Since 0007 a chunk keeps its language's code (fts_config before, a trigger's)
         configs = dict(conn.execute(
-            "SELECT d.doc_key, c.fts_config::text FROM kb_chunks c JOIN kb_documents d "
+            "SELECT d.doc_key, c.fts_lang FROM kb_chunks c JOIN kb_documents d "
             "ON d.tenant_id = c.tenant_id AND d.id = c.document_id").fetchall())
-        assert configs == {"d0": "italian", "d1": None}
+        assert configs == {"d0": "it", "d1": None}
         it = conn.execute("SELECT tsvector_to_array(c.tsv) FROM kb_chunks c JOIN kb_documents d "
                           "ON d.id = c.document_id WHERE d.doc_key = 'd0'").fetchone()[0]
         assert "della" not in it and "notif" in it  # re-indexed in Italian

@@ -9,8 +9,9 @@ loop state (``close()`` inside a running loop, after ``asyncio.run`` returned, f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,6 +26,13 @@ from .connection import atranslated, make_async_pool, make_pool, translated
 logger = logging.getLogger(__name__)
 
 __all__ = ["Pools"]
+
+
+_TIMEOUT = "SELECT set_config('statement_timeout', %s, false)"
+
+
+def _timeout(conn: psycopg.Connection[Any], ms: int) -> None:
+    conn.execute(_TIMEOUT, [str(ms)])
 
 
 def _finish_idle(pool: Any) -> None:
@@ -109,6 +117,32 @@ class Pools:
         with translated():
             pool.check()
         return pool
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for writes (from :meth:`checked`), its statement timeout the ingest's
+        (``KB_INGEST_STATEMENT_TIMEOUT_MS``: a large document's COPY, or a writer queued behind
+        another writer of the same document, may take longer than a search may), given back
+        with the search's."""
+        with translated(), self.checked().connection() as conn:
+            _timeout(conn, self.settings.ingest_statement_timeout_ms)
+            try:
+                yield conn
+            finally:
+                if not conn.broken:
+                    _timeout(conn, self.settings.statement_timeout_ms)
+
+    @contextlib.asynccontextmanager
+    async def awriting(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The async twin of :meth:`writing`."""
+        pool = await self.asynchronous()
+        async with atranslated(), pool.connection() as conn:
+            await conn.execute(_TIMEOUT, [str(self.settings.ingest_statement_timeout_ms)])
+            try:
+                yield conn
+            finally:
+                if not conn.broken:
+                    await conn.execute(_TIMEOUT, [str(self.settings.statement_timeout_ms)])
 
     async def asynchronous(self) -> Any:
         """The async pool of the running event loop, opened on first use."""

@@ -15,13 +15,17 @@ from psycopg import sql
 
 from ..documents import StoredChunk, StoredDocument
 from ..filters import SearchFilters
+from .deletes import SCOPE as _SCOPE
+from .deletes import Batch, clear_sql, delete_documents_sql
 from .filter_sql import doc_filter_sql
 from .rows import vector_array
+from .stats import deleted_chunks_logged
 
 __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
-           "documents_from_rows", "get_chunks_sql", "get_documents_sql"]
+           "documents_from_rows", "get_chunks_sql", "get_documents_sql", "Batch"]
 
-Statement = tuple[sql.Composable, dict[str, Any]]
+Statement = tuple[sql.Composed, dict[str, Any]]
+
 
 _CHUNK_COLS = sql.SQL(
     "c.chunk_uid, d.source_path AS document_uid, c.text, c.chunk_order, c.heading_path, "
@@ -29,7 +33,6 @@ _CHUNK_COLS = sql.SQL(
 _DOC_COLS = sql.SQL(
     "d.source_path AS document_uid, d.content, d.metadata AS record_metadata, d.frontmatter, "
     "d.title, d.source_type, d.is_canonical, d.canonical_type, d.canonical_status, d.slug")
-_SCOPE = sql.SQL("d.tenant_id = %(tenant)s AND d.project_key = %(project)s")
 
 
 def _params(tenant: str, project: str, ids: Sequence[str]) -> dict[str, Any]:
@@ -37,15 +40,21 @@ def _params(tenant: str, project: str, ids: Sequence[str]) -> dict[str, Any]:
 
 
 def get_documents_sql(tenant: str, project: str, ids: Sequence[str], *,
-                      with_embeddings: bool = False) -> Statement:
-    """The documents with these ids, each with its chunks in order (one row per chunk; a
-    document without chunks has one row of NULL chunk columns)."""
+                      with_embeddings: bool = False) -> list[Statement]:
+    """The documents with these ids (one row each), then their chunks in order (one row each,
+    without the document's columns): what a document costs to read is its size, whatever its
+    number of chunks. Run both in one snapshot (:func:`documents_from_rows` joins them)."""
     chunk = sql.SQL("{}, c.embedding").format(_CHUNK_COLS) if with_embeddings else _CHUNK_COLS
-    return sql.SQL(
-        "SELECT {doc}, {chunk} FROM kb_documents d LEFT JOIN kb_chunks c "
-        "ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
-        "WHERE {scope} AND d.source_path = ANY(%(ids)s) ORDER BY d.source_path, c.chunk_order"
-    ).format(doc=_DOC_COLS, chunk=chunk, scope=_SCOPE), _params(tenant, project, ids)
+    params = _params(tenant, project, ids)
+    return [
+        (sql.SQL("SELECT {doc} FROM kb_documents d WHERE {scope} AND d.source_path = ANY(%(ids)s) "
+                 "ORDER BY d.source_path").format(doc=_DOC_COLS, scope=_SCOPE), params),
+        (sql.SQL("SELECT {chunk} FROM kb_documents d JOIN kb_chunks c "
+                 "ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
+                 "WHERE {scope} AND c.tenant_id = %(tenant)s AND d.source_path = ANY(%(ids)s) "
+                 "ORDER BY d.source_path, c.chunk_order").format(chunk=chunk, scope=_SCOPE),
+         params),
+    ]
 
 
 def _chunk_selection(tenant: str, project: str, ids: Sequence[str] | None,
@@ -70,37 +79,26 @@ def get_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,
         chunk=_CHUNK_COLS, where=where), params
 
 
-def delete_documents_sql(tenant: str, project: str, ids: Sequence[str]) -> list[Statement]:
-    """Delete whole documents (their chunks and edges go by cascade); returns their count."""
-    return [(sql.SQL("DELETE FROM kb_documents d WHERE {scope} AND d.source_path = ANY(%(ids)s)"
-                     ).format(scope=_SCOPE), _params(tenant, project, ids))]
-
-
 def delete_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,
-                      filters: SearchFilters | None = None) -> list[Statement]:
-    """Delete chunks by id and/or filters. Their documents lose their content hash (adding the
-    same content again writes it again, instead of a no-op over the gap); documents left
-    without chunks go. The first statement returns the number of chunks deleted."""
+                      filters: SearchFilters | None = None) -> Batch:
+    """Delete chunks by id and/or filters, counting them. Their documents lose their content
+    hash (adding the same content again writes it again, instead of a no-op over the gap);
+    documents left without chunks go."""
     where, params = _chunk_selection(tenant, project, ids, filters)
-    return [
+    gone = deleted_chunks_logged(sql.SQL(
+        "x.tenant_id = %(tenant)s AND x.project_key = %(project)s AND x.id IN (SELECT c.id {where})"
+    ).format(where=where))
+    return Batch([
         (sql.SQL(
-            "WITH gone AS (DELETE FROM kb_chunks x WHERE x.tenant_id = %(tenant)s "
-            "AND x.project_key = %(project)s AND x.id IN (SELECT c.id {where}) "
-            "RETURNING x.document_id), "
+            "WITH {gone}, "
             "stale AS (UPDATE kb_documents d SET content_hash = '' WHERE d.tenant_id = %(tenant)s "
             "AND d.id IN (SELECT document_id FROM gone)) "
-            "SELECT count(*) FROM gone").format(where=where), params),
+            "SELECT count(*) FROM gone").format(gone=gone), params),
         (sql.SQL(
             "DELETE FROM kb_documents d WHERE {scope} AND d.content_hash = '' AND NOT EXISTS "
             "(SELECT 1 FROM kb_chunks c WHERE c.tenant_id = d.tenant_id "
             "AND c.document_id = d.id)").format(scope=_SCOPE), params),
-    ]
-
-
-def clear_sql(tenant: str, project: str) -> list[Statement]:
-    """Delete every document of one project (its chunks and edges by cascade)."""
-    return [(sql.SQL("DELETE FROM kb_documents d WHERE {scope}").format(scope=_SCOPE),
-             {"tenant": tenant, "project": project})]
+    ], counted=0)
 
 
 def _chunk(row: Mapping[str, Any]) -> StoredChunk:
@@ -115,22 +113,26 @@ def chunks_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[StoredChunk]:
     return [_chunk(r) for r in rows]
 
 
-def documents_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[StoredDocument]:
-    """One :class:`StoredDocument` per document, in the rows' order."""
-    grouped: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        grouped.setdefault(row["document_uid"], []).append(row)
+def documents_from_rows(documents: Sequence[Mapping[str, Any]],
+                        chunks: Sequence[Mapping[str, Any]]) -> list[StoredDocument]:
+    """One :class:`StoredDocument` per row of ``documents``, in their order, with its rows of
+    ``chunks`` (the two reads of :func:`get_documents_sql`)."""
+    by_doc: dict[str, list[StoredChunk]] = {}
+    for row in chunks:
+        by_doc.setdefault(row["document_uid"], []).append(_chunk(row))
     out = []
-    for doc_id, group in grouped.items():
-        head = group[0]
-        chunks = tuple(_chunk(r) for r in group if r["chunk_uid"] is not None)
+    for head in documents:
+        doc_id = head["document_uid"]
+        its = tuple(by_doc.get(doc_id, ()))
         if head["record_metadata"] is not None:  # added from memory: exactly as given
-            text, metadata = head["content"] or "", dict(head["record_metadata"])
-        else:  # a file: its chunks and its frontmatter
-            text = "\n\n".join(c.text for c in chunks)
+            metadata = dict(head["record_metadata"])
+        else:  # a file: its frontmatter
             metadata = {k: v for k, v in (head["frontmatter"] or {}).items() if k != "_derived"}
+        # a record's text as given; a file's, or a document of chunks added by id: its chunks'
+        text = head["content"] if head["content"] is not None else "\n\n".join(
+            c.text for c in its)
         out.append(StoredDocument(
-            id=doc_id, text=text, metadata=MappingProxyType(metadata), chunks=chunks,
+            id=doc_id, text=text, metadata=MappingProxyType(metadata), chunks=its,
             title=head["title"], source_type=head["source_type"],
             is_canonical=bool(head["is_canonical"]), canonical_type=head["canonical_type"],
             canonical_status=head["canonical_status"], slug=head["slug"]))

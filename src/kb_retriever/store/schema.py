@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from importlib import resources
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from ..errors import SchemaError
-from ..settings import FTS_LANGUAGES
+from ..settings import FTS_CONFIG_BY_LANGUAGE, FTS_LANGUAGES
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +25,50 @@ HNSW_MAX_DIM = 2000
 # out of line instead, and is read only for the few dozen rows a search returns. (Keeping the
 # whole row inline, toast_tuple_target 4080, made the filtered vector leg slower: wider rows.)
 TSV_INLINE = "ALTER TABLE kb_chunks ALTER COLUMN tsv SET STORAGE MAIN"
+
+
+def tsv_expression(default: str) -> sql.Composed:
+    """The tsv column's expression: each chunk's text stemmed by the configuration of its
+    language (``kb_chunks.fts_lang``, written with the chunk), ``default`` for the others. A
+    CASE of literals is immutable, as a generated column needs, and needs no trigger or
+    function (Citus distributes the table as it is)."""
+    cases = sql.SQL(" ").join(
+        sql.SQL("WHEN {} THEN {}::regconfig").format(sql.Literal(code), sql.Literal(config))
+        for code, config in FTS_CONFIG_BY_LANGUAGE.items())
+    return sql.SQL("to_tsvector(CASE fts_lang {cases} ELSE {default}::regconfig END, "
+                   "search_prefix || ' ' || text)").format(cases=cases,
+                                                           default=sql.Literal(default))
+
+
+def add_tsv(conn: psycopg.Connection, default: str) -> None:
+    """The generated tsv column and its GIN index, where missing."""
+    conn.execute(sql.SQL("ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS tsv tsvector "
+                         "GENERATED ALWAYS AS ({}) STORED").format(tsv_expression(default)))
+    conn.execute(TSV_INLINE)
+    conn.execute("CREATE INDEX IF NOT EXISTS kb_chunks_tsv_ix ON kb_chunks USING gin (tsv)")
+
+
+def _has_column(conn: psycopg.Connection, table: str, column: str) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s "
+        "AND NOT attisdropped", [table, column]).fetchone() is not None
+
+
+def _tsv_by_language(conn: psycopg.Connection) -> None:
+    """After 0007: the tsv column reads ``fts_lang`` (rebuilt where it exists: a database made
+    before; a new one gets it at first use, :func:`ensure_fixed_choices`)."""
+    if _has_column(conn, "kb_chunks", "tsv"):
+        default = read_meta(conn).get("fts_language", "english")
+        if default not in FTS_LANGUAGES:  # allow-list: it becomes an SQL literal
+            raise SchemaError(f"unknown FTS language {default!r} in kb_meta")
+        conn.execute("ALTER TABLE kb_chunks DROP COLUMN tsv")
+        add_tsv(conn, default)
+    conn.execute("ALTER TABLE kb_chunks DROP COLUMN IF EXISTS fts_config")
+    conn.execute("DROP FUNCTION IF EXISTS kb_fts_config(text)")
+
+
+#: Steps in Python that follow a migration's SQL, in its transaction.
+_AFTER: dict[int, Any] = {7: _tsv_by_language}
 
 
 def migration_files() -> list[tuple[int, str, str]]:
@@ -55,6 +100,8 @@ def migrate(conn: psycopg.Connection) -> int:
                 continue
             logger.info("applying migration %s", name)
             conn.execute(body)
+            if version in _AFTER:
+                _AFTER[version](conn)
             conn.execute(
                 "INSERT INTO kb_meta (key, value) VALUES ('schema_version', %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -71,8 +118,8 @@ def read_meta(conn: psycopg.Connection) -> dict[str, str]:
 def ensure_fixed_choices(conn: psycopg.Connection, *, dimension: int, model_id: str,
                          fts_language: str) -> None:
     """Fix the embedding dimension and the default FTS language at first use; refuse a mismatch
-    later. Each chunk is indexed with its document's configuration (``fts_config``, set from
-    the document's language by a trigger, migration 0004), this default when it has none.
+    later. Each chunk is indexed with its document's language's configuration
+    (:func:`tsv_expression`), this default when it has none.
 
     A different embedder on an existing database would corrupt similarity, so it is an error
     that names both models, not a silent re-typing.
@@ -109,15 +156,7 @@ def ensure_fixed_choices(conn: psycopg.Connection, *, dimension: int, model_id: 
                     sql.Identifier(table), dim
                 )
             )
-        conn.execute(
-            sql.SQL(
-                "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS tsv tsvector GENERATED ALWAYS AS "
-                "(to_tsvector(coalesce(fts_config, {lang}::regconfig), search_prefix || ' ' || text)) "
-                "STORED"
-            ).format(lang=sql.Literal(fts_language))
-        )
-        conn.execute(TSV_INLINE)
-        conn.execute("CREATE INDEX IF NOT EXISTS kb_chunks_tsv_ix ON kb_chunks USING gin (tsv)")
+        add_tsv(conn, fts_language)
         if dimension <= HNSW_MAX_DIM:
             conn.execute(
                 "CREATE INDEX IF NOT EXISTS kb_chunks_hnsw_ix ON kb_chunks "

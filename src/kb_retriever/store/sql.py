@@ -16,6 +16,7 @@ from typing import Any
 from psycopg import sql
 
 from ..filters import SearchFilters
+from ..settings import FTS_CONFIG_BY_LANGUAGE
 from .columns import CHUNK_FIELDS, DOCUMENT_FIELDS
 from .filter_sql import doc_filter_sql, needs_doc_join
 from .fts_sql import LexemeBudget, Literal, lexeme_selection_sql, query_lexemes_sql, tsquery_sql
@@ -309,16 +310,22 @@ def lexeme_stats_sql() -> sql.Composed:
     chunks), ``elems`` (its most common lexemes, most common first) and ``freqs`` (the fraction
     of the scope's chunks holding each, then the minimum and maximum listed fraction and 0).
 
-    From kb_lexemes and kb_scope_stats, which triggers keep per (tenant, project) on every
-    write (migration 0004), so no other tenant's or project's words count or show. Params:
-    tenant, projects.
+    The folded counts of kb_lexemes and kb_scope_stats plus the writes still in kb_lexeme_log
+    (store/stats.py): exact, per (tenant, project), so no other tenant's or project's words
+    count or show. Params: tenant, projects.
     """
     return sql.SQL(
-        "WITH n AS (SELECT coalesce(sum(chunks), 0)::float8 AS total FROM kb_scope_stats "
+        "WITH lg AS (SELECT chunks, lexemes, deltas FROM kb_lexeme_log "
         "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s)), "
-        "top AS (SELECT lexeme, sum(chunks)::float8 AS c FROM kb_lexemes "
+        "n AS (SELECT ((SELECT coalesce(sum(chunks), 0) FROM kb_scope_stats "
+        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s)) "
+        "+ (SELECT coalesce(sum(chunks), 0) FROM lg))::float8 AS total), "
+        "counts AS (SELECT lexeme, chunks FROM kb_lexemes "
         "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
-        "GROUP BY lexeme ORDER BY c DESC, lexeme COLLATE \"C\" LIMIT {listed}) "
+        "UNION ALL SELECT u.lexeme, u.delta FROM lg, "
+        "unnest(lg.lexemes, lg.deltas) AS u(lexeme, delta)), "
+        "top AS (SELECT lexeme, sum(chunks)::float8 AS c FROM counts GROUP BY lexeme "
+        "HAVING sum(chunks) > 0 ORDER BY c DESC, lexeme COLLATE \"C\" LIMIT {listed}) "
         "SELECT n.total AS reltuples, t.elems, t.freqs || ARRAY[t.lo, t.hi, 0::float8] AS freqs "
         "FROM n LEFT JOIN LATERAL (SELECT array_agg(lexeme ORDER BY c DESC, lexeme COLLATE \"C\") "
         "AS elems, array_agg(c / n.total ORDER BY c DESC, lexeme COLLATE \"C\") AS freqs, "
@@ -353,11 +360,14 @@ def fts_configs_sql() -> sql.Composed:
     """The full-text configurations of the scope's documents (each document's language's,
     ``%(default)s`` for those without one), read once per cache period.
     Params: tenant, projects, default."""
+    cases = sql.SQL(" ").join(
+        sql.SQL("WHEN {} THEN {}").format(sql.Literal(code), sql.Literal(config))
+        for code, config in FTS_CONFIG_BY_LANGUAGE.items())
     return sql.SQL(
-        "SELECT DISTINCT coalesce(kb_fts_config(language)::text, %(default)s) AS config "
+        "SELECT DISTINCT coalesce(CASE lower(language) {cases} END, %(default)s) AS config "
         "FROM kb_documents WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
         "ORDER BY 1"
-    ).format()
+    ).format(cases=cases)
 
 
 @_once

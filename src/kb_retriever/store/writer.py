@@ -6,6 +6,7 @@ transactions: it only ever holds vectors that are correct for their text and mod
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -16,19 +17,28 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from ..errors import IngestError
 from ..models import DocumentDraft
+from ..settings import fts_language
 from ..textclip import MAX_HEADING_CHARS, clip_words
+from .retry import retried
 from .rows import vector_array
+from .stats import deleted_chunks_logged, log_document_chunks
 
 logger = logging.getLogger(__name__)
 
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 _COPY_CHUNKS = (
     "COPY kb_chunks (tenant_id, document_id, project_key, chunk_order, heading_path, text, "
-    "text_hash, search_prefix, metadata, embedding, chunk_uid) FROM STDIN WITH (FORMAT BINARY)"
+    "text_hash, search_prefix, metadata, embedding, chunk_uid, fts_lang) "
+    "FROM STDIN WITH (FORMAT BINARY)"
 )
 _COPY_TYPES = ["text", "int8", "text", "int4", "text", "text", "text", "text", "jsonb", "vector",
-               "text"]
+               "text", "text"]
+# A document's chunks (all of them, or those of ``uids``) deleted, their lexemes logged as removed.
+_DELETE_CHUNKS = sql.SQL("WITH {} SELECT count(*) FROM gone").format(deleted_chunks_logged(sql.SQL(
+    "x.tenant_id = %(tenant)s AND x.document_id = %(doc)s "
+    "AND (%(uids)s::text[] IS NULL OR x.chunk_uid = ANY(%(uids)s::text[]))")))
 
 
 def text_hash(text: str) -> str:
@@ -61,16 +71,21 @@ def chunk_uids(draft: DocumentDraft) -> list[str]:
 
 
 def refresh_document_stats(conn: psycopg.Connection) -> None:
-    """``ANALYZE kb_documents``, early in a load, so chunk inserts check their foreign key by the
-    primary key.
+    """``ANALYZE kb_documents`` once, when it has never had statistics, so chunk inserts check
+    their foreign key by the primary key.
 
     Until ``kb_documents`` has statistics, PostgreSQL plans the foreign-key check that every
     chunk insert runs (``tenant_id = $1 AND id = $2``) on the (tenant_id, project_key,
     source_path) index, filtering on ``id``, and the connection keeps that plan: each insert then
     reads every document of the tenant, so loading gets quadratically slower (100k chunks: 960
     million index entries read, 60 s instead of 12 s). New statistics invalidate the cached plan.
+    Once it has statistics, autovacuum keeps them: a write never analyses a table again, and
+    ``SKIP_LOCKED`` leaves it to a concurrent ANALYZE rather than waiting for it.
     """
-    conn.execute("ANALYZE kb_documents")
+    row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'kb_documents'::regclass"
+                       ).fetchone()
+    if row is not None and row[0] < 0:  # never analysed (PostgreSQL 14+: -1)
+        conn.execute("ANALYZE (SKIP_LOCKED) kb_documents")
 
 
 def doc_lock_key(tenant: str, project: str, source_path: str) -> str:
@@ -107,10 +122,12 @@ def store_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,
     if not items:
         return
     with conn.cursor() as cur:
+        # In key order: two writers caching the same texts lock them in the same order, so
+        # neither waits for the other while holding what the other waits for.
         cur.executemany(
             "INSERT INTO kb_embedding_cache (tenant_id, model_id, text_hash, embedding) "
             "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            [(tenant, model_id, h, e) for h, e in items],
+            [(tenant, model_id, h, e) for h, e in sorted(items, key=lambda item: item[0])],
         )
 
 
@@ -137,10 +154,11 @@ def chunk_rows(tenant: str, project: str, doc_pk: int, draft: DocumentDraft,
                embeddings: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
     """The draft's kb_chunks rows, in ``_COPY_CHUNKS`` order."""
     prefix = clip_words(draft.title, MAX_HEADING_CHARS)
+    lang = fts_language(draft.language)
     for chunk, emb, uid in zip(draft.chunks, embeddings, chunk_uids(draft), strict=True):
         yield (tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
                text_hash(chunk.text), f"{prefix} {chunk.heading_path}".strip(),
-               Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid)
+               Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid, lang)
 
 
 def copy_chunks(conn: psycopg.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
@@ -176,68 +194,142 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
     """Insert or replace one document atomically. Returns ``added``/``updated``/``unchanged``.
 
     Concurrent writers of the same document are serialised by an advisory lock, and the hash
-    is re-checked under it, so two processes ingesting one folder leave one version.
+    is re-checked under it, so two processes ingesting one folder leave one version; the
+    transaction runs again when PostgreSQL aborts it as a deadlock victim (store/retry.py).
     ``source_root`` is the ingest root the file was found under (for prune).
     """
     values = document_values(draft)
     if source_root is not None:
         values["source_root"] = source_root
-    with conn.transaction():
-        conn.execute(_LOCK_SQL, [doc_lock_key(tenant, project, draft.source_path)])
-        row = conn.execute(
-            "SELECT id, content_hash FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
-            "AND source_path = %s FOR UPDATE",
-            [tenant, project, draft.source_path],
-        ).fetchone()
-        if row is not None and row[1] == draft.content_hash:
-            return "unchanged"
-        if draft.slug:
-            # Another file in the project may already own the slug: fail this file only.
-            clash = conn.execute(
-                "SELECT source_path FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
-                "AND slug = %s AND source_path <> %s",
-                [tenant, project, draft.slug, draft.source_path],
-            ).fetchone()
-            if clash is not None:
-                from ..errors import IngestError
+    with _keys_taken(draft):
+        return retried(lambda: _write(conn, tenant, project, draft, embeddings, values))
 
-                raise IngestError(
-                    f"{draft.source_path}: slug {draft.slug!r} is already used by {clash[0]}"
-                )
-        cols = list(values)
-        if row is None:
-            inserted = conn.execute(
-                sql.SQL(
-                    "INSERT INTO kb_documents (tenant_id, project_key, source_path, {cols}) "
-                    "VALUES (%(tenant)s, %(project)s, %(path)s, {vals}) RETURNING id"
-                ).format(
-                    cols=sql.SQL(", ").join(map(sql.Identifier, cols)),
-                    vals=sql.SQL(", ").join(sql.Placeholder(c) for c in cols),
-                ),
-                {**values, "tenant": tenant, "project": project, "path": draft.source_path},
-            ).fetchone()
-            assert inserted is not None  # INSERT ... RETURNING always returns the row
-            doc_pk = inserted[0]
-            status = "added"
-        else:
-            doc_pk = row[0]
-            conn.execute(
-                sql.SQL(
-                    "UPDATE kb_documents SET {sets}, indexed_at = now() "
-                    "WHERE tenant_id = %(tenant)s AND id = %(id)s"
-                ).format(
-                    sets=sql.SQL(", ").join(
-                        sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder(c))
-                        for c in cols
-                    )
-                ),
-                {**values, "tenant": tenant, "id": doc_pk},
+
+def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
+                 embeddings: Sequence[Any]) -> list[str]:
+    """Add the draft's chunks to its document, or replace the chunks of the same ids, leaving
+    the document's other chunks as they are; the document is created from the draft's fields
+    when missing, and takes them when it exists. The ids of the chunks written (a chunk whose
+    text and metadata are unchanged is not written again), atomically, as :func:`write_document`.
+    """
+    values = document_values(draft)
+    with _keys_taken(draft):
+        return retried(lambda: _merge(conn, tenant, project, draft, embeddings, values))
+
+
+@contextlib.contextmanager
+def _keys_taken(draft: DocumentDraft) -> Iterator[None]:
+    """A key another document of the project took meanwhile, as the draft's error."""
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as exc:
+        what = {"kb_documents_slug_uq": f"slug {draft.slug!r}",
+                "kb_chunks_uid_uq": "a chunk id"}.get(exc.diag.constraint_name or "", "a key")
+        raise IngestError(f"{draft.source_path}: {what} is already used by another document "
+                          "of the project") from None
+
+
+def _claim(conn: psycopg.Connection, tenant: str, project: str,
+           draft: DocumentDraft) -> tuple[int, str] | None:
+    """Lock the draft's document (inside the caller's transaction): its (id, content hash), or
+    None when it does not exist; raises when another document owns the draft's slug."""
+    conn.execute(_LOCK_SQL, [doc_lock_key(tenant, project, draft.source_path)])
+    row = conn.execute(
+        "SELECT id, content_hash FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
+        "AND source_path = %s FOR UPDATE",
+        [tenant, project, draft.source_path],
+    ).fetchone()
+    if draft.slug:
+        clash = conn.execute(
+            "SELECT source_path FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
+            "AND slug = %s AND source_path <> %s",
+            [tenant, project, draft.slug, draft.source_path],
+        ).fetchone()
+        if clash is not None:
+            raise IngestError(
+                f"{draft.source_path}: slug {draft.slug!r} is already used by {clash[0]}"
             )
-            conn.execute("DELETE FROM kb_chunks WHERE tenant_id = %s AND document_id = %s",
-                         [tenant, doc_pk])
-            conn.execute("DELETE FROM kb_edges WHERE tenant_id = %s AND source_document_id = %s",
-                         [tenant, doc_pk])
-            status = "updated"
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+def _store_fields(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
+                  values: dict[str, Any], doc_pk: int | None) -> int:
+    """Insert the document's row (``doc_pk`` None) or update it, and replace its edges; its id."""
+    cols = list(values)
+    if doc_pk is None:
+        inserted = conn.execute(
+            sql.SQL(
+                "INSERT INTO kb_documents (tenant_id, project_key, source_path, {cols}) "
+                "VALUES (%(tenant)s, %(project)s, %(path)s, {vals}) RETURNING id"
+            ).format(
+                cols=sql.SQL(", ").join(map(sql.Identifier, cols)),
+                vals=sql.SQL(", ").join(sql.Placeholder(c) for c in cols),
+            ),
+            {**values, "tenant": tenant, "project": project, "path": draft.source_path},
+        ).fetchone()
+        assert inserted is not None  # INSERT ... RETURNING always returns the row
+        doc_pk = int(inserted[0])
+    else:
+        conn.execute(
+            sql.SQL(
+                "UPDATE kb_documents SET {sets}, indexed_at = now() "
+                "WHERE tenant_id = %(tenant)s AND id = %(id)s"
+            ).format(
+                sets=sql.SQL(", ").join(
+                    sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder(c))
+                    for c in cols
+                )
+            ),
+            {**values, "tenant": tenant, "id": doc_pk},
+        )
+        conn.execute("DELETE FROM kb_edges WHERE tenant_id = %s AND source_document_id = %s",
+                     [tenant, doc_pk])
+    insert_edges(conn, edge_rows(tenant, project, doc_pk, draft))
+    return doc_pk
+
+
+def _write(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
+           embeddings: Sequence[Any], values: dict[str, Any]) -> str:
+    with conn.transaction():
+        stored = _claim(conn, tenant, project, draft)
+        if stored is not None and stored[1] == draft.content_hash:
+            return "unchanged"
+        doc_pk = _store_fields(conn, tenant, project, draft, values,
+                               None if stored is None else stored[0])
+        if stored is not None:
+            conn.execute(_DELETE_CHUNKS, {"tenant": tenant, "project": project, "doc": doc_pk,
+                                          "uids": None})
         copy_chunks(conn, chunk_rows(tenant, project, doc_pk, draft, embeddings))
-        insert_edges(conn, edge_rows(tenant, project, doc_pk, draft))
-    return status
+        log_document_chunks(conn, tenant, project, doc_pk)
+    return "added" if stored is None else "updated"
+
+
+def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
+           embeddings: Sequence[Any], values: dict[str, Any]) -> list[str]:
+    uids = chunk_uids(draft)
+    with conn.transaction():
+        stored = _claim(conn, tenant, project, draft)
+        doc_pk = _store_fields(conn, tenant, project, draft, values,
+                               None if stored is None else stored[0])
+        have = {r[0]: (int(r[1]), r[2], r[3]) for r in conn.execute(
+            "SELECT chunk_uid, chunk_order, text_hash, metadata FROM kb_chunks "
+            "WHERE tenant_id = %s AND document_id = %s", [tenant, doc_pk])}
+        last = max((order for order, _, _ in have.values()), default=-1)
+        rows, written = [], []
+        for row, uid in zip(chunk_rows(tenant, project, doc_pk, draft, embeddings), uids,
+                            strict=True):
+            old = have.get(uid)
+            if old is not None and (old[1], old[2]) == (row[6], row[8].obj):
+                continue  # the same text and metadata: nothing to write
+            if old is None:
+                last += 1
+            order = last if old is None else old[0]
+            rows.append((*row[:3], order, *row[4:]))
+            written.append(uid)
+        replaced = [uid for uid in written if uid in have]
+        if replaced:
+            conn.execute(_DELETE_CHUNKS, {"tenant": tenant, "project": project, "doc": doc_pk,
+                                          "uids": replaced})
+        copy_chunks(conn, rows)
+        log_document_chunks(conn, tenant, project, doc_pk, uids=written)
+    return written

@@ -1,0 +1,207 @@
+"""A scope's full-text statistics, kept without triggers and without shared counters in a write.
+
+BM25 needs, per (tenant, project), the number of chunks and how many of them hold each lexeme.
+A write appends one row to ``kb_lexeme_log``: the lexemes its chunks added (or removed) and
+the chunk count, computed by the same statement that wrote (or deleted) the chunks. Writers
+never touch a shared row, so they neither queue nor deadlock on the statistics. After a write
+commits, :func:`fold_log` folds the scope's log into ``kb_lexemes`` and ``kb_scope_stats`` in
+one statement, one folder per scope at a time (a try-lock: a busy scope is folded by the next
+write). Readers sum the folded counts and the log (``store.sql.lexeme_stats_sql``), so the
+statistics are exact at every moment (decision 0010).
+
+Every statement here names one (tenant, project): on Citus each routes to one shard.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+__all__ = ["aanalyze_if_stale", "afold_log", "analyze_if_stale", "asettle",
+           "deleted_chunks_logged", "fold_log", "log_document_chunks", "recount",
+           "scope_lock_key", "settle"]
+
+logger = logging.getLogger(__name__)
+
+_ARRAYS = ("coalesce(array_agg(l.lexeme ORDER BY l.lexeme), ARRAY[]::text[]), "
+           "coalesce(array_agg({sign}l.n ORDER BY l.lexeme), ARRAY[]::bigint[])")
+_LOG_COLUMNS = "kb_lexeme_log (tenant_id, project_key, chunks, lexemes, deltas)"
+
+
+def deleted_chunks_logged(where: sql.Composable) -> sql.Composed:
+    """CTEs ``gone`` (the chunks ``where`` selects, as ``x``, deleted: their document ids) and
+    ``logged`` (their lexemes logged as removed), to open a ``WITH`` statement that ends with its
+    own ``SELECT``. Params: tenant, project (the scope of every deleted chunk)."""
+    return sql.SQL(
+        "gone AS (DELETE FROM kb_chunks x WHERE {where} RETURNING x.document_id, x.tsv), "
+        "logged AS (INSERT INTO " + _LOG_COLUMNS + " SELECT %(tenant)s, %(project)s, "
+        "-(SELECT count(*) FROM gone), " + _ARRAYS.format(sign="-") + " FROM "
+        "(SELECT u.lexeme, count(*) AS n FROM gone, unnest(gone.tsv) AS u GROUP BY u.lexeme) l "
+        "HAVING (SELECT count(*) FROM gone) > 0)"
+    ).format(where=where)
+
+
+#: The chunks of the documents ``%(docs)s`` (of ``%(uids)s`` only, unless NULL) just written,
+#: logged as added.
+LOG_DOCUMENT_CHUNKS = sql.SQL(
+    "WITH mine AS (SELECT c.tsv FROM kb_chunks c WHERE c.tenant_id = %(tenant)s "
+    "AND c.document_id = ANY(%(docs)s) "
+    "AND (%(uids)s::text[] IS NULL OR c.chunk_uid = ANY(%(uids)s::text[]))) "
+    "INSERT INTO " + _LOG_COLUMNS + " SELECT %(tenant)s, %(project)s, "
+    "(SELECT count(*) FROM mine), " + _ARRAYS.format(sign="") + " FROM "
+    "(SELECT u.lexeme, count(*) AS n FROM mine, unnest(mine.tsv) AS u GROUP BY u.lexeme) l "
+    "HAVING (SELECT count(*) FROM mine) > 0")
+
+
+def log_document_chunks(conn: psycopg.Connection[Any], tenant: str, project: str,
+                        doc_pks: int | list[int], *, uids: list[str] | None = None) -> None:
+    """Log the chunks of ``doc_pks`` (those of ``uids`` only, when given), written in this
+    transaction, as added."""
+    docs = [doc_pks] if isinstance(doc_pks, int) else doc_pks
+    conn.execute(LOG_DOCUMENT_CHUNKS, {"tenant": tenant, "project": project, "docs": docs,
+                                       "uids": uids})
+
+
+# One statement moves the scope's log into the folded counts: its snapshot decides which log
+# rows it folds, and a row committed after it stays for the next fold.
+_FOLD = sql.SQL(
+    "WITH moved AS (DELETE FROM kb_lexeme_log WHERE tenant_id = %(tenant)s "
+    "AND project_key = %(project)s RETURNING chunks, lexemes, deltas), "
+    "summed AS (SELECT u.lexeme, sum(u.delta) AS n FROM moved, "
+    "unnest(moved.lexemes, moved.deltas) AS u(lexeme, delta) GROUP BY u.lexeme), "
+    "folded AS (INSERT INTO kb_lexemes AS b (tenant_id, project_key, lexeme, chunks) "
+    "SELECT %(tenant)s, %(project)s, lexeme, n FROM summed WHERE n <> 0 ORDER BY lexeme "
+    "ON CONFLICT (tenant_id, project_key, lexeme) DO UPDATE SET chunks = b.chunks + EXCLUDED.chunks), "
+    "total AS (INSERT INTO kb_scope_stats AS s (tenant_id, project_key, chunks) "
+    "SELECT %(tenant)s, %(project)s, sum(chunks) FROM moved HAVING count(*) > 0 "
+    "ON CONFLICT (tenant_id, project_key) DO UPDATE SET chunks = s.chunks + EXCLUDED.chunks) "
+    "SELECT count(*) FROM moved")
+_PRUNE = sql.SQL("DELETE FROM kb_lexemes WHERE tenant_id = %(tenant)s "
+                 "AND project_key = %(project)s AND chunks <= 0")
+_TRY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))"
+_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+
+
+def scope_lock_key(tenant: str, project: str) -> str:
+    return "\x1f".join(("kb-stats", tenant, project))
+
+
+def fold_log(conn: psycopg.Connection[Any], tenant: str, project: str) -> int | None:
+    """Fold the scope's log into its counts; the log rows folded, or None when another
+    connection is folding this scope (its rows wait for the next fold, and readers count them
+    meanwhile). Run after a write commits, never inside one."""
+    params = {"tenant": tenant, "project": project}
+    with conn.transaction():
+        row = conn.execute(_TRY_LOCK, [scope_lock_key(tenant, project)]).fetchone()
+        if not row or not row[0]:
+            return None
+        moved = conn.execute(_FOLD, params).fetchone()
+        conn.execute(_PRUNE, params)
+    return int(moved[0]) if moved else 0
+
+
+async def afold_log(conn: psycopg.AsyncConnection[Any], tenant: str, project: str) -> int | None:
+    """The async twin of :func:`fold_log`."""
+    params = {"tenant": tenant, "project": project}
+    async with conn.transaction():
+        row = await (await conn.execute(_TRY_LOCK, [scope_lock_key(tenant, project)])).fetchone()
+        if not row or not row[0]:
+            return None
+        moved = await (await conn.execute(_FOLD, params)).fetchone()
+        await conn.execute(_PRUNE, params)
+    return int(moved[0]) if moved else 0
+
+
+# The planner's statistics (pg_statistic) of the tables a write changes. A table is analysed
+# again once the rows changed since its last ANALYZE reach a tenth of it (autovacuum's own
+# rule, without its minute-long nap: a new table would be planned blind meanwhile, and a
+# delete by chunk id then scanned 10k x 10k rows), or when it never was.
+_PLANNED = ["kb_documents", "kb_chunks", "kb_edges", "kb_lexemes"]
+_STALE = (
+    "SELECT c.relname FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+    "WHERE c.oid = ANY(%(tables)s::regclass[]) AND (c.reltuples < 0 "
+    "OR coalesce(s.n_mod_since_analyze, 0) > %(floor)s + %(share)s * c.reltuples) "
+    "ORDER BY c.relname")
+_STALE_FLOOR, _STALE_SHARE = 500, 0.1
+_ANALYZE_KEY = "kb-analyze"
+
+
+def analyze_if_stale(conn: psycopg.Connection[Any]) -> list[str]:
+    """``ANALYZE (SKIP_LOCKED)`` the written tables whose statistics are stale, in one process
+    at a time (a try-lock: never waiting for another analyser); the tables analysed."""
+    with conn.transaction():
+        row = conn.execute(_TRY_LOCK, [_ANALYZE_KEY]).fetchone()
+        if not row or not row[0]:
+            return []
+        stale = [r[0] for r in conn.execute(_STALE, {"tables": _PLANNED, "floor": _STALE_FLOOR,
+                                                      "share": _STALE_SHARE})]
+        if stale:  # names from the catalog, filtered by our own list
+            conn.execute(sql.SQL("ANALYZE (SKIP_LOCKED) {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, stale))))
+    return stale
+
+
+async def aanalyze_if_stale(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    """The async twin of :func:`analyze_if_stale`."""
+    async with conn.transaction():
+        row = await (await conn.execute(_TRY_LOCK, [_ANALYZE_KEY])).fetchone()
+        if not row or not row[0]:
+            return []
+        cur = await conn.execute(_STALE, {"tables": _PLANNED, "floor": _STALE_FLOOR,
+                                          "share": _STALE_SHARE})
+        stale = [r[0] for r in await cur.fetchall()]
+        if stale:
+            await conn.execute(sql.SQL("ANALYZE (SKIP_LOCKED) {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, stale))))
+    return stale
+
+
+def settle(conn: psycopg.Connection[Any], tenant: str, project: str) -> None:
+    """After a write committed: fold the scope's log, and analyse the tables whose planner
+    statistics went stale. Never raises, because the write is saved whatever happens here: a
+    fold that fails leaves the log to the next one (readers count it), an ANALYZE that fails is
+    autovacuum's to do."""
+    try:
+        fold_log(conn, tenant, project)
+        analyze_if_stale(conn)
+    except psycopg.Error as exc:
+        logger.warning("statistics of %s/%s not settled: %s", tenant, project, exc)
+
+
+async def asettle(conn: psycopg.AsyncConnection[Any], tenant: str, project: str) -> None:
+    """The async twin of :func:`settle`."""
+    try:
+        await afold_log(conn, tenant, project)
+        await aanalyze_if_stale(conn)
+    except psycopg.Error as exc:
+        logger.warning("statistics of %s/%s not settled: %s", tenant, project, exc)
+
+
+_RECOUNT = (
+    sql.SQL("DELETE FROM kb_lexeme_log WHERE tenant_id = %(tenant)s AND project_key = %(project)s"),
+    sql.SQL("DELETE FROM kb_lexemes WHERE tenant_id = %(tenant)s AND project_key = %(project)s"),
+    sql.SQL("INSERT INTO kb_lexemes (tenant_id, project_key, lexeme, chunks) "
+            "SELECT %(tenant)s, %(project)s, u.lexeme, count(*) FROM kb_chunks c, "
+            "unnest(c.tsv) AS u WHERE c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
+            "GROUP BY u.lexeme"),
+    sql.SQL("INSERT INTO kb_scope_stats AS s (tenant_id, project_key, chunks) "
+            "SELECT %(tenant)s, %(project)s, count(*) FROM kb_chunks WHERE tenant_id = %(tenant)s "
+            "AND project_key = %(project)s "
+            "ON CONFLICT (tenant_id, project_key) DO UPDATE SET chunks = EXCLUDED.chunks"),
+)
+
+
+def recount(conn: psycopg.Connection[Any], tenant: str, project: str) -> None:
+    """Count the scope's statistics again from its chunks (a repair; writes may go on): one
+    snapshot for the whole recount, so a write that commits meanwhile is counted once, by its
+    log row. A fold that commits meanwhile makes it fail as a serialization failure (run it
+    under :func:`~kb_retriever.store.retry.retried`)."""
+    params = {"tenant": tenant, "project": project}
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        conn.execute(_LOCK, [scope_lock_key(tenant, project)])
+        for stmt in _RECOUNT:
+            conn.execute(stmt, params)
