@@ -25,6 +25,7 @@ from kb_retriever.ingest.chunking import (
     chunk_sections,
     extract_wikilinks,
 )
+from kb_retriever.ingest.files import Listed, read_file
 from kb_retriever.ingest.frontmatter import FrontmatterResult, parse_frontmatter
 from kb_retriever.ingest.language import detect_language
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
@@ -60,20 +61,22 @@ _DETECT_CHUNKS = 5
 _MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", re.MULTILINE)
 
 
-def parse_document(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
+def parse_document(path: Path, *, root: Path, settings: Settings,
+                   listed: Listed | None = None) -> DocumentDraft:
     """Read ``path`` and return its draft: metadata, chunks and (canonical docs only) edges.
 
     The document's language is its frontmatter ``language``, else the one its words show
     (:func:`~kb_retriever.ingest.language.detect_language`), else None (the database's
     default full-text configuration). Raises :class:`~kb_retriever.errors.IngestError` naming
-    the file relative to ``root``.
+    the file relative to ``root``, also when it is no longer the file ``listed``
+    (:func:`~kb_retriever.ingest.files.read_file`).
 
     Example::
 
         draft = parse_document(Path("kb/auth.md"), root=Path("kb"), settings=Settings())
         print(draft.source_path, draft.is_canonical, len(draft.chunks))
     """
-    draft = _parse(path, root=root, settings=settings)
+    draft = _parse(path, root=root, settings=settings, listed=listed)
     if draft.language is None:  # frontmatter first, then the words (its FTS configuration)
         detected = detect_language(" ".join(c.text for c in draft.chunks[:_DETECT_CHUNKS]))
         if detected is not None:
@@ -81,13 +84,13 @@ def parse_document(path: Path, *, root: Path, settings: Settings) -> DocumentDra
     return draft
 
 
-def _parse(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
+def _parse(path: Path, *, root: Path, settings: Settings, listed: Listed | None) -> DocumentDraft:
     rel = _relative_path(path, root)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
         raise IngestError(f"{rel}: unsupported file type {suffix or '(none)'!r}; "
                           f"supported: {', '.join(SUPPORTED_SUFFIXES)}")
-    raw = _read(path, rel)
+    raw = read_file(path, rel, MAX_FILE_BYTES, listed)
     # The chunking settings are hashed too: changing them must re-chunk unchanged files.
     version = (f"{PARSER_VERSION};cap={settings.chunk_hard_cap_tokens};"
                f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}")
@@ -190,17 +193,6 @@ def _relative_path(path: Path, root: Path) -> str:
             continue
         return path.name if rel == "." else rel
     raise IngestError(f"{path.name}: not inside the ingest root")
-
-
-def _read(path: Path, rel: str) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)  # never read more than the limit
-    except OSError as exc:
-        raise IngestError(f"{rel}: cannot read file ({exc.strerror or exc})") from exc
-    if len(raw) > MAX_FILE_BYTES:
-        raise IngestError(f"{rel}: file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
-    return raw
 
 
 def _decode(raw: bytes, rel: str) -> str:
