@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 
 from . import documents as docs
 from .calibrate import calibrate_after_write
+from .checks import valid_name
 from .documents import StoredChunk, StoredDocument
 from .embedding import Embedder
 from .errors import InputError
@@ -26,15 +27,6 @@ from .store.pools import Pools
 from .store.reader import ReadCache
 
 __all__ = ["DocumentMethods", "valid_name"]
-
-_NAME_MAX = 120
-
-
-def valid_name(kind: str, value: Any) -> str:
-    """A tenant, project, term or synonym: a non-empty string of at most 120 characters."""
-    if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX or "\x00" in value:
-        raise InputError(f"{kind} must be a non-empty string of at most {_NAME_MAX} characters")
-    return value.strip()
 
 
 def _count(cur: Any) -> int:
@@ -96,7 +88,7 @@ class DocumentMethods:
                                      "metadata": {"team": "sre"}, "id": "runbook-pager"}])
         """
         tenant, project = self._scope(project, tenant)
-        drafts = [docs.record_draft(docs.as_record(d), self.settings) for d in documents]
+        drafts = [docs.record_draft(r, self.settings) for r in docs.as_records(documents)]
         last = {d.source_path: d for d in drafts}  # one id twice in a call: the last wins
         pool = self._pools.checked()
         try:
@@ -114,7 +106,7 @@ class DocumentMethods:
                              tenant: str | None = None) -> list[str]:
         """The async twin of :meth:`add_documents`. Embedding is CPU work and the write is one
         COPY per document, so it runs in a worker thread (the event loop stays free)."""
-        items = list(documents)
+        items = docs.as_records(documents)
         return await asyncio.to_thread(self.add_documents, items, project=project, tenant=tenant)
 
     def _read(self, stmt: records.Statement) -> list[dict[str, Any]]:
