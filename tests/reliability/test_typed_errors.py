@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from kb_retriever import (
     InputError,
     KbError,
     KnowledgeBase,
+    SearchResult,
     Settings,
+    compose_prompt,
 )
 from kb_retriever.cli import main, printable
 
@@ -251,3 +254,54 @@ def test_names_with_whitespace_around_them_are_errors_not_trimmed(kb: KnowledgeB
             call()
     assert snapshot(kb.url) == before
     assert [d.id for d in kb.get_by_ids(["roadmap"], tenant="acme")] == ["roadmap"]
+
+
+@pytest.mark.parametrize(("kwargs", "error"), [
+    ({"max_chars": "x"}, InputError), ({"max_chars": -1}, InputError),
+    ({"max_chars": 0}, InputError), ({"max_chars": math.nan}, InputError),
+    ({"max_chars": 10.5}, InputError), ({"max_chars": True}, InputError),
+    ({"project": 5}, InputError), ({"now": "2024-01-01"}, InputError),
+    ({"template": "## Context"}, InputError), ({"timezone": 5}, ConfigError),
+])
+def test_compose_prompt_arguments_are_checked(kwargs: dict[str, Any],
+                                              error: type[KbError]) -> None:
+    with pytest.raises(error):
+        compose_prompt(SearchResult(primary=()), **kwargs)
+
+
+@pytest.mark.parametrize("result", [None, "text", {"primary": []}])
+def test_compose_prompt_takes_a_search_result(result: Any) -> None:
+    with pytest.raises(InputError, match="SearchResult"):
+        compose_prompt(result)
+
+
+@pytest.fixture(scope="module")
+def cli_url(new_database: Callable[[], str]) -> str:
+    """A database set up for the CLI's embedder (4096-d hashing): its first use says once
+    that HNSW does not index 4096-d, which would be a second line on stderr."""
+    url = new_database()
+    KnowledgeBase(Settings(), embedder=HashingEmbedder(4096), database_url=url).open().close()
+    return url
+
+
+@pytest.mark.parametrize("argv", [
+    ["prompt", "redis", "--max-chars", "-5"],
+    ["prompt", "redis", "--max-chars", "0"],
+    ["prompt", "redis", "--max-chars", "many"],
+    ["search", "redis", "--tenant", " acme "],
+    ["search", "redis", "--project", "docs "],
+    ["search", f"redis {LONE}"],
+    ["search", "redis", "--tenant", "\udcff"],  # an undecodable byte in argv
+    ["doctor", "--project", " default"],
+])
+def test_cli_bad_names_and_budgets_exit_2_with_one_line(
+        cli_url: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    monkeypatch.setenv("KB_EMBEDDER", "hashing")
+    try:
+        code = main(["--database-url", cli_url, *argv])
+    except SystemExit as exc:  # argparse's own usage errors
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("kb-retriever: "), err
