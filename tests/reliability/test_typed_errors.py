@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -305,3 +306,18 @@ def test_cli_bad_names_and_budgets_exit_2_with_one_line(
     err = capsys.readouterr().err
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and err.startswith("kb-retriever: "), err
+
+
+def test_a_kb_home_that_is_a_symlink_loop_is_a_config_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    os.symlink(home, home)
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(64), home=home)
+    with pytest.raises(ConfigError, match="KB_HOME"):
+        kb.open()
+    monkeypatch.setenv("KB_EMBEDDER", "hashing")
+    monkeypatch.setenv("KB_HOME", str(home))
+    assert main(["search", "redis"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "KB_HOME" in err and "Traceback" not in err
