@@ -34,6 +34,17 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse reports anything else)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r:.40}")
+    return value
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -89,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--explain", action="store_true", help="show every score term")
             sp.add_argument("--sql", action="store_true", help="print the candidate SQL")
         else:
-            sp.add_argument("--max-chars", type=int, default=None, metavar="N",
+            sp.add_argument("--max-chars", type=_positive_int, default=None, metavar="N",
                             help="budget of the prompt in characters")
 
     sp = sub.add_parser("bench", help="run a retrieval benchmark (AskMyDocs format)",

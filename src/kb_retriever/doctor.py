@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from pgvector.psycopg import register_vector
 
+from .checks import valid_name
 from .errors import InputError
 from .settings import Settings, load_settings
 from .store.connection import translated
@@ -157,6 +158,7 @@ def diagnose(*, database_url: str | None = None, home: Path | None = None,
              k: int = 10) -> DoctorReport:
     """Connect (by URL, ``KB_DATABASE_URL``, else the embedded server of ``home``/``KB_HOME``)
     and :func:`check_index` the scope."""
+    tenant, project = valid_name("tenant", tenant), valid_name("project", project)
     settings: Settings = load_settings()
     url = database_url or settings.database_url
     if not url:

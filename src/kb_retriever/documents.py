@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from .checks import check_text
 from .embedding import Embedder
 from .embedding.base import check_vector
-from .errors import IngestError, InputError, KbError, WriteError
+from .errors import EmbeddingError, IngestError, InputError, KbError, WriteError
 from .ingest.chunking import chunk_markdown
 from .ingest.frontmatter import frontmatter_from_mapping, parse_frontmatter, split_frontmatter
 from .ingest.loaders import MAX_FILE_BYTES, PARSER_VERSION, _markdown_draft
@@ -42,12 +43,15 @@ from .settings import Settings
 from .store import writer
 
 __all__ = ["ChunkRecord", "DocumentRecord", "StoredChunk", "StoredDocument", "as_record",
-           "record_draft"]
+           "as_records", "record_draft"]
 
 logger = logging.getLogger(__name__)
 
 # Ids are source_path values: long enough for URLs and paths, short enough for a B-tree key.
 MAX_ID_CHARS = 1000
+# Metadata is JSON: deeper nesting is a bug or an attack (json.dumps recursed 5,000 levels
+# into a RecursionError); frontmatter and filters stop at depths of the same order.
+MAX_METADATA_DEPTH = 100
 # Derived document ids: uuid5 in a namespace of our own, over the record's text and metadata.
 _ID_NAMESPACE = uuid.UUID("6b622d72-6574-7269-6576-65722d646f63")  # "kb-retriever-doc"
 
@@ -116,19 +120,17 @@ class StoredDocument:
 def _id(value: Any, what: str) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_CHARS \
-            or "\x00" in value:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_CHARS:
         raise InputError(f"{what} must be a non-empty string of at most {MAX_ID_CHARS} "
                          f"characters, got {value!r:.80}")
-    return value
+    return check_text(value, what)
 
 
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise InputError(f"{what} must be a string, got {type(value).__name__}")
-    if "\x00" in value:
-        raise InputError(f"{what} contains a NUL character, which PostgreSQL cannot store")
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+    check_text(value, what)
+    if len(value.encode("utf-8")) > MAX_FILE_BYTES:
         raise InputError(f"{what} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
     return value
 
@@ -136,13 +138,34 @@ def _text(value: Any, what: str) -> str:
 def _json_safe(value: Mapping[str, Any], what: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise InputError(f"{what} must be a mapping, got {type(value).__name__}")
+    _scan_json(value, what, strings=False)  # the depth, before json.dumps recurses
     try:  # jsonb: str keys; dates and other objects as strings (as frontmatter values are)
         out = json.loads(json.dumps(dict(value), default=str, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} is not JSON-serialisable: {exc}") from None
-    if "\x00" in json.dumps(out):
-        raise InputError(f"{what} contains a NUL character, which PostgreSQL cannot store")
+    _scan_json(out, what, strings=True)
     return out
+
+
+def _scan_json(value: Any, what: str, *, strings: bool) -> None:
+    """Mappings and lists at most :data:`MAX_METADATA_DEPTH` deep (a cycle is infinitely
+    deep); with ``strings``, every key and string storable (:func:`check_text`)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping | list | tuple):
+            if depth > MAX_METADATA_DEPTH:
+                raise InputError(f"{what} is nested more than {MAX_METADATA_DEPTH} levels deep")
+            if isinstance(item, Mapping):
+                if strings:
+                    for key in item:
+                        if isinstance(key, str):
+                            check_text(key, f"a key of {what}")
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        elif strings and isinstance(item, str):
+            check_text(item, what)
 
 
 def _known_keys(value: Mapping[str, Any], valid: tuple[str, ...], what: str) -> None:
@@ -168,14 +191,48 @@ def as_record(value: Any) -> DocumentRecord:
         return value
     if isinstance(value, Mapping):
         _known_keys(value, ("text", "metadata", "id", "chunks"), "unknown document key(s)")
-        chunks = value.get("chunks")
         return DocumentRecord(
             text=value.get("text", ""), metadata=value.get("metadata") or {}, id=value.get("id"),
-            chunks=None if chunks is None else tuple(_chunk(c, i) for i, c in enumerate(chunks)))
+            chunks=_chunks(value.get("chunks")))
     raise InputError(
         f"a document must be a DocumentRecord or a mapping with 'text', 'metadata' and 'id', "
         f"got {type(value).__name__} (framework documents go through the adapters' "
         "vector stores)")
+
+
+def as_records(values: Any) -> list[DocumentRecord]:
+    """:func:`as_record` of each item of ``values``, a list of documents (not one document)."""
+    if isinstance(values, str | bytes | Mapping | DocumentRecord) \
+            or not isinstance(values, Iterable):
+        raise InputError(f"documents must be a list of DocumentRecords or mappings, got "
+                         f"{type(values).__name__}")
+    return [as_record(v) for v in values]
+
+
+def _chunks(value: Any) -> tuple[ChunkRecord, ...] | None:
+    """A record's ``chunks``: None (the text is chunked) or a list of chunks."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes | Mapping | ChunkRecord) or not isinstance(value, Iterable):
+        raise InputError(f"chunks must be a list of ChunkRecords or mappings, got "
+                         f"{type(value).__name__}")
+    return tuple(_chunk(c, i) for i, c in enumerate(value))
+
+
+def _embedding(value: Any, what: str) -> list[float] | None:
+    """A caller's vector as floats (its dimension and values are checked when it is written,
+    against the embedder's); :class:`EmbeddingError` for anything but a flat list of numbers."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, str | bytes):
+            raise TypeError(type(value).__name__)
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        array = None
+    if array is None or array.ndim != 1:
+        raise EmbeddingError(f"{what} must be a list of numbers, got {value!r:.60}")
+    return [float(x) for x in array]
 
 
 def _fallback_title(metadata: Mapping[str, Any], doc_id: str) -> str:
@@ -216,12 +273,16 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
     invalid canonical fields never raise: the document is stored as non-canonical and
     ``canonical_warnings`` says why, as for files.
     """
+    if not isinstance(record, DocumentRecord):
+        raise InputError(f"record_draft takes a DocumentRecord, got {type(record).__name__}")
     text = _text(record.text, "document text")
     metadata = _json_safe(record.metadata, "document metadata")
-    chunks_in = None if record.chunks is None else [
+    chunks = _chunks(record.chunks)
+    chunks_in = None if chunks is None else [
         (_text(c.text, f"chunk {i} text"), _id(c.id, f"chunk {i} id"),
-         _json_safe(c.metadata, f"chunk {i} metadata"), c.embedding)
-        for i, c in enumerate(record.chunks)]
+         _json_safe(c.metadata, f"chunk {i} metadata"),
+         _embedding(c.embedding, f"chunk {i} embedding"))
+        for i, c in enumerate(chunks)]
     # Canonical fields: the frontmatter block's, overridden key by key by the metadata's.
     raw, body = split_frontmatter(text)
     block = parse_frontmatter(text) if raw is not None else None
@@ -233,21 +294,19 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
         or derived_id(text, metadata)
     version = (f"{PARSER_VERSION};record;cap={settings.chunk_hard_cap_tokens};"
                f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}")
-    content = json.dumps([version, text, metadata, None if chunks_in is None else [
-        (t, cid, m, None if e is None else [float(x) for x in e]) for t, cid, m, e in chunks_in]],
-        sort_keys=True)
+    content = json.dumps([version, text, metadata, chunks_in], sort_keys=True)
     if chunks_in is None:
-        chunks = chunk_markdown(text, hard_cap_tokens=settings.chunk_hard_cap_tokens,
+        drafts = chunk_markdown(text, hard_cap_tokens=settings.chunk_hard_cap_tokens,
                                 overlap_tokens=settings.chunk_overlap_tokens, filename=doc_id)
     else:
-        chunks = tuple(ChunkDraft(order=i, text=t, metadata=MappingProxyType(m), uid=cid,
+        drafts = tuple(ChunkDraft(order=i, text=t, metadata=MappingProxyType(m), uid=cid,
                                   embedding=e) for i, (t, cid, m, e) in enumerate(chunks_in))
     draft = DocumentDraft(
         source_path=doc_id, doc_key=doc_id, title=_fallback_title(metadata, doc_id),
         source_type="markdown",
         content_hash=hashlib.sha256(content.encode("utf-8")).hexdigest(), chunks=(),
     )
-    draft = _markdown_draft(draft, fm, chunks, canonical_enabled=settings.canonical_enabled)
+    draft = _markdown_draft(draft, fm, drafts, canonical_enabled=settings.canonical_enabled)
     return replace(draft, content=text, record_metadata=MappingProxyType(metadata))
 
 
@@ -383,5 +442,11 @@ def _write_record(conn: psycopg.Connection, embedder: Embedder, tenant: str, pro
 def validate_ids(ids: Any, what: str = "ids") -> list[str]:
     if isinstance(ids, str) or not isinstance(ids, Iterable):
         raise InputError(f"{what} must be a list of strings, got {type(ids).__name__}")
-    return list(dict.fromkeys(_id(i, "an id") or "" for i in ids))
+    out: list[str] = []
+    for i in ids:
+        checked = _id(i, "an id")
+        if checked is None:  # None is "no id" in a record, never an id to look up
+            raise InputError(f"{what} must be strings, not None")
+        out.append(checked)
+    return list(dict.fromkeys(out))
 

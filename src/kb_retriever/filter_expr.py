@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import Any, Literal
 
+from .checks import check_text
 from .errors import FilterError
 
 __all__ = ["And", "Cond", "Expr", "MetaCond", "Not", "OPERATORS", "Or", "TYPED_FIELDS",
@@ -216,9 +217,9 @@ def _scalar(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
             raise FilterError(f"{field} {op} takes a finite number")
         return v
     if isinstance(v, str):
-        if "\x00" in v or len(v) > 10_000:
+        if len(v) > 10_000:
             raise FilterError(f"{field} {op} has an invalid text value")
-        return v
+        return check_text(v, f"{field} {op}", FilterError)
     raise FilterError(f"{field} {op} takes a string, number, boolean or null, "
                       f"not {type(v).__name__}")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .checks import check_text
 from .errors import FilterError
 from .filter_expr import OPERATORS, Expr, as_datetime, is_row_id, parse_expr, parse_metadata
 from .models import CANONICAL_TYPES, SOURCE_TYPES
@@ -72,8 +73,9 @@ def _str_list(key: str, value: Any, *, allowed: tuple[str, ...] | None = None) -
         raise FilterError(f"filter {key!r} takes a list of strings, got {type(value).__name__}")
     out = []
     for v in value:
-        if not isinstance(v, str) or not v.strip() or "\x00" in v or len(v) > 255:
+        if not isinstance(v, str) or not v.strip() or len(v) > 255:
             raise FilterError(f"filter {key!r} has an invalid value {v!r}")
+        check_text(v, f"filter {key!r}", FilterError)
         v = v.strip()
         if allowed is not None and v not in allowed:
             raise FilterError(f"filter {key!r}: {v!r} is not one of {', '.join(allowed)}")

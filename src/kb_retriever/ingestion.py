@@ -7,8 +7,10 @@ file's: every later file would fail the same way) stops it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ from .calibrate import after_write
 from .embedding import Embedder, check_vectors, embedder_errors
 from .errors import IngestError, InputError
 from .ingest import SUPPORTED_SUFFIXES, parse_document
+from .ingest.files import Listed, file_id
 from .models import DocumentDraft
 from .settings import Settings
 from .store import deletes, writer
@@ -65,11 +68,13 @@ class IngestReport:
 
 @dataclass(frozen=True)
 class Found:
-    """A file to ingest: its path, the root it was found under, its path relative to that."""
+    """A file to ingest: its path, the root it was found under, its path relative to that,
+    and what the listing saw there (the read must find the same file)."""
 
     file: Path
     root: Path
     rel: str
+    listed: Listed | None = None
 
 
 def as_paths(paths: Any) -> list[Path]:
@@ -97,7 +102,9 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False,
     """(file, root) pairs for every supported file under ``paths`` (hidden files skipped).
 
     Files of other types, and symlinks that leave their root (unless ``follow_symlinks``),
-    are listed in ``report.skipped`` when a report is given.
+    are listed in ``report.skipped`` when a report is given; symlink loops in
+    ``report.failed``. With ``follow_symlinks`` each real directory is walked once (a link
+    back to a parent is skipped); a symlinked file is listed under its own path, as without.
     """
     return [(f.file, f.root) for f in find_files(as_paths(paths), follow_symlinks=follow_symlinks,
                                                  report=report or IngestReport())]
@@ -111,10 +118,12 @@ def find_files(paths: Sequence[Path], *, follow_symlinks: bool,
         if path.is_dir():
             candidates = _walk(path, follow_symlinks, report)
         elif path.is_file():
-            candidates = [(path, path.parent)]
+            candidates = [(path, path.parent, Listed(file_id(path.stat()), path.is_symlink()))]
+        elif path.is_symlink():
+            raise InputError(f"{path} is a broken symlink or a symlink loop")
         else:
             raise InputError(f"no such file or directory: {path}")
-        for file, root in candidates:
+        for file, root, listed in candidates:
             rel = file.relative_to(root).as_posix()
             if file.suffix.lower() not in SUPPORTED_SUFFIXES:
                 report.skipped.append((rel, f"unsupported file type {file.suffix or '(none)'!r}; "
@@ -127,13 +136,15 @@ def find_files(paths: Sequence[Path], *, follow_symlinks: bool,
                 continue
             if rel not in owner:
                 owner[rel] = root
-                found.append(Found(file, root, rel))
+                found.append(Found(file, root, rel, listed))
     return found
 
 
-def _walk(root: Path, follow_symlinks: bool, report: IngestReport) -> list[tuple[Path, Path]]:
+def _walk(root: Path, follow_symlinks: bool,
+          report: IngestReport) -> list[tuple[Path, Path, Listed]]:
     real_root = root.resolve()
-    out = []
+    walked = {file_id(root.stat()): "."}  # real directories walked, by identity: each once
+    out: list[tuple[Path, Path, Listed]] = []
 
     def unreadable(exc: OSError) -> None:
         where = Path(exc.filename).relative_to(root).as_posix() if exc.filename else "."
@@ -141,27 +152,51 @@ def _walk(root: Path, follow_symlinks: bool, report: IngestReport) -> list[tuple
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable,
                                                 followlinks=follow_symlinks):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in dirnames if not follow_symlinks else ():
-            link = Path(dirpath, name)
-            if link.is_symlink() and not link.resolve().is_relative_to(real_root):
-                report.skipped.append((link.relative_to(root).as_posix(),
-                                       "symlink to a directory outside the ingest root "
-                                       "(not followed)"))
-        for name in sorted(filenames):
-            if name.startswith("."):
+        keep = []
+        for name in sorted(d for d in dirnames if not d.startswith(".")):
+            sub = Path(dirpath, name)
+            rel = sub.relative_to(root).as_posix()
+            if not follow_symlinks:  # os.walk enters no link; report those leaving the root
+                if sub.is_symlink() and not Path(os.path.realpath(sub)).is_relative_to(real_root):
+                    report.skipped.append((rel, "symlink to a directory outside the ingest "
+                                                "root (not followed)"))
+                keep.append(name)
                 continue
-            file = Path(dirpath, name)
-            if not follow_symlinks and file.is_symlink():
-                target = file.resolve()
-                if not target.is_relative_to(real_root):
-                    report.skipped.append((file.relative_to(root).as_posix(),
-                                           "symlink to a file outside the ingest root "
-                                           "(not followed)"))
-                    continue
-            if file.is_file():
-                out.append((file, root))
+            try:
+                seen = walked.setdefault(file_id(sub.stat()), rel)
+            except OSError:  # gone since os.walk listed it
+                continue
+            if seen != rel:  # a link back to a parent (a cycle), or a second way into a folder
+                again = "the ingest root" if seen == "." else f"the folder {seen}"
+                report.skipped.append((rel, f"symlink to {again}, walked once"))
+                continue
+            keep.append(name)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                listed = _listed(Path(dirpath, name), root, real_root, follow_symlinks, report)
+                if listed is not None:
+                    out.append((Path(dirpath, name), root, listed))
     return sorted(out)
+
+
+def _listed(file: Path, root: Path, real_root: Path, follow_symlinks: bool,
+            report: IngestReport) -> Listed | None:
+    """What ``file`` leads to, or None, reported when it is a symlink loop or a symlink that
+    leaves the root (os.walk lists loops and broken links as files)."""
+    rel = file.relative_to(root).as_posix()
+    try:
+        link = stat.S_ISLNK(os.lstat(file).st_mode)
+        st = os.stat(file)
+    except OSError as exc:  # a loop, a broken link, or gone since it was listed
+        if exc.errno == errno.ELOOP:
+            report.failed.append((rel, "symlink loop; not read"))
+        return None
+    if link and not follow_symlinks \
+            and not Path(os.path.realpath(file)).is_relative_to(real_root):
+        report.skipped.append((rel, "symlink to a file outside the ingest root (not followed)"))
+        return None
+    return Listed(file_id(st), link) if stat.S_ISREG(st.st_mode) else None
 
 
 def embed_in_batches(conn: psycopg.Connection, embedder: Embedder, tenant: str,
@@ -237,7 +272,7 @@ def _without_path(message: str, rel: str) -> str:
 
 def _ingest_file(conn: psycopg.Connection, embedder: Embedder, settings: Settings, tenant: str,
                  project: str, found: Found, report: IngestReport) -> None:
-    draft = parse_document(found.file, root=found.root, settings=settings)
+    draft = parse_document(found.file, root=found.root, settings=settings, listed=found.listed)
     if not draft.chunks:
         report.skipped.append((found.rel, "no text to index"))
         return

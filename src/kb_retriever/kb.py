@@ -223,17 +223,18 @@ class KnowledgeBase(DocumentMethods):
     def add_synonyms(self, term: str, synonyms: Sequence[str], *, project: str | None = None,
                      tenant: str | None = None) -> None:
         """Add or replace a synonym group for a project (reference §5)."""
+        if isinstance(synonyms, str) or not isinstance(synonyms, Iterable):
+            raise InputError(f"synonyms must be a list of strings, got {type(synonyms).__name__}")
+        row = [valid_name("tenant", self.tenant if tenant is None else tenant),
+               valid_name("project", self.project if project is None else project),
+               valid_name("term", term), [valid_name("synonym", s) for s in synonyms]]
         pool = self._pools.checked()
         self._reads.clear()
         with translated(), pool.connection() as conn:
             conn.execute(
                 "INSERT INTO kb_synonyms (tenant_id, project_key, term, synonyms) "
                 "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id, project_key, term) "
-                "DO UPDATE SET synonyms = EXCLUDED.synonyms, enabled = true",
-                [valid_name("tenant", self.tenant if tenant is None else tenant),
-                 valid_name("project", self.project if project is None else project),
-                 valid_name("term", term), [valid_name("synonym", s) for s in synonyms]],
-            )
+                "DO UPDATE SET synonyms = EXCLUDED.synonyms, enabled = true", row)
 
     def projects(self, *, tenant: str | None = None) -> dict[str, int]:
         """The tenant's projects that hold documents, with their document counts."""

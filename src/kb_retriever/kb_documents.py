@@ -16,6 +16,7 @@ from psycopg.rows import dict_row
 
 from . import documents as docs
 from .calibrate import after_write
+from .checks import valid_name
 from .documents import StoredChunk, StoredDocument
 from .embedding import Embedder
 from .errors import InputError, WriteError
@@ -30,7 +31,6 @@ from .store.stats import asettle, settle
 
 __all__ = ["DocumentMethods", "valid_name"]
 
-_NAME_MAX = 120
 # Reads of several statements see one snapshot (a document and its chunks, never a mix).
 _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
@@ -55,12 +55,6 @@ async def _asnapshot(conn: Any, stmts: Sequence[Any]) -> AsyncIterator[None]:
         await conn.execute(_SNAPSHOT)
         yield
 
-
-def valid_name(kind: str, value: Any) -> str:
-    """A tenant, project, term or synonym: a non-empty string of at most 120 characters."""
-    if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX or "\x00" in value:
-        raise InputError(f"{kind} must be a non-empty string of at most {_NAME_MAX} characters")
-    return value.strip()
 
 
 def _count(cur: Any) -> int:
@@ -122,7 +116,7 @@ class DocumentMethods:
                                      "metadata": {"team": "sre"}, "id": "runbook-pager"}])
         """
         tenant, project = self._scope(project, tenant)
-        drafts = [docs.record_draft(docs.as_record(d), self.settings) for d in documents]
+        drafts = [docs.record_draft(r, self.settings) for r in docs.as_records(documents)]
         unique = docs.unique_drafts(drafts)
         try:
             with self._pools.writing() as conn:
@@ -179,7 +173,7 @@ class DocumentMethods:
                              tenant: str | None = None) -> list[str]:
         """The async twin of :meth:`add_documents`. Embedding is CPU work and the write is one
         COPY per document, so it runs in a worker thread (the event loop stays free)."""
-        items = list(documents)
+        items = docs.as_records(documents)
         return await asyncio.to_thread(self.add_documents, items, project=project, tenant=tenant)
 
     def _read(self, stmts: list[records.Statement]) -> list[list[dict[str, Any]]]:

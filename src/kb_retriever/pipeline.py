@@ -15,6 +15,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from .checks import check_text
 from .errors import InputError
 from .graph import expand_graph
 from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
@@ -39,9 +40,7 @@ __all__ = ["candidates", "leg_shape", "scope_catalog", "search_plan", "synonym_g
 def validate_query(query: Any, settings: Settings) -> str:
     if not isinstance(query, str):
         raise InputError(f"query must be a string, got {type(query).__name__}")
-    if "\x00" in query:
-        raise InputError("query contains a NUL byte")
-    text = query.strip()
+    text = check_text(query, "query").strip()
     if not text:
         raise InputError("query is empty")
     if len(text) > settings.max_query_chars:

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .errors import ConfigError
+from .errors import ConfigError, InputError
 from .models import Hit, SearchResult
 
 __all__ = ["DEFAULT_PREAMBLE", "ESCAPE_PREFIX", "PromptTemplate", "compose_prompt"]
@@ -118,7 +118,8 @@ def compose_prompt(
     """Render ``result`` with the rejected, related and context blocks (module docstring).
 
     ``now`` defaults to the current time and is shown in ``timezone`` (an IANA name; an unknown
-    name raises :class:`~kb_retriever.errors.ConfigError`). When ``max_chars`` is set and the
+    name raises :class:`~kb_retriever.errors.ConfigError`). When ``max_chars`` (a positive
+    integer; anything else raises :class:`~kb_retriever.errors.InputError`) is set and the
     text is longer, items are dropped, least useful first: related items from the end, then
     primary chunks from the end (at least one primary and every rejected item stay), and each
     affected block ends with ``(omitted N items to fit the budget)``. If that is still not
@@ -133,6 +134,7 @@ def compose_prompt(
         messages = [{"role": "system", "content": system},
                     {"role": "user", "content": result.query}]
     """
+    _check_arguments(result, project, now, timezone, max_chars, template)
     tpl = template or PromptTemplate()
     head = [f"Project: {_one_line(project) or 'all'}"]
     if include_preamble:
@@ -152,6 +154,25 @@ def compose_prompt(
             break
         text = _assemble(tpl, head, rejected, related, keep_related, primary, keep_primary)
     return text
+
+
+def _check_arguments(result: object, project: object, now: object, timezone: object,
+                     max_chars: object, template: object) -> None:
+    """:class:`InputError` (:class:`ConfigError` for the timezone) for a wrong argument."""
+    if not isinstance(result, SearchResult):
+        raise InputError(f"compose_prompt takes a SearchResult, got {type(result).__name__}")
+    if project is not None and not isinstance(project, str):
+        raise InputError(f"project must be a string or None, got {type(project).__name__}")
+    if now is not None and not isinstance(now, datetime):
+        raise InputError(f"now must be a datetime or None, got {type(now).__name__}")
+    if not isinstance(timezone, str):
+        raise ConfigError(f"timezone must be an IANA name such as 'Europe/Rome', got "
+                          f"{type(timezone).__name__}")
+    if max_chars is not None and (isinstance(max_chars, bool) or not isinstance(max_chars, int)
+                                  or max_chars < 1):
+        raise InputError(f"max_chars must be a positive integer or None, got {max_chars!r:.40}")
+    if template is not None and not isinstance(template, PromptTemplate):
+        raise InputError(f"template must be a PromptTemplate, got {type(template).__name__}")
 
 
 def _assemble(

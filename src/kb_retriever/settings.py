@@ -250,6 +250,17 @@ class Settings(BaseSettings):
     # A file with more chunks fails with this reason: 20,000 headings in 388 KB is not prose,
     # while a 19 MB manual makes about 5,000 chunks.
     ingest_max_chunks: int = _field(10_000, "KB_INGEST_MAX_CHUNKS", ge=1, le=1_000_000)
+    # Budgets of one file while it is read (ingest/budget.py): a 184 KB DOCX unpacked to 1.6 M
+    # paragraphs and held an ingest for 283 s. A 300-page PDF or a 2,000-paragraph DOCX uses
+    # a few percent of each. Unpacked: a DOCX's parts (zip directory, before parsing), a PDF's
+    # page contents; characters: the text extracted from a PDF or DOCX; the timeout covers
+    # reading and parsing, not embedding.
+    ingest_max_unpacked_mb: int = _field(100, "KB_INGEST_MAX_UNPACKED_MB", ge=1, le=4096)
+    ingest_max_paragraphs: int = _field(100_000, "KB_INGEST_MAX_PARAGRAPHS", ge=1,
+                                        le=10_000_000)
+    ingest_max_pages: int = _field(10_000, "KB_INGEST_MAX_PAGES", ge=1, le=1_000_000)
+    ingest_max_chars: int = _field(20_000_000, "KB_INGEST_MAX_CHARS", ge=1, le=1_000_000_000)
+    ingest_file_timeout_s: float = _field(120.0, "KB_INGEST_FILE_TIMEOUT_S", gt=0, le=86_400)
     # The statement timeout of an ingest's connection: a large file's COPY takes longer than a
     # search may (KB_STATEMENT_TIMEOUT_MS). 0 means none.
     ingest_statement_timeout_ms: int = _field(600_000, "KB_INGEST_STATEMENT_TIMEOUT_MS", ge=0)

@@ -520,6 +520,7 @@ def test_docx_styles_are_looked_up_once_per_style(monkeypatch: pytest.MonkeyPatc
     import docx
     from docx.text.paragraph import Paragraph
 
+    from kb_retriever.ingest.budget import Budget
     from kb_retriever.ingest.loaders import _docx_markdown
 
     d = docx.Document()
@@ -531,6 +532,6 @@ def test_docx_styles_are_looked_up_once_per_style(monkeypatch: pytest.MonkeyPatc
     lookups = []
     real = Paragraph.style.fget  # type: ignore[attr-defined]
     monkeypatch.setattr(Paragraph, "style", property(lambda p: lookups.append(1) or real(p)))
-    text, _ = _docx_markdown(buf.getvalue(), "many.docx")
+    text, _ = _docx_markdown(buf.getvalue(), "many.docx", Budget.start("many.docx", Settings()))
     assert text.count("## Section") == 3
     assert len(lookups) <= 3  # the default style, Heading 2 (and the document's base)

@@ -12,7 +12,16 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from kb_retriever import ConfigError, Hit, KnowledgeBase, SearchResult, Settings, StoredDocument
+from kb_retriever import (
+    ConfigError,
+    FilterError,
+    Hit,
+    InputError,
+    KnowledgeBase,
+    SearchResult,
+    Settings,
+    StoredDocument,
+)
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.settings import load_settings
 
@@ -24,6 +33,29 @@ __all__ = ["KBVectorStore"]
 # A search asks for this many chunks per document it returns: the per-document cap keeps up to
 # a few chunks of one document in the top-k, and the store returns each document once.
 _CHUNKS_PER_DOCUMENT = 3
+
+
+def _listed(name: str, values: Any) -> list[Any]:
+    """``values`` as a list: a list (or other iterable) of items, never one string or None."""
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
+        raise InputError(f"{name} must be a list, got {type(values).__name__}")
+    return list(values)
+
+
+def _filter(name: str, value: Any) -> Mapping[str, Any] | None:
+    """``value`` if it is a mapping or None (no filter), else :class:`FilterError`."""
+    if value is not None and not isinstance(value, Mapping):
+        raise FilterError(f"{name} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _documents(documents: Any) -> list[Document]:
+    items = _listed("documents", documents)
+    for i, doc in enumerate(items):
+        if not isinstance(doc, Document):
+            raise InputError(f"documents[{i}] must be a LangChain Document, got "
+                             f"{type(doc).__name__}")
+    return items
 
 
 class KBVectorStore(VectorStore):
@@ -116,12 +148,15 @@ class KBVectorStore(VectorStore):
     @staticmethod
     def _records(texts: Iterable[str], metadatas: Sequence[Mapping[str, Any]] | None,
                  ids: Sequence[str | None] | None) -> list[dict[str, Any]]:
-        items = list(texts)
+        items = _listed("texts", texts)
+        metadatas = None if metadatas is None else _listed("metadatas", metadatas)
+        ids = None if ids is None else _listed("ids", ids)
         if metadatas is not None and len(metadatas) != len(items):
             raise ConfigError(f"got {len(metadatas)} metadatas for {len(items)} texts")
         if ids is not None and len(ids) != len(items):
             raise ConfigError(f"got {len(ids)} ids for {len(items)} texts")
-        return [{"text": text, "metadata": dict(metadatas[i]) if metadatas else {},
+        # The metadata is copied (and checked: a mapping, JSON, storable) by the knowledge base.
+        return [{"text": text, "metadata": metadatas[i] if metadatas else {},
                  "id": ids[i] if ids else None} for i, text in enumerate(items)]
 
     def add_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None,
@@ -134,11 +169,13 @@ class KBVectorStore(VectorStore):
         return await kb.aadd_documents(self._records(texts, metadatas, ids), **self._scope())
 
     def add_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:
+        documents = _documents(documents)
         ids = kwargs.pop("ids", None) or [doc.id for doc in documents]
         return self.add_texts([d.page_content for d in documents],
                               [d.metadata for d in documents], ids=ids)
 
     async def aadd_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:
+        documents = _documents(documents)
         ids = kwargs.pop("ids", None) or [doc.id for doc in documents]
         return await self.aadd_texts([d.page_content for d in documents],
                                      [d.metadata for d in documents], ids=ids)
@@ -166,17 +203,20 @@ class KBVectorStore(VectorStore):
         return Document(id=stored.id, page_content=stored.text, metadata=dict(stored.metadata))
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        return [self._document(d) for d in self._open().get_by_ids(list(ids), **self._scope())]
+        ids = _listed("ids", ids)
+        return [self._document(d) for d in self._open().get_by_ids(ids, **self._scope())]
 
     async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        ids = _listed("ids", ids)
         kb = await self._aopen()
-        return [self._document(d) for d in await kb.aget_by_ids(list(ids), **self._scope())]
+        return [self._document(d) for d in await kb.aget_by_ids(ids, **self._scope())]
 
     def _search_args(self, k: int, filter: Mapping[str, Any] | None,
                      filters: Mapping[str, Any] | None) -> dict[str, Any]:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"k must be a positive integer, got {k!r}")
-        merged = dict(filters or {})
+        merged = dict(_filter("filters", filters) or {})
+        filter = _filter("filter", filter)
         if filter:
             merged["metadata"] = {**merged.get("metadata", {}), **filter}
         limit = min(k * _CHUNKS_PER_DOCUMENT, self.kb.settings.max_limit)
@@ -287,8 +327,8 @@ class KBVectorStore(VectorStore):
         and ``search_kwargs`` as in ``VectorStore.as_retriever``; here ``filter`` is over the
         documents' metadata, as in :meth:`similarity_search`."""
         search = dict(kwargs.get("search_kwargs") or {})
-        filters = dict(search.pop("filters", None) or {})
-        if search.get("filter"):
+        filters = dict(_filter("filters", search.pop("filters", None)) or {})
+        if _filter("filter", search.get("filter")):
             filters["metadata"] = {**filters.get("metadata", {}), **search.pop("filter")}
         search.pop("filter", None)
         return KBRetriever(kb=self._open(), k=search.pop("k", 4), filters=filters or None,

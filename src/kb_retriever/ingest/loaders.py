@@ -19,12 +19,15 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from kb_retriever.errors import IngestError
+from kb_retriever.ingest.archive import check_archive
+from kb_retriever.ingest.budget import Budget
 from kb_retriever.ingest.chunking import (
     SECTION_AWARE,
     chunk_markdown,
     chunk_sections,
     extract_wikilinks,
 )
+from kb_retriever.ingest.files import Listed, read_file
 from kb_retriever.ingest.frontmatter import FrontmatterResult, parse_frontmatter
 from kb_retriever.ingest.language import detect_language
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
@@ -60,20 +63,23 @@ _DETECT_CHUNKS = 5
 _MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", re.MULTILINE)
 
 
-def parse_document(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
+def parse_document(path: Path, *, root: Path, settings: Settings,
+                   listed: Listed | None = None) -> DocumentDraft:
     """Read ``path`` and return its draft: metadata, chunks and (canonical docs only) edges.
 
     The document's language is its frontmatter ``language``, else the one its words show
     (:func:`~kb_retriever.ingest.language.detect_language`), else None (the database's
     default full-text configuration). Raises :class:`~kb_retriever.errors.IngestError` naming
-    the file relative to ``root``.
+    the file relative to ``root``, also when the file is over a budget (``KB_INGEST_MAX_*``,
+    ``KB_INGEST_FILE_TIMEOUT_S``: :class:`~kb_retriever.ingest.budget.Budget`) or is no
+    longer the file ``listed`` (:func:`~kb_retriever.ingest.files.read_file`).
 
     Example::
 
         draft = parse_document(Path("kb/auth.md"), root=Path("kb"), settings=Settings())
         print(draft.source_path, draft.is_canonical, len(draft.chunks))
     """
-    draft = _parse(path, root=root, settings=settings)
+    draft = _parse(path, root=root, settings=settings, listed=listed)
     if draft.language is None:  # frontmatter first, then the words (its FTS configuration)
         detected = detect_language(" ".join(c.text for c in draft.chunks[:_DETECT_CHUNKS]))
         if detected is not None:
@@ -81,13 +87,14 @@ def parse_document(path: Path, *, root: Path, settings: Settings) -> DocumentDra
     return draft
 
 
-def _parse(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
+def _parse(path: Path, *, root: Path, settings: Settings, listed: Listed | None) -> DocumentDraft:
     rel = _relative_path(path, root)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
         raise IngestError(f"{rel}: unsupported file type {suffix or '(none)'!r}; "
                           f"supported: {', '.join(SUPPORTED_SUFFIXES)}")
-    raw = _read(path, rel)
+    budget = Budget.start(rel, settings)
+    raw = read_file(path, rel, MAX_FILE_BYTES, listed)
     # The chunking settings are hashed too: changing them must re-chunk unchanged files.
     version = (f"{PARSER_VERSION};cap={settings.chunk_hard_cap_tokens};"
                f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}")
@@ -97,12 +104,14 @@ def _parse(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
     )
     cap, overlap = settings.chunk_hard_cap_tokens, settings.chunk_overlap_tokens
     if suffix == ".pdf":
-        chunks, doc_date = _pdf_chunks(raw, rel, path.name, cap)
+        chunks, doc_date = _pdf_chunks(raw, rel, path.name, cap, budget)
+        budget.tick("chunking")
         return replace(draft, source_type="pdf", chunks=chunks, doc_date=doc_date)
     if suffix == ".docx":
-        text, doc_date = _docx_markdown(raw, rel)
+        text, doc_date = _docx_markdown(raw, rel, budget)
         chunks = chunk_markdown(text, hard_cap_tokens=cap, overlap_tokens=overlap,
                                 filename=path.name)
+        budget.tick("chunking")
         return replace(draft, source_type="docx", chunks=chunks, doc_date=doc_date)
     text = _decode(raw, rel)
     if suffix == ".txt":
@@ -110,9 +119,11 @@ def _parse(path: Path, *, root: Path, settings: Settings) -> DocumentDraft:
         # even when the text itself has `# ` lines.
         chunks = chunk_sections([(path.name, text)], strategy=SECTION_AWARE, filename=path.name,
                                 hard_cap_tokens=cap, overlap_tokens=overlap)
+        budget.tick("chunking")
         return replace(draft, source_type="text", chunks=chunks)
     fm = parse_frontmatter(text)
     chunks = chunk_markdown(text, hard_cap_tokens=cap, overlap_tokens=overlap, filename=path.name)
+    budget.tick("chunking")
     return _markdown_draft(draft, fm, chunks, canonical_enabled=settings.canonical_enabled)
 
 
@@ -192,17 +203,6 @@ def _relative_path(path: Path, root: Path) -> str:
     raise IngestError(f"{path.name}: not inside the ingest root")
 
 
-def _read(path: Path, rel: str) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)  # never read more than the limit
-    except OSError as exc:
-        raise IngestError(f"{rel}: cannot read file ({exc.strerror or exc})") from exc
-    if len(raw) > MAX_FILE_BYTES:
-        raise IngestError(f"{rel}: file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
-    return raw
-
-
 def _decode(raw: bytes, rel: str) -> str:
     if b"\x00" in raw:
         raise IngestError(f"{rel}: looks like a binary file (contains NUL bytes)")
@@ -215,16 +215,29 @@ def _decode(raw: bytes, rel: str) -> str:
         ) from None
 
 
-def _pdf_chunks(raw: bytes, rel: str, filename: str,
-                hard_cap: int) -> tuple[tuple[ChunkDraft, ...], datetime | None]:
-    """One chunk per page with text (heading ``Page N``); oversize pages split, no overlap."""
+def _pdf_chunks(raw: bytes, rel: str, filename: str, hard_cap: int,
+                budget: Budget) -> tuple[tuple[ChunkDraft, ...], datetime | None]:
+    """One chunk per page with text (heading ``Page N``); oversize pages split, no overlap.
+
+    The declared page count is checked before the first page, each page's unpacked content
+    before its text is extracted, the characters and the deadline after each page."""
     from pypdf import PdfReader  # the format libraries load only when such a file shows up
 
     try:
         reader = PdfReader(io.BytesIO(raw))
         if reader.is_encrypted and not reader.decrypt(""):
             raise IngestError(f"{rel}: the PDF is encrypted")
-        pages = [(n, page.extract_text() or "") for n, page in enumerate(reader.pages, start=1)]
+        trailer: Any = reader.trailer
+        declared = _safe(lambda: int(trailer["/Root"]["/Pages"]["/Count"]))
+        if isinstance(declared, int):
+            budget.pages(declared)
+        pages = []
+        for n, page in enumerate(reader.pages, start=1):
+            budget.pages(n)
+            budget.unpack(_safe(lambda p=page: len(p.get_contents().get_data())) or 0,
+                          "the page contents")
+            pages.append((n, page.extract_text() or ""))
+            budget.text(len(pages[-1][1]))
     except IngestError:
         raise
     except Exception as exc:  # pypdf has no single error base for bad input
@@ -236,17 +249,28 @@ def _pdf_chunks(raw: bytes, rel: str, filename: str,
     return chunks, _aware(_safe(lambda: reader.metadata and reader.metadata.modification_date))
 
 
-def _docx_markdown(raw: bytes, rel: str) -> tuple[str, datetime | None]:
+def _docx_markdown(raw: bytes, rel: str, budget: Budget) -> tuple[str, datetime | None]:
     """Body paragraphs and tables as markdown; headings (:func:`_heading_level`) become ``#``
-    headings, so chunks carry a heading path."""
+    headings, so chunks carry a heading path. The archive is checked before python-docx
+    reads it (:func:`~kb_retriever.ingest.archive.check_archive`), paragraphs, rows and
+    characters are counted as they are extracted."""
     import docx  # the format libraries load only when such a file shows up
     from docx.table import Table
 
     try:
+        check_archive(raw, budget)
         document = docx.Document(io.BytesIO(raw))
         styles: dict[str | None, _StyleInfo] = {}
-        blocks = [_table_markdown(item) if isinstance(item, Table)
-                  else _paragraph_markdown(item, styles) for item in document.iter_inner_content()]
+        blocks = []
+        for item in document.iter_inner_content():
+            if isinstance(item, Table):
+                blocks.append(_table_markdown(item, budget))
+            else:
+                budget.paragraph()
+                blocks.append(_paragraph_markdown(item, styles))
+            budget.text(len(blocks[-1]))
+    except IngestError:
+        raise
     except Exception as exc:  # python-docx, lxml and zipfile share no base
         raise IngestError(f"{rel}: not a readable DOCX ({_describe(exc)})") from exc
     text = "\n\n".join(block for block in blocks if block).replace("\x00", "")
@@ -346,9 +370,10 @@ def _all_bold(paragraph: Any, style_bold: bool) -> bool:
     return all(r.bold or (r.bold is None and style_bold) for r in runs)
 
 
-def _table_markdown(table: Any) -> str:
+def _table_markdown(table: Any, budget: Budget) -> str:
     rows = []
     for row in table.rows:
+        budget.paragraph()
         cells = [" ".join(cell.text.split()) for cell in row.cells]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

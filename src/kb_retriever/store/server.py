@@ -37,7 +37,7 @@ from pathlib import Path
 
 from psycopg.conninfo import make_conninfo
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
 from . import lifecycle
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def start_embedded(home: Path) -> str:
     """
     if os.name != "posix":
         raise StoreError("the embedded PostgreSQL needs a POSIX system; set KB_DATABASE_URL")
-    home = Path(home).expanduser().resolve()  # a symlinked home: its target is checked
+    home = _resolve_home(home)
     try:
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check_home(home)
@@ -123,6 +123,16 @@ def start_embedded(home: Path) -> str:
 
 
 # --- where the cluster lives -------------------------------------------------------------
+
+def _resolve_home(home: Path) -> Path:
+    """``home`` made absolute, symlinks resolved (a symlinked home: its target is checked);
+    a symlink loop is a :class:`ConfigError`, not a traceback."""
+    try:
+        return Path(home).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: Python < 3.13 on a symlink loop
+        raise ConfigError(f"KB_HOME {home} cannot be resolved ({exc}); point KB_HOME (or "
+                          "--home) at a directory") from None
+
 
 def _check_home(home: Path) -> None:
     """KB_HOME holds the password and the lock: it must be this user's, and no one else may

@@ -135,3 +135,55 @@ def test_max_marginal_relevance_search_trades_relevance_for_diversity(new_databa
             store.max_marginal_relevance_search(query, lambda_mult=2)
         with pytest.raises(ConfigError, match="fetch_k"):
             store.max_marginal_relevance_search(query, fetch_k=0)
+
+
+def test_wrong_arguments_are_typed_errors_and_write_nothing(store):
+    """filter="str", add_texts(None), get_by_ids(None) raised raw TypeErrors; None ids were
+    read and deleted as the id ""."""
+    import asyncio
+
+    from kb_retriever import FilterError, InputError
+
+    from ...reliability._util import snapshot
+
+    store.add_documents(DECISIONS)
+    before = snapshot(store.kb.url)
+    for call, error in (
+        (lambda: store.similarity_search("cache", filter="str"), FilterError),
+        (lambda: store.similarity_search("cache", filters=["tags"]), FilterError),
+        (lambda: store.max_marginal_relevance_search("cache", filter=5), FilterError),
+        (lambda: store.as_retriever(search_kwargs={"filter": "str"}), FilterError),
+        (lambda: store.add_texts(None), InputError),
+        (lambda: store.add_texts("one text"), InputError),  # not o, n, e, ...
+        (lambda: store.add_texts(["a"], metadatas=5), InputError),
+        (lambda: store.add_texts(["a"], metadatas=["not a mapping"]), InputError),
+        (lambda: store.add_texts(["a"], ids="a"), InputError),
+        (lambda: store.add_texts(["a"], metadatas=[{"k": "\ud800"}]), InputError),
+        (lambda: store.add_documents(None), InputError),
+        (lambda: store.add_documents(["not a Document"]), InputError),
+        (lambda: store.get_by_ids(None), InputError),
+        (lambda: store.get_by_ids("dec-v1"), InputError),
+        (lambda: store.get_by_ids([None]), InputError),
+        (lambda: store.delete([None]), InputError),
+        (lambda: asyncio.run(store.aadd_texts(None)), InputError),
+        (lambda: asyncio.run(store.aadd_documents(None)), InputError),
+        (lambda: asyncio.run(store.aget_by_ids(None)), InputError),
+        (lambda: asyncio.run(store.asimilarity_search("cache", filter="str")), FilterError),
+    ):
+        with pytest.raises(error):
+            call()
+    assert snapshot(store.kb.url) == before
+    assert [d.id for d in store.get_by_ids(["dec-v1", "dec-v2", "note"])] == [
+        "dec-v1", "dec-v2", "note"]
+
+
+def test_names_with_whitespace_are_errors(new_database):
+    from kb_retriever import InputError
+
+    store = KBVectorStore(DeterministicFakeEmbedding(size=16), database_url=new_database(),
+                          tenant=" acme ")
+    try:
+        with pytest.raises(InputError, match="whitespace"):
+            store.add_texts(["acme's roadmap"])
+    finally:
+        store.close()

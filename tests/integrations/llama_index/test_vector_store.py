@@ -158,3 +158,23 @@ def test_settings_embed_model_is_not_needed_for_ingesting_with_kb_embedder(make_
         assert idx.as_retriever().retrieve("memcached")[0].node.ref_doc_id == "dec-v1"
     finally:
         LlamaSettings._embed_model = old
+
+
+def test_wrong_arguments_are_typed_errors(index):
+    from kb_retriever import ConfigError
+
+    from ...reliability._util import snapshot
+
+    with pytest.raises(ConfigError, match="KnowledgeBase"):
+        KBVectorStore("x")  # a TypeError before; ConfigError is a ValueError
+    assert issubclass(ConfigError, ValueError)
+    store: KBVectorStore = index.vector_store
+    before = snapshot(store.client.url)
+    for call in (lambda: store.delete(None), lambda: store.get_nodes([None]),
+                 lambda: store.delete_nodes([None])):
+        with pytest.raises(InputError):
+            call()
+    with pytest.raises(InputError, match="whitespace"):
+        KBVectorStore(store.client, project=" docs ").add(
+            [TextNode(text="redis", id_="n1")])
+    assert snapshot(store.client.url) == before

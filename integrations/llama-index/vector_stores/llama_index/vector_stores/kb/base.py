@@ -15,7 +15,15 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
-from kb_retriever import ChunkRecord, DocumentRecord, Hit, InputError, KnowledgeBase, SearchResult
+from kb_retriever import (
+    ChunkRecord,
+    ConfigError,
+    DocumentRecord,
+    Hit,
+    InputError,
+    KnowledgeBase,
+    SearchResult,
+)
 
 from .filters import to_kb_filters
 
@@ -61,7 +69,8 @@ class KBVectorStore(BasePydanticVectorStore):
     def __init__(self, kb: KnowledgeBase, *, project: str | None = None,
                  tenant: str | None = None) -> None:
         if not isinstance(kb, KnowledgeBase):
-            raise TypeError(f"kb must be a kb_retriever.KnowledgeBase, not {type(kb).__name__}")
+            raise ConfigError(f"KBVectorStore takes an open kb_retriever.KnowledgeBase, not "
+                              f"{type(kb).__name__}: KBVectorStore(KnowledgeBase().open())")
         super().__init__(project=project, tenant=tenant)
         self._kb = kb
 
