@@ -25,7 +25,9 @@ from mcp.types import ContentBlock, ToolAnnotations
 from pydantic import Field
 
 from ..errors import ConfigError, InputError
+from ..filters import parse_filters
 from ..kb import KnowledgeBase
+from ..pipeline import validate_limit, validate_query
 from ..prompt import compose_prompt
 from . import descriptions as d
 from .tools import (
@@ -123,6 +125,12 @@ def build_server(kb: KnowledgeBase, scope: Scope, *, host: str = "127.0.0.1", po
     async def _search(query: str, project: str | None, limit: int | None,
                       filters: dict[str, Any] | None) -> tuple[Any, list[str]]:
         projects = scope.searched(project)
+        # The library's own checks, before any I/O: bad input reads as bad input even when
+        # the database is down (the search runs them again; they are cheap and pure).
+        validate_query(query, s)
+        if limit is not None:
+            validate_limit(limit, s)
+        parse_filters(filters)
         base = await opened()
         result = await base.asearch(query, project=projects, tenant=scope.tenant, limit=limit,
                                     filters=filters)
