@@ -3,6 +3,9 @@ session (in process), their schemas intact, invoked as an agent would call them.
 
 from __future__ import annotations
 
+import asyncio
+import sys
+
 import pytest
 
 pytest.importorskip("langchain_mcp_adapters")
@@ -53,3 +56,27 @@ async def test_langchain_loads_and_invokes_the_tools(example_kb) -> None:
                                             {"query": "cache", "project": "payroll"}))
         assert failed.status == "error"
         assert "unknown project 'payroll': this server serves default" in _text(failed)
+
+
+@pytest.mark.slow
+async def test_the_readme_configuration_over_stdio(example_kb) -> None:
+    """MultiServerMCPClient starts `kb-retriever mcp` as the README shows, one session for
+    several calls."""
+    from pathlib import Path
+
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
+    from .conftest import TEST_TIMEOUT_S
+
+    command = str(Path(sys.executable).with_name("kb-retriever"))
+    client = MultiServerMCPClient({"kb": {
+        "transport": "stdio", "command": command, "args": ["mcp", "--project", "default"],
+        "env": {"KB_DATABASE_URL": example_kb.url}}})
+    async with asyncio.timeout(TEST_TIMEOUT_S), client.session("kb") as session:
+        tools = {t.name: t for t in await load_mcp_tools(session)}
+        message = await tools["search_knowledge_base"].ainvoke(
+            _call("search_knowledge_base", {"query": "how do we roll back a deploy?"}))
+        assert "Path: runbook-deploy-rollback.md" in _text(message)
+        doc = await tools["get_document"].ainvoke(
+            _call("get_document", {"id": "runbook-deploy-rollback.md"}))
+        assert _text(doc).startswith("Id: runbook-deploy-rollback.md")
