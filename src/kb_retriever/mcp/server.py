@@ -27,6 +27,7 @@ from pydantic import Field
 from ..errors import ConfigError, InputError
 from ..filters import parse_filters
 from ..kb import KnowledgeBase
+from ..models import SearchResult
 from ..pipeline import validate_limit, validate_query
 from ..prompt import compose_prompt
 from . import descriptions as d
@@ -123,7 +124,7 @@ def build_server(kb: KnowledgeBase, scope: Scope, *, host: str = "127.0.0.1", po
     Filters = Annotated[dict[str, Any] | None, Field(description=h["filters"])]
 
     async def _search(query: str, project: str | None, limit: int | None,
-                      filters: dict[str, Any] | None) -> tuple[Any, list[str]]:
+                      filters: dict[str, Any] | None) -> tuple[SearchResult, list[str]]:
         projects = scope.searched(project)
         # The library's own checks, before any I/O: bad input reads as bad input even when
         # the database is down (the search runs them again; they are cheap and pure).
