@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-v3
+STAMP  := $(VENV)/.installed-v4
 
 .PHONY: install demo test lint typecheck bench bench-beir perf load clean
 
@@ -14,7 +14,7 @@ LLAMA_DISTS := $(LLAMA)/embeddings $(LLAMA)/retrievers $(LLAMA)/postprocessor $(
 $(STAMP): pyproject.toml integrations/langchain/pyproject.toml $(addsuffix /pyproject.toml,$(LLAMA_DISTS))
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev,bench]" -e integrations/langchain[test] $(addprefix -e ,$(LLAMA_DISTS))
+	$(PY) -m pip install -q -e ".[dev,bench,mcp]" -e integrations/langchain[test] $(addprefix -e ,$(LLAMA_DISTS))
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -24,7 +24,8 @@ DESCRIPTION = ("Retrieval with a trust gradient for engineering knowledge bases,
 EPILOG = ("examples:\n"
           "  kb-retriever ingest examples/kb --project demo\n"
           "  kb-retriever search \"what cache layer did we standardise on?\" --project demo\n"
-          "  kb-retriever prompt \"how do we roll back a deploy?\" --project demo")
+          "  kb-retriever prompt \"how do we roll back a deploy?\" --project demo\n"
+          "  kb-retriever mcp --project demo              # MCP tools over stdio, for agents")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -122,15 +123,31 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--samples", type=int, default=20, help="queries to sample (default: 20)")
     sp.add_argument("--k", type=int, default=10, help="neighbours compared (default: 10)")
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    sp = sub.add_parser("mcp", help="serve search to agents as MCP tools (needs kb-retriever[mcp])",
+                        description="Serve the search, documents and composed prompt as Model "
+                                    "Context Protocol tools, over stdio (default) or streamable "
+                                    "HTTP on a loopback address. Read-only unless --allow-writes.")
+    sp.add_argument("--project", action="append", default=None, metavar="P",
+                    help="a project the agent may search (repeatable; default: default)")
+    sp.add_argument("--tenant", default="default", help="tenant id (default: default)")
+    sp.add_argument("--transport", choices=("stdio", "streamable-http"), default="stdio",
+                    help="stdio for a client that starts the server (default), or "
+                         "streamable-http to serve http://HOST:PORT/mcp")
+    sp.add_argument("--host", default="127.0.0.1",
+                    help="HTTP address, loopback only (default: 127.0.0.1)")
+    sp.add_argument("--port", type=int, default=8000, help="HTTP port (default: 8000)")
+    sp.add_argument("--allow-writes", action="store_true",
+                    help="also serve add_document and delete_document tools")
     return p
 
 
 def _kb(args: argparse.Namespace, **kw: Any) -> Any:
     from .kb import KnowledgeBase
 
+    kw.setdefault("project", getattr(args, "project", "default"))
     return KnowledgeBase(database_url=args.database_url, home=args.home,
-                         tenant=getattr(args, "tenant", "default"),
-                         project=getattr(args, "project", "default"), **kw)
+                         tenant=getattr(args, "tenant", "default"), **kw)
 
 
 def _progress(label: str = "ingest") -> Any:
@@ -250,8 +267,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK  # whatever the recall: the report says what to do
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from .mcp import Scope, check_host, serve
+
+    projects = tuple(dict.fromkeys(args.project or ["default"]))
+    if args.transport != "stdio":
+        check_host(args.host)
+    scope = Scope(projects=projects, tenant=args.tenant, allow_writes=args.allow_writes)
+    serve(_kb(args, project=projects[0]), scope, transport=args.transport, host=args.host,
+          port=args.port, verbose=args.verbose)
+    return EXIT_OK
+
+
 COMMANDS = {"ingest": cmd_ingest, "search": cmd_search, "prompt": cmd_prompt,
-            "bench": cmd_bench, "doctor": cmd_doctor}
+            "bench": cmd_bench, "doctor": cmd_doctor, "mcp": cmd_mcp}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

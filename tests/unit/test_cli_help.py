@@ -1,5 +1,5 @@
 """The command line reads well: plain help for every command and option, --version, and
-``--help`` without importing numpy, psycopg or the model runtime."""
+``--help`` without importing numpy, psycopg, the model runtime or the MCP SDK."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from kb_retriever.cli import build_parser, main
 from kb_retriever.progress import Progress
 
-COMMANDS = ("ingest", "search", "prompt", "bench", "doctor")
+COMMANDS = ("ingest", "search", "prompt", "bench", "doctor", "mcp")
 
 
 def _help(*argv: str) -> str:
@@ -42,7 +42,7 @@ def test_version() -> None:
 
 def test_help_imports_nothing_heavy() -> None:
     code = ("import sys; from kb_retriever.cli import build_parser; build_parser(); "
-            "heavy = [m for m in ('numpy', 'psycopg', 'onnxruntime', 'pydantic') if m in sys.modules];"
+            "heavy = [m for m in ('numpy', 'psycopg', 'onnxruntime', 'pydantic', 'mcp') if m in sys.modules];"
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
