@@ -4,11 +4,13 @@
 
 The documents come from a LangChain loader (a small ``BaseLoader`` over examples/kb/ here;
 langchain-community's ``DirectoryLoader`` or any other loader works the same), are split by
-``langchain_text_splitters`` and go into :class:`KBVectorStore` with ``from_documents``: each
-split is one knowledge-base document, its canonical fields (the loader copies the Markdown
-frontmatter into the metadata) validated as for files, so the trust gradient ranks the
-answer's sources. Uses KB_DATABASE_URL when set, else the embedded PostgreSQL under KB_HOME;
-the chat model is a fake one that replays a canned answer: swap in any chat model.
+``langchain_text_splitters`` and go into :class:`KBVectorStore` with ``from_documents``. The
+loader copies each file's frontmatter into its metadata and the splitter copies that to every
+split, so the splits of one canonical file share its slug: they become the chunks of that one
+canonical document (each kept under its own id), whose validated canonical fields let the
+trust gradient rank the answer's sources. Uses KB_DATABASE_URL when set, else the embedded
+PostgreSQL under KB_HOME; the chat model is a fake one that replays a canned answer: swap in
+any chat model.
 """
 
 from __future__ import annotations
@@ -59,16 +61,6 @@ def format_docs(docs: list[Document]) -> str:
 def main(database_url: str | None = None, question: str = QUESTION) -> dict[str, Any]:
     splitter = RecursiveCharacterTextSplitter(chunk_size=1200, chunk_overlap=100)
     splits = splitter.split_documents(MarkdownLoader(KB_DIR).load())
-    # The splitter copies the metadata to every split, but a slug names one document of a
-    # project: later splits get their own (`dec-cache-v2-part-2`), keeping type and status, so
-    # the trust gradient ranks every split. Graph edges point at the first split.
-    parts: dict[str, int] = {}
-    for doc in splits:
-        slug = doc.metadata.get("slug")
-        if isinstance(slug, str):
-            parts[slug] = parts.get(slug, 0) + 1
-            if parts[slug] > 1:
-                doc.metadata = {**doc.metadata, "slug": f"{slug}-part-{parts[slug]}"}
     with KnowledgeBase(database_url=database_url, project="langchain-example") as kb:
         store = KBVectorStore.from_documents(splits, kb=kb, project="langchain-example")
         retriever = store.as_retriever(search_kwargs={"k": 3})

@@ -33,9 +33,9 @@ def main(database_url: str | None = None, question: str = QUESTION, *,
     documents = SimpleDirectoryReader(str(KB_DIR), required_exts=[".md"],
                                       filename_as_id=True).load_data()
     with KnowledgeBase(database_url=database_url, embedder=embedder,
-                       project="llamaindex-example") as kb:
+                       project="llamaindex-store-example") as kb:
         storage = StorageContext.from_defaults(
-            vector_store=KBVectorStore(kb, project="llamaindex-example"))
+            vector_store=KBVectorStore(kb, project="llamaindex-store-example"))
         index = VectorStoreIndex.from_documents(documents, storage_context=storage,
                                                 embed_model=KBCoreEmbedding(kb.embedder))
         engine = index.as_query_engine(llm=MockLLM(max_tokens=32), similarity_top_k=3)

@@ -256,6 +256,17 @@ def derived_id(text: str, metadata: Mapping[str, Any]) -> str:
                                                     default=str)))
 
 
+def frontmatter_fields(text: str) -> dict[str, Any]:
+    """The fields of the frontmatter block that opens ``text`` (``{}`` without one, or when the
+    block is rejected): a framework document's canonical fields may come in its text.
+
+    >>> frontmatter_fields("---\nslug: a\ntype: decision\n---\nBody")["slug"]
+    'a'
+    """
+    raw, _ = split_frontmatter(text)
+    return dict(parse_frontmatter(text).data) if raw is not None else {}
+
+
 def canonical_slug(metadata: Mapping[str, Any], settings: Settings) -> str | None:
     """The canonical slug that ``metadata`` gives a document (its frontmatter fields are
     valid and canonical), else None: the vector stores keep the documents that share one as
@@ -294,6 +305,10 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
         or derived_id(text, metadata)
     version = (f"{PARSER_VERSION};record;cap={settings.chunk_hard_cap_tokens};"
                f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}")
+    size = len(text.encode("utf-8")) + sum(len(t.encode("utf-8")) for t, *_ in chunks_in or ())
+    if size > MAX_FILE_BYTES:  # what a file may hold: a document is read back whole
+        raise InputError(f"document {doc_id!r:.80} holds {size / 2 ** 20:.1f} MB of text, more "
+                         f"than {MAX_FILE_BYTES // 2 ** 20} MB; split it into documents")
     content = json.dumps([version, text, metadata, chunks_in], sort_keys=True)
     if chunks_in is None:
         drafts = chunk_markdown(text, hard_cap_tokens=settings.chunk_hard_cap_tokens,
@@ -306,6 +321,10 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
         source_type="markdown",
         content_hash=hashlib.sha256(content.encode("utf-8")).hexdigest(), chunks=(),
     )
+    if len(drafts) > settings.ingest_max_chunks:
+        raise InputError(f"document {doc_id!r:.80} has {len(drafts)} chunks, more than "
+                         f"KB_INGEST_MAX_CHUNKS={settings.ingest_max_chunks}; split it into "
+                         "documents or raise the limit")
     draft = _markdown_draft(draft, fm, drafts, canonical_enabled=settings.canonical_enabled)
     return replace(draft, content=text, record_metadata=MappingProxyType(metadata))
 
@@ -331,7 +350,8 @@ CHUNKS_SOURCE_TYPE = "chunks"
 
 
 def chunks_draft(document_id: str, chunks: Iterable[Any], metadata: Mapping[str, Any] | None,
-                 settings: Settings) -> tuple[DocumentDraft, list[str]]:
+                 settings: Settings, version: str | None = None
+                 ) -> tuple[DocumentDraft, list[str]]:
     """The draft of :meth:`KnowledgeBase.upsert_chunks` (the chunks as given, each id once,
     the document's fields from ``metadata`` as for a record), and the id of each chunk given,
     in order (derived where missing)."""
@@ -350,8 +370,10 @@ def chunks_draft(document_id: str, chunks: Iterable[Any], metadata: Mapping[str,
         if (first.text, dict(first.metadata)) != (chunk.text, dict(chunk.metadata)):
             raise InputError(f"two chunks of this call have the id {uid!r} but differ")
     chunks_kept = tuple(replace(c, order=i, uid=uid) for i, (uid, c) in enumerate(kept.items()))
-    return replace(draft, source_type=CHUNKS_SOURCE_TYPE, content=None, content_hash="",
-                   chunks=chunks_kept), uids
+    if version is not None and (not isinstance(version, str) or not version):
+        raise InputError(f"version must be a non-empty string, got {version!r:.60}")
+    return replace(draft, source_type=CHUNKS_SOURCE_TYPE, content=None,
+                   content_hash=version or "", chunks=chunks_kept), uids
 
 
 # --- writing (sync: the embedder and COPY run in the caller's thread) -------------------------

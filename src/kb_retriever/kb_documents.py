@@ -130,8 +130,8 @@ class DocumentMethods:
         return [d.source_path for d in drafts]
 
     def upsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
-                      metadata: Mapping[str, Any] | None = None, project: str | None = None,
-                      tenant: str | None = None) -> list[str]:
+                      metadata: Mapping[str, Any] | None = None, version: str | None = None,
+                      project: str | None = None, tenant: str | None = None) -> list[str]:
         """Add chunks to a document, or replace the chunks with the same ids; its other chunks
         stay. Returns the chunks' ids, in order.
 
@@ -143,6 +143,11 @@ class DocumentMethods:
         :meth:`get_by_ids` returns it) is its chunks' in order. This is how the framework
         vector stores keep every split of one canonical document (decision 0007).
 
+        ``version`` (a hash of the source, say) marks a version of the document: chunks added
+        with another version than the stored one replace all its chunks, and within one
+        version a chunk whose text a stored chunk already has replaces it (the same piece
+        added again under a new id: LlamaIndex gives every node a new id).
+
         Example::
 
             kb.upsert_chunks("dec-cache", [{"text": "We chose Redis.", "id": "split-1"}],
@@ -150,7 +155,7 @@ class DocumentMethods:
                                        "slug": "dec-cache"})
         """
         tenant, project = self._scope(project, tenant)
-        draft, ids = docs.chunks_draft(document_id, chunks, metadata, self.settings)
+        draft, ids = docs.chunks_draft(document_id, chunks, metadata, self.settings, version)
         try:
             with self._pools.writing() as conn:
                 written = docs.write_chunks(conn, self.embedder, tenant=tenant, project=project,
@@ -162,12 +167,14 @@ class DocumentMethods:
 
     async def aupsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
                              metadata: Mapping[str, Any] | None = None,
-                             project: str | None = None, tenant: str | None = None) -> list[str]:
+                             version: str | None = None, project: str | None = None,
+                             tenant: str | None = None) -> list[str]:
         """The async twin of :meth:`upsert_chunks` (in a worker thread, as
         :meth:`aadd_documents`)."""
         items = list(chunks) if isinstance(chunks, Iterable) else chunks
         return await asyncio.to_thread(self.upsert_chunks, document_id, items,
-                                       metadata=metadata, project=project, tenant=tenant)
+                                       metadata=metadata, version=version, project=project,
+                                       tenant=tenant)
 
     async def aadd_documents(self, documents: Iterable[Any], *, project: str | None = None,
                              tenant: str | None = None) -> list[str]:

@@ -20,11 +20,11 @@ from kb_retriever import (
     KnowledgeBase,
     SearchResult,
     Settings,
-    StoredDocument,
 )
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.settings import load_settings
 
+from . import _units
 from .embeddings import LangChainEmbedder
 from .retrievers import KBRetriever
 
@@ -161,12 +161,17 @@ class KBVectorStore(VectorStore):
 
     def add_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None,
                   *, ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
-        return self._open().add_documents(self._records(texts, metadatas, ids), **self._scope())
+        """Store each text as given and return its id (module ``_units``: texts whose metadata
+        names a canonical slug are the chunks of that canonical document)."""
+        kb = self._open()
+        return _units.write(kb, _units.plan_writes(self._records(texts, metadatas, ids), kb),
+                            self._scope())
 
     async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None,
                          *, ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
         kb = await self._aopen()
-        return await kb.aadd_documents(self._records(texts, metadatas, ids), **self._scope())
+        return await _units.awrite(
+            kb, _units.plan_writes(self._records(texts, metadatas, ids), kb), self._scope())
 
     def add_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:
         documents = _documents(documents)
@@ -181,12 +186,14 @@ class KBVectorStore(VectorStore):
                                      [d.metadata for d in documents], ids=ids)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete documents by id; ``ids=None`` deletes every document of the project."""
+        """Delete documents (and the parts of canonical documents) by id; ``ids=None``
+        deletes every document of the project."""
         kb = self._open()
         if ids is None:
             kb.clear(**self._scope())
         else:
             kb.delete(ids, **self._scope())
+            kb.delete_chunks(ids, **self._scope())
         return True
 
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
@@ -195,21 +202,16 @@ class KBVectorStore(VectorStore):
             await kb.aclear(**self._scope())
         else:
             await kb.adelete(ids, **self._scope())
+            await kb.adelete_chunks(ids, **self._scope())
         return True
 
     # --- reading --------------------------------------------------------------------------
-    @staticmethod
-    def _document(stored: StoredDocument) -> Document:
-        return Document(id=stored.id, page_content=stored.text, metadata=dict(stored.metadata))
-
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        ids = _listed("ids", ids)
-        return [self._document(d) for d in self._open().get_by_ids(ids, **self._scope())]
+        return _units.fetch(self._open(), _listed("ids", ids), self._scope())
 
     async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         ids = _listed("ids", ids)
-        kb = await self._aopen()
-        return [self._document(d) for d in await kb.aget_by_ids(ids, **self._scope())]
+        return await _units.afetch(await self._aopen(), ids, self._scope())
 
     def _search_args(self, k: int, filter: Mapping[str, Any] | None,
                      filters: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -224,16 +226,17 @@ class KBVectorStore(VectorStore):
 
     @staticmethod
     def _best_documents(result: SearchResult, k: int) -> list[tuple[str, float]]:
-        """(document id, its best chunk's score) for the first ``k`` documents of the result."""
+        """(id, its best chunk's score) for the first ``k`` documents (or parts) of the result."""
         best: dict[str, float] = {}
         for hit in result.primary:
-            best.setdefault(hit.document.source_path, hit.score)
+            best.setdefault(_units.unit_id(hit), hit.score)
         return list(best.items())[:k]
 
-    def _with_scores(self, ranked: list[tuple[str, float]],
-                     stored: list[StoredDocument]) -> list[tuple[Document, float]]:
+    @staticmethod
+    def _with_scores(ranked: list[tuple[str, float]],
+                     stored: list[Document]) -> list[tuple[Document, float]]:
         by_id = {d.id: d for d in stored}
-        return [(self._document(by_id[i]), score) for i, score in ranked if i in by_id]
+        return [(by_id[i], score) for i, score in ranked if i in by_id]
 
     def similarity_search_with_score(self, query: str, k: int = 4,
                                      filter: dict[str, Any] | None = None, *,
@@ -242,7 +245,7 @@ class KBVectorStore(VectorStore):
         """The top ``k`` documents with their best chunk's final score (higher is better)."""
         kb = self._open()
         ranked = self._best_documents(kb.search(query, **self._search_args(k, filter, filters)), k)
-        return self._with_scores(ranked, kb.get_by_ids([i for i, _ in ranked], **self._scope()))
+        return self._with_scores(ranked, _units.fetch(kb, [i for i, _ in ranked], self._scope()))
 
     async def asimilarity_search_with_score(self, query: str, k: int = 4,
                                             filter: dict[str, Any] | None = None, *,
@@ -251,7 +254,7 @@ class KBVectorStore(VectorStore):
         kb = await self._aopen()
         result = await kb.asearch(query, **self._search_args(k, filter, filters))
         ranked = self._best_documents(result, k)
-        stored = await kb.aget_by_ids([i for i, _ in ranked], **self._scope())
+        stored = await _units.afetch(kb, [i for i, _ in ranked], self._scope())
         return self._with_scores(ranked, stored)
 
     def similarity_search(self, query: str, k: int = 4, filter: dict[str, Any] | None = None,
@@ -271,14 +274,14 @@ class KBVectorStore(VectorStore):
         best chunks (embedded again, as LangChain's stores do with their stored vectors)."""
         best: dict[str, Hit] = {}
         for hit in result.primary:
-            best.setdefault(hit.document.source_path, hit)
+            best.setdefault(_units.unit_id(hit), hit)
         hits = list(best.values())[:fetch_k]
         if not hits:
             return []
         vectors = np.asarray(kb.embedder.embed_documents([h.text for h in hits]),
                              dtype=np.float32)
         order = mmr_order([h.score for h in hits], vectors, k, lambda_mult)
-        return [(hits[i].document.source_path, hits[i].score) for i in order]
+        return [(_units.unit_id(hits[i]), hits[i].score) for i in order]
 
     def _mmr_args(self, k: int, fetch_k: int, lambda_mult: float,
                   filter: Mapping[str, Any] | None,
@@ -301,7 +304,7 @@ class KBVectorStore(VectorStore):
         kb = self._open()
         result = kb.search(query, **self._mmr_args(k, fetch_k, lambda_mult, filter, filters))
         ranked = self._mmr_ranked(kb, result, k, fetch_k, lambda_mult)
-        stored = kb.get_by_ids([i for i, _ in ranked], **self._scope())
+        stored = _units.fetch(kb, [i for i, _ in ranked], self._scope())
         return [d for d, _ in self._with_scores(ranked, stored)]
 
     async def amax_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20,
@@ -314,7 +317,7 @@ class KBVectorStore(VectorStore):
                                                             filters))
         # the embedder is synchronous: keep the loop free
         ranked = await asyncio.to_thread(self._mmr_ranked, kb, result, k, fetch_k, lambda_mult)
-        stored = await kb.aget_by_ids([i for i, _ in ranked], **self._scope())
+        stored = await _units.afetch(kb, [i for i, _ in ranked], self._scope())
         return [d for d, _ in self._with_scores(ranked, stored)]
 
     def _select_relevance_score_fn(self) -> Any:

@@ -211,6 +211,10 @@ def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: 
     the document's other chunks as they are; the document is created from the draft's fields
     when missing, and takes them when it exists. The ids of the chunks written (a chunk whose
     text and metadata are unchanged is not written again), atomically, as :func:`write_document`.
+
+    A draft with a ``content_hash`` is a version of the document: when the stored document is
+    another version, all its chunks are replaced; within one version, a chunk whose text a
+    stored chunk already has replaces that one (the same piece added again under a new id).
     """
     values = document_values(draft)
     with _keys_taken(draft):
@@ -314,19 +318,28 @@ def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
         have = {r[0]: (int(r[1]), r[2], r[3]) for r in conn.execute(
             "SELECT chunk_uid, chunk_order, text_hash, metadata FROM kb_chunks "
             "WHERE tenant_id = %s AND document_id = %s", [tenant, doc_pk])}
+        versioned = bool(draft.content_hash)
+        if versioned and stored is not None and stored[1] != draft.content_hash:
+            replaced_all, have = list(have), {}  # another version: none of its chunks stay
+        else:
+            replaced_all = []
+        by_hash = {text_hash: uid for uid, (_, text_hash, _) in have.items()} if versioned else {}
         last = max((order for order, _, _ in have.values()), default=-1)
-        rows, written = [], []
+        rows, written, replaced = [], [], list(replaced_all)
         for row, uid in zip(chunk_rows(tenant, project, doc_pk, draft, embeddings), uids,
                             strict=True):
             old = have.get(uid)
+            twin = by_hash.pop(row[6], None) if old is None else None
             if old is not None and (old[1], old[2]) == (row[6], row[8].obj):
                 continue  # the same text and metadata: nothing to write
-            if old is None:
+            if old is not None or twin is not None:
+                replaced.append(uid if old is not None else twin)  # type: ignore[arg-type]
+                order = (old or have[twin])[0]  # type: ignore[index]
+            else:
                 last += 1
-            order = last if old is None else old[0]
+                order = last
             rows.append((*row[:3], order, *row[4:]))
             written.append(uid)
-        replaced = [uid for uid in written if uid in have]
         if replaced:
             conn.execute(_DELETE_CHUNKS, {"tenant": tenant, "project": project, "doc": doc_pk,
                                           "uids": replaced})

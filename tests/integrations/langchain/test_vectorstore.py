@@ -64,8 +64,10 @@ def test_the_trust_gradient_ranks_the_accepted_decision_first(new_database):
         retriever = store.as_retriever(search_kwargs={"k": 1})
         assert isinstance(retriever, KBRetriever)
         (chunk,) = retriever.invoke("which shared cache layer?")
-        assert chunk.metadata["kb"]["document"]["source_path"] == "dec-v2"
-        assert chunk.id == chunk.metadata["kb"]["chunk_uid"]
+        # a Document with a canonical slug is a chunk of that canonical document, kept under
+        # its own id (decision 0007)
+        assert chunk.metadata["kb"]["document"]["source_path"] == "dec-cache-v2"
+        assert chunk.id == chunk.metadata["kb"]["chunk_uid"] == "dec-v2"
     assert store.kb is kb  # a knowledge base passed in is never closed by the store
 
 

@@ -18,12 +18,12 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_
 from kb_retriever import (
     ChunkRecord,
     ConfigError,
-    DocumentRecord,
     Hit,
     InputError,
     KnowledgeBase,
     SearchResult,
 )
+from kb_retriever.documents import frontmatter_fields
 
 from .filters import to_kb_filters
 
@@ -86,48 +86,41 @@ class KBVectorStore(BasePydanticVectorStore):
         return {"project": self.project, "tenant": self.tenant}
 
     # --- add ------------------------------------------------------------------------------
-    def _records(self, nodes: Sequence[BaseNode],
-                 existing: dict[str, Any]) -> list[DocumentRecord]:
-        """One record per ``ref_doc_id``: its stored chunks (vectors kept) that these nodes do
-        not replace, then these nodes, so adding nodes to a document adds, never truncates."""
+    @staticmethod
+    def _documents(nodes: Sequence[BaseNode]) -> list[dict[str, Any]]:
+        """The ``upsert_chunks`` arguments of each ``ref_doc_id`` among ``nodes``.
+
+        The nodes of one ``ref_doc_id`` are the chunks of one document, kept as given. The hash
+        of their source document is its version: nodes of a new version replace all of the
+        document's (re-inserting a changed file), nodes of the same version are added to it
+        (``insert_nodes``, or the batches of a large document) and replace a stored node of the
+        same text (the same document inserted again: LlamaIndex gives each node a new id).
+        """
         groups: dict[str, list[BaseNode]] = {}
         for node in nodes:
             groups.setdefault(node.ref_doc_id or node.node_id, []).append(node)
         out = []
         for doc_id, group in groups.items():
-            new_ids = {n.node_id for n in group}
-            kept = [ChunkRecord(text=c.text, id=c.id, metadata=c.metadata, embedding=c.embedding)
-                    for c in (existing[doc_id].chunks if doc_id in existing else ())
-                    if c.id not in new_ids]
-            added = [ChunkRecord(
+            chunks = [ChunkRecord(
                 text=n.get_content(metadata_mode=MetadataMode.NONE), id=n.node_id,
                 metadata=node_to_metadata_dict(n, remove_text=True, flat_metadata=False),
                 embedding=n.embedding) for n in group]
             # The document's own fields (canonical ones included) are its nodes' metadata, and
             # a frontmatter block that opens its first node (a reader that kept it in the text).
-            head = added[0].text if added[0].text.startswith("---") else ""
-            out.append(DocumentRecord(text=head, id=doc_id, metadata=dict(group[0].metadata),
-                                      chunks=(*kept, *added)))
+            fields = {**frontmatter_fields(chunks[0].text), **group[0].metadata}
+            source = group[-1].source_node
+            out.append({"document_id": doc_id, "chunks": chunks, "metadata": fields,
+                        "version": source.hash if source is not None and source.hash else None})
         return out
 
-    @staticmethod
-    def _doc_ids(nodes: Sequence[BaseNode]) -> list[str]:
-        return list(dict.fromkeys(n.ref_doc_id or n.node_id for n in nodes))
-
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        if not nodes:
-            return []
-        existing = {d.id: d for d in self._kb.get_by_ids(
-            self._doc_ids(nodes), with_embeddings=True, **self._scope())}
-        self._kb.add_documents(self._records(nodes, existing), **self._scope())
+        for document in self._documents(nodes):
+            self._kb.upsert_chunks(**document, **self._scope())
         return [n.node_id for n in nodes]
 
     async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        if not nodes:
-            return []
-        existing = {d.id: d for d in await self._kb.aget_by_ids(
-            self._doc_ids(nodes), with_embeddings=True, **self._scope())}
-        await self._kb.aadd_documents(self._records(nodes, existing), **self._scope())
+        for document in self._documents(nodes):
+            await self._kb.aupsert_chunks(**document, **self._scope())
         return [n.node_id for n in nodes]
 
     # --- delete ---------------------------------------------------------------------------

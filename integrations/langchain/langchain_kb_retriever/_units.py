@@ -1,0 +1,105 @@
+"""How the LangChain ``Document`` s of :class:`KBVectorStore` map onto the knowledge base.
+
+Every ``Document`` added is kept exactly as given, under its id (the ``ids`` passed, else
+``Document.id``, else one derived from its text and metadata), and is what the store returns:
+
+- A ``Document`` whose metadata gives a canonical slug (``type``, ``status``, ``slug`` …) is a
+  **part** of that canonical document: one chunk of it, added or replaced by its id
+  (:meth:`~kb_retriever.KnowledgeBase.upsert_chunks`). The splits of one loaded file share its
+  metadata, so they become the chunks of one document, with one trust gradient and one place
+  in the graph; parts added in other calls are kept.
+- Any other ``Document`` is a document of its own, split along its headings.
+
+A search returns each part, or each document, once (decision 0007).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.documents import Document
+
+from kb_retriever import Hit, KnowledgeBase, StoredDocument
+from kb_retriever.documents import CHUNKS_SOURCE_TYPE, canonical_slug, derived_id
+
+__all__ = ["WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "write"]
+
+
+@dataclass
+class WritePlan:
+    """The documents of one ``add_documents`` call: ``ids`` (one per document, in order), the
+    records of documents of their own, and the parts of each canonical slug."""
+
+    ids: list[str] = field(default_factory=list)
+    whole: list[dict[str, Any]] = field(default_factory=list)
+    parts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def plan_writes(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> WritePlan:
+    """Sort ``records`` (``text``, ``metadata``, ``id``) into documents and parts."""
+    plan = WritePlan()
+    for record in records:
+        metadata = record["metadata"]
+        slug = canonical_slug(metadata, kb.settings) if isinstance(metadata, Mapping) else None
+        if slug is None:
+            plan.whole.append(record)
+            plan.ids.append("")  # the knowledge base's id, once written
+            continue
+        doc_id = record["id"] if record["id"] is not None else derived_id(record["text"], metadata)
+        plan.parts.setdefault(slug, []).append({**record, "id": doc_id})
+        plan.ids.append(doc_id)
+    return plan
+
+
+def _with_ids(plan: WritePlan, whole_ids: list[str]) -> list[str]:
+    given = iter(whole_ids)
+    return [doc_id or next(given) for doc_id in plan.ids]
+
+
+def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:
+    whole_ids = kb.add_documents(plan.whole, **scope) if plan.whole else []
+    for slug, parts in plan.parts.items():
+        kb.upsert_chunks(slug, parts, metadata=parts[-1]["metadata"], **scope)
+    return _with_ids(plan, whole_ids)
+
+
+async def awrite(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:
+    whole_ids = await kb.aadd_documents(plan.whole, **scope) if plan.whole else []
+    for slug, parts in plan.parts.items():
+        await kb.aupsert_chunks(slug, parts, metadata=parts[-1]["metadata"], **scope)
+    return _with_ids(plan, whole_ids)
+
+
+def unit_id(hit: Hit) -> str:
+    """The id of what the store returns for ``hit``: its part, or its whole document."""
+    if hit.document.source_type == CHUNKS_SOURCE_TYPE and hit.chunk_uid:
+        return hit.chunk_uid
+    return hit.document.source_path
+
+
+def _document(stored: StoredDocument) -> Document:
+    return Document(id=stored.id, page_content=stored.text, metadata=dict(stored.metadata))
+
+
+def _in_order(ids: Sequence[str], documents: list[StoredDocument],
+              parts: list[Any]) -> list[Document]:
+    found = {d.id: _document(d) for d in documents}
+    for chunk in parts:
+        found.setdefault(chunk.id, Document(id=chunk.id, page_content=chunk.text,
+                                            metadata=dict(chunk.metadata)))
+    return [found[i] for i in dict.fromkeys(ids) if i in found]
+
+
+def fetch(kb: KnowledgeBase, ids: Sequence[str], scope: dict[str, Any]) -> list[Document]:
+    """The documents and parts with these ids, as added, in the order asked."""
+    documents = kb.get_by_ids(ids, **scope)
+    rest = [i for i in ids if i not in {d.id for d in documents}]
+    return _in_order(ids, documents, kb.get_chunks(rest, **scope) if rest else [])
+
+
+async def afetch(kb: KnowledgeBase, ids: Sequence[str], scope: dict[str, Any]) -> list[Document]:
+    documents = await kb.aget_by_ids(ids, **scope)
+    rest = [i for i in ids if i not in {d.id for d in documents}]
+    return _in_order(ids, documents, await kb.aget_chunks(rest, **scope) if rest else [])

@@ -1,0 +1,50 @@
+"""KnowledgeBase.upsert_chunks: chunks added and replaced by id, versions replaced whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb_retriever import InputError
+
+pytestmark = pytest.mark.db
+
+META = {"slug": "dec-q", "type": "decision", "status": "accepted", "title": "Queues"}
+
+
+def test_chunks_are_added_replaced_and_kept(make_kb):
+    kb = make_kb()
+    ids = kb.upsert_chunks("dec-q", [{"text": "We use Kafka.", "id": "a"},
+                                     {"text": "Topics per domain.", "id": "b"}], metadata=META)
+    assert ids == ["a", "b"]
+    kb.upsert_chunks("dec-q", [{"text": "Retention is 7 days.", "id": "c"},
+                               {"text": "Topics per team.", "id": "b"}], metadata=META)
+    (doc,) = kb.get_by_ids(["dec-q"])
+    assert [(c.id, c.text) for c in doc.chunks] == [
+        ("a", "We use Kafka."), ("b", "Topics per team."), ("c", "Retention is 7 days.")]
+    assert doc.text == "We use Kafka.\n\nTopics per team.\n\nRetention is 7 days."
+    assert doc.source_type == "chunks" and doc.canonical_status == "accepted"
+    hit = kb.search("kafka retention", limit=3).primary[0]
+    assert hit.document.slug == "dec-q" and hit.chunk_uid in {"a", "c"}
+
+
+def test_a_new_version_replaces_every_chunk_and_a_same_text_replaces_its_twin(make_kb):
+    kb = make_kb()
+    kb.upsert_chunks("doc", [{"text": "one", "id": "n1"}, {"text": "two", "id": "n2"}],
+                     version="h1")
+    kb.upsert_chunks("doc", [{"text": "two", "id": "n3"}, {"text": "three", "id": "n4"}],
+                     version="h1")
+    assert [(c.id, c.text) for c in kb.get_by_ids(["doc"])[0].chunks] == [
+        ("n1", "one"), ("n3", "two"), ("n4", "three")]
+    kb.upsert_chunks("doc", [{"text": "fresh", "id": "n5"}], version="h2")
+    assert [c.id for c in kb.get_by_ids(["doc"])[0].chunks] == ["n5"]
+
+
+def test_bad_calls_write_nothing(make_kb):
+    kb = make_kb()
+    with pytest.raises(InputError):
+        kb.upsert_chunks("doc", [])
+    with pytest.raises(InputError, match="differ"):
+        kb.upsert_chunks("doc", [{"text": "a", "id": "x"}, {"text": "b", "id": "x"}])
+    with pytest.raises(InputError):
+        kb.upsert_chunks("doc", "not chunks")
+    assert kb.get_by_ids(["doc"]) == []

@@ -1,0 +1,81 @@
+"""The ordinary LangChain path, loader -> RecursiveCharacterTextSplitter -> from_documents,
+keeps every split: splits that share a canonical slug are the chunks of that one document."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.documents import Document
+from langchain_kb_retriever import KBVectorStore
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+
+pytestmark = pytest.mark.db
+
+ADR = {"slug": "dec-cache-v2", "type": "decision", "status": "accepted", "source": "adr.md"}
+OLD = {"slug": "dec-cache-v1", "type": "decision", "status": "superseded", "source": "old.md"}
+
+
+def _text(topic: str, n: int) -> str:
+    return "\n\n".join(f"Paragraph {i} on {topic}: the shared cache layer keeps sessions "
+                       f"warm and the eviction policy is least recently used ({i})."
+                       for i in range(n))
+
+
+def _splits() -> list[Document]:
+    loaded = [Document(page_content=_text("redis", 30), metadata=ADR),
+              Document(page_content=_text("memcached", 12), metadata=OLD),
+              Document(page_content=_text("lunch", 6), metadata={"source": "note.md"})]
+    return RecursiveCharacterTextSplitter(chunk_size=400, chunk_overlap=0).split_documents(loaded)
+
+
+def test_every_split_is_kept_and_returned_by_its_id(make_kb):
+    kb: KnowledgeBase = make_kb(embedder=HashingEmbedder(128))
+    splits = _splits()
+    assert sum(d.metadata.get("slug") == "dec-cache-v2" for d in splits) > 3
+    store = KBVectorStore.from_documents(splits, kb=kb)
+    ids = store.add_documents(splits)  # the same splits again: nothing new
+    assert len(ids) == len(set(ids)) == len(splits)
+    stored = store.get_by_ids(ids)
+    assert [(d.page_content, d.metadata) for d in stored] == \
+        [(d.page_content, d.metadata) for d in splits]
+    # one canonical document per slug, holding all its splits; the note's splits are their own
+    adr = kb.get_by_ids(["dec-cache-v2"])[0]
+    assert len(adr.chunks) == sum(d.metadata.get("slug") == "dec-cache-v2" for d in splits)
+    assert adr.canonical_status == "accepted"
+    found = store.similarity_search("redis shared cache layer eviction", k=4)
+    assert len({d.id for d in found}) == len(found) == 4
+    assert all(d.id in ids for d in found)
+
+
+def test_splits_added_in_two_calls_are_all_kept_and_deleted_by_id(make_kb):
+    kb: KnowledgeBase = make_kb(embedder=HashingEmbedder(128))
+    store = KBVectorStore(kb=kb)
+    splits = [d for d in _splits() if d.metadata.get("slug") == "dec-cache-v2"]
+    first = store.add_documents(splits[:2])
+    rest = store.add_documents(splits[2:])
+    assert len(kb.get_by_ids(["dec-cache-v2"])[0].chunks) == len(splits)
+    store.delete(first)
+    assert [d.id for d in store.get_by_ids(first + rest)] == rest
+    store.delete(rest)
+    assert kb.get_by_ids(["dec-cache-v2"]) == []  # its last split gone, the document goes
+
+
+def test_a_changed_split_replaces_its_own_version(make_kb):
+    kb: KnowledgeBase = make_kb(embedder=HashingEmbedder(128))
+    store = KBVectorStore(kb=kb)
+    (doc_id,) = store.add_documents([Document(id="s1", page_content="Redis v1.", metadata=ADR)])
+    store.add_documents([Document(id="s1", page_content="Redis v2.", metadata=ADR)])
+    assert [d.page_content for d in store.get_by_ids([doc_id])] == ["Redis v2."]
+    assert len(kb.get_by_ids(["dec-cache-v2"])[0].chunks) == 1
+
+
+def test_two_different_records_with_one_id_are_an_error_not_a_loss(make_kb):
+    from kb_retriever import InputError
+
+    kb: KnowledgeBase = make_kb(embedder=HashingEmbedder(128), settings=Settings())
+    with pytest.raises(InputError, match="both have the id"):
+        kb.add_documents([{"text": "A", "id": "x"}, {"text": "B", "id": "x"}])
+    assert kb.get_by_ids(["x"]) == []
+    kb.add_documents([{"text": "A", "id": "x"}, {"text": "A", "id": "x"}])  # the same twice
+    assert [d.text for d in kb.get_by_ids(["x"])] == ["A"]
