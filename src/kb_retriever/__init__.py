@@ -22,6 +22,7 @@ from .errors import (
     KbError,
     SchemaError,
     StoreError,
+    WriteError,
 )
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ __all__ = [
     "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
     "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
     "SchemaError", "SearchFilters", "SearchMeta", "SearchResult", "Settings", "StoreError",
+    "WriteError",
     "StoredChunk",
     "StoredDocument", "compose_prompt",
     "load_settings", "__version__",

@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -406,13 +406,17 @@ class Written:
 
 
 def write_records(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, project: str,
-                  drafts: Iterable[DocumentDraft]) -> Written:
+                  drafts: Iterable[DocumentDraft],
+                  stored_hash: Callable[[DocumentDraft], str | None] | None = None) -> Written:
     """Write each draft in its own transaction (unchanged content is a no-op).
 
     A draft that cannot be stored (its slug or a chunk id belongs to another document) is
     listed in ``failed`` and keeps its previous version; the others are written. A fault that
     stops every later write (the embedder, the connection) raises: a :class:`WriteError` that
-    says which drafts were saved when some were, else the fault itself.
+    says which drafts were saved when some were, else the fault itself. When the connection
+    is lost during a write, whether its commit went through is unknown: ``stored_hash`` (the
+    content hash stored for a draft's id, read on another connection) tells, and a draft
+    found saved is reported saved.
     """
     out = Written()
     pending = list(drafts)
@@ -425,6 +429,11 @@ def write_records(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, 
             out.failed[draft.source_path] = msg[len(prefix):] if msg.startswith(prefix) else msg
             continue
         except (KbError, psycopg.Error) as exc:
+            if conn.broken and stored_hash is not None and _committed(draft, stored_hash):
+                out.saved.append(draft.source_path)
+                i += 1
+            if i == len(pending):
+                return out
             if not out.saved:
                 raise
             failed = {**out.failed, **{d.source_path: f"not written: {type(exc).__name__}"
@@ -432,6 +441,14 @@ def write_records(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, 
             raise WriteError(out.saved, failed) from exc
         out.saved.append(draft.source_path)
     return out
+
+
+def _committed(draft: DocumentDraft, stored_hash: Callable[[DocumentDraft], str | None]) -> bool:
+    """Whether the store holds ``draft``'s content (asked after a write lost its connection)."""
+    try:
+        return stored_hash(draft) == draft.content_hash
+    except (KbError, psycopg.Error):
+        return False  # the server is still unreachable: the write stays reported as failed
 
 
 def write_chunks(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, project: str,

@@ -22,7 +22,7 @@ from .embedding import Embedder
 from .errors import InputError, WriteError
 from .filters import SearchFilters, parse_filters
 from .settings import Settings
-from .store import records
+from .store import records, writer
 from .store.connection import atranslated, translated
 from .store.pools import Pools
 from .store.reader import ReadCache
@@ -120,14 +120,20 @@ class DocumentMethods:
         unique = docs.unique_drafts(drafts)
         try:
             with self._pools.writing() as conn:
-                written = docs.write_records(conn, self.embedder, tenant=tenant,
-                                             project=project, drafts=unique)
+                written = docs.write_records(
+                    conn, self.embedder, tenant=tenant, project=project, drafts=unique,
+                    stored_hash=lambda draft: self._stored_hash(tenant, project, draft))
                 after_write(conn, self.embedder, tenant, project, written.chunks)
         finally:
             self._reads.clear()
         if written.failed:
             raise WriteError(written.saved, written.failed)
         return [d.source_path for d in drafts]
+
+    def _stored_hash(self, tenant: str, project: str, draft: Any) -> str | None:
+        """The content hash stored for ``draft``'s id, read on a fresh connection."""
+        with self._pools.checked().connection() as conn:
+            return writer.existing_hash(conn, tenant, project, draft.source_path)
 
     def upsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
                       metadata: Mapping[str, Any] | None = None, version: str | None = None,

@@ -5,8 +5,10 @@ whole version, and the statistics equal a recount."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -74,4 +76,26 @@ def test_writers_of_different_documents(new_database: Callable[[], str]) -> None
         for t in threads:
             t.join(timeout=300)
     assert not failures, f"{len(failures)} of 100 failed: {failures[:3]}"
+    assert_statistics_exact(url)
+
+
+def test_a_writer_killed_mid_storm_leaves_whole_documents(new_database: Callable[[], str]) -> None:
+    """SIGKILL one of two storming processes: every document is one whole version, and the
+    statistics equal a recount (a killed transaction leaves nothing, its log row included)."""
+    url = new_database()
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(DIM), database_url=url,
+                       project=PROJECT) as kb:
+        kb.add_documents(background(40, 10))
+    procs = [subprocess.Popen([sys.executable, str(HELPERS / "storm_worker.py"), url, PROJECT,
+                               str(seed), "4", str(ops)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed, ops in ((3, 1000), (4, 60))]
+    time.sleep(4.0)  # both well into their storms
+    procs[0].send_signal(signal.SIGKILL)
+    out, err = procs[1].communicate(timeout=600)
+    procs[0].wait(timeout=60)
+    assert procs[1].returncode == 0, err[-3000:]
+    assert procs[0].returncode == -signal.SIGKILL
+    assert not json.loads(out.strip().splitlines()[-1])["failures"]
+    assert_whole_versions(url, PROJECT, SHARED_IDS)
     assert_statistics_exact(url)

@@ -27,7 +27,7 @@ def test_public_surface_is_pinned():
         "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
         "SchemaError", "SearchFilters", "SearchMeta", "SearchResult", "Settings", "StoreError",
         "StoredChunk",
-        "StoredDocument", "compose_prompt", "load_settings", "__version__",
+        "StoredDocument", "WriteError", "compose_prompt", "load_settings", "__version__",
     ])
     for name in kb_retriever.__all__:
         assert hasattr(kb_retriever, name)

@@ -1,0 +1,91 @@
+"""A write whose connection is lost after its COMMIT reached the server is reported saved (issue
+23: a committed write must never be reported as failed)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from kb_retriever import HashingEmbedder, KnowledgeBase, Settings, WriteError
+
+pytestmark = pytest.mark.db
+
+
+class _CommitCutter:
+    """A TCP front for the server that cuts the connection which sent a document's COMMIT (the
+    first COMMIT after a ``COPY kb_chunks``) once the server had time to commit it, before the
+    reply comes back; new connections pass."""
+
+    def __init__(self, target: dict[str, str]) -> None:
+        host, port = target.get("host", "localhost"), int(target.get("port") or 5432)
+        self.family = socket.AF_UNIX if host.startswith("/") else socket.AF_INET
+        self.address = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed = False
+        self.cuts = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(self.family, socket.SOCK_STREAM)
+            upstream.connect(self.address)
+            pair = (client, upstream)
+            threading.Thread(target=self._pipe, args=(client, upstream, pair, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, pair, False),
+                             daemon=True).start()
+
+    def _pipe(self, a: socket.socket, b: socket.socket, pair: tuple[socket.socket, ...],
+              outbound: bool) -> None:
+        copying = False
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+                if outbound and self.armed:
+                    copying = copying or b"COPY kb_chunks" in data
+                    if copying and b"COMMIT" in data:
+                        self.armed = False
+                        time.sleep(0.5)  # the server commits; its reply is not passed on
+                        self.cuts += 1
+                        for s in pair:
+                            s.shutdown(socket.SHUT_RDWR)
+                        return
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_write_committed_before_its_connection_died_is_reported_saved(
+        new_database: Callable[[], str]) -> None:
+    url = new_database()
+    proxy = _CommitCutter(conninfo_to_dict(url))
+    via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
+    kb = KnowledgeBase(Settings(pool_min_size=1, pool_max_size=2), embedder=HashingEmbedder(64),
+                       database_url=via).open()
+    try:
+        kb.add_documents([{"text": "# First\n\nsaved before", "id": "first"}])
+        proxy.armed = True
+        ids = kb.add_documents([{"text": "# Second\n\nits reply was lost", "id": "second"}])
+        assert proxy.cuts == 1 and ids == ["second"]
+        assert [d.id for d in kb.get_by_ids(["first", "second"])] == ["first", "second"]
+        proxy.armed = True  # lost at the first's commit: it is saved, the others are not tried
+        with pytest.raises(WriteError) as err:
+            kb.add_documents([{"text": "# Third\n\none", "id": "third"},
+                              {"text": "# Fourth\n\ntwo", "id": "fourth"},
+                              {"text": "# Fifth\n\nnever tried", "id": "fifth"}])
+        assert err.value.saved == ["third"] and set(err.value.failed) == {"fourth", "fifth"}
+    finally:
+        kb.close()
+        proxy.close()
