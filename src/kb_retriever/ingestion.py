@@ -23,7 +23,7 @@ from .calibrate import after_write
 from .embedding import Embedder, check_vectors, embedder_errors
 from .errors import IngestError, InputError
 from .ingest import SUPPORTED_SUFFIXES, parse_document
-from .ingest.files import Listed, file_id
+from .ingest.files import FileId, Listed, file_id
 from .models import DocumentDraft
 from .settings import Settings
 from .store import deletes, writer
@@ -104,7 +104,8 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False,
     Files of other types, and symlinks that leave their root (unless ``follow_symlinks``),
     are listed in ``report.skipped`` when a report is given; symlink loops in
     ``report.failed``. With ``follow_symlinks`` each real directory is walked once (a link
-    back to a parent is skipped); a symlinked file is listed under its own path, as without.
+    back to a parent is skipped) and each real file is read once: under its own path when a
+    link also leads to it, else under the first link's (the others are skipped, naming it).
     """
     return [(f.file, f.root) for f in find_files(as_paths(paths), follow_symlinks=follow_symlinks,
                                                  report=report or IngestReport())]
@@ -137,7 +138,23 @@ def find_files(paths: Sequence[Path], *, follow_symlinks: bool,
             if rel not in owner:
                 owner[rel] = root
                 found.append(Found(file, root, rel, listed))
-    return found
+    return _each_file_once(found, report) if follow_symlinks else found
+
+
+def _each_file_once(found: list[Found], report: IngestReport) -> list[Found]:
+    """``found`` with each real file once: under its own path (no symlink on the way) when
+    one leads to it, else under the first."""
+    def through_link(f: Found) -> bool:
+        return os.path.realpath(f.file) != os.path.abspath(f.file)
+
+    kept: dict[FileId, Found] = {}
+    for f in sorted(found, key=through_link):  # stable: own paths first, in listing order
+        if f.listed is None:
+            continue
+        first = kept.setdefault(f.listed.id, f)
+        if first is not f:
+            report.skipped.append((f.rel, f"the same file as {first.rel}, read once"))
+    return [f for f in found if f.listed is None or kept[f.listed.id] is f]
 
 
 def _walk(root: Path, follow_symlinks: bool,

@@ -97,7 +97,11 @@ def test_symlinks_leaving_the_root_are_not_followed(make_kb: MakeKb, tmp_path: P
     assert sorted(p for p, _ in report.skipped) == ["link.md", "linked-dir"]
     assert kb.search("zebracorn launch codes").primary == ()
     allowed = kb.ingest([root], follow_symlinks=True)
-    assert sorted(allowed.added) == ["link.md", "linked-dir/passwords.md"]
+    # link.md and linked-dir/passwords.md are one real file: read once (issue 23)
+    assert sorted(allowed.added) == ["link.md"]
+    assert ("linked-dir/passwords.md", "the same file as link.md, read once") in allowed.skipped
+    assert ("inside.md" in allowed.unchanged) and ("alias.md", "the same file as inside.md, "
+                                                   "read once") in allowed.skipped
 
 
 def test_two_roots_with_the_same_relative_path_never_overwrite(make_kb: MakeKb,
