@@ -257,7 +257,7 @@ def derived_id(text: str, metadata: Mapping[str, Any]) -> str:
 
 
 def frontmatter_fields(text: str) -> dict[str, Any]:
-    """The fields of the frontmatter block that opens ``text`` (``{}`` without one, or when the
+    r"""The fields of the frontmatter block that opens ``text`` (``{}`` without one, or when the
     block is rejected): a framework document's canonical fields may come in its text.
 
     >>> frontmatter_fields("---\nslug: a\ntype: decision\n---\nBody")["slug"]
