@@ -232,7 +232,7 @@ def load_kb(url: str, corpus: Any) -> dict[str, Any]:
     import _synth
 
     from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
-    from kb_retriever.bulk import bulk_load
+    from kb_retriever.write.bulk import bulk_load
 
     with KnowledgeBase(Settings(), embedder=HashingEmbedder(384), database_url=url, tenant=TENANT):
         pass  # migrations + fixed choices (dimension, language, empty indexes)

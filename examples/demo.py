@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from kb_retriever import KnowledgeBase, compose_prompt
-from kb_retriever.render import render_result
+from kb_retriever.prompt.render import render_result
 
 KB_DIR = Path(__file__).resolve().parent / "kb"
 QUESTION = "what cache layer did we standardise on?"

@@ -26,28 +26,38 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .documents import ChunkRecord, DocumentRecord, StoredChunk, StoredDocument
     from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder
     from .filters import SearchFilters
-    from .ingestion import IngestReport
     from .kb import KnowledgeBase
-    from .meta import SearchMeta
-    from .models import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
+    from .models import (
+        Candidate,
+        ChunkRecord,
+        DocumentRecord,
+        DocumentRef,
+        Hit,
+        Origin,
+        ScoreBreakdown,
+        SearchResult,
+        StoredChunk,
+        StoredDocument,
+    )
     from .prompt import PromptTemplate, compose_prompt
+    from .search.meta import SearchMeta
     from .settings import Settings, load_settings
+    from .write.from_files import IngestReport
 
 __version__ = "0.1.0"
 
 # name -> the module that defines it
 _LAZY = {
     "Embedder": ".embedding", "HashingEmbedder": ".embedding", "MiniLMEmbedder": ".embedding",
-    "SearchFilters": ".filters", "IngestReport": ".ingestion", "KnowledgeBase": ".kb",
+    "SearchFilters": ".filters", "IngestReport": ".write.from_files", "KnowledgeBase": ".kb",
     "Candidate": ".models", "DocumentRef": ".models", "Hit": ".models", "Origin": ".models",
-    "ScoreBreakdown": ".models", "SearchResult": ".models", "SearchMeta": ".meta",
+    "ScoreBreakdown": ".models", "SearchResult": ".models", "SearchMeta": ".search.meta",
     "PromptTemplate": ".prompt",
     "compose_prompt": ".prompt", "Settings": ".settings", "load_settings": ".settings",
-    "ChunkRecord": ".documents", "DocumentRecord": ".documents", "StoredChunk": ".documents",
-    "StoredDocument": ".documents",
+    "ChunkRecord": ".models", "DocumentRecord": ".models", "StoredChunk": ".models",
+    "StoredDocument": ".models",
 }
 
 __all__ = [

@@ -151,7 +151,7 @@ def _kb(args: argparse.Namespace, **kw: Any) -> Any:
 
 
 def _progress(label: str = "ingest") -> Any:
-    from .progress import Progress
+    from .write.progress import Progress
 
     return Progress(label)
 
@@ -223,7 +223,7 @@ def _hint_if_empty(kb: Any, args: argparse.Namespace, result: Any) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from .render import render_result
+    from .prompt.render import render_result
 
     with _kb(args) as kb:
         if args.sql:
@@ -239,7 +239,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_prompt(args: argparse.Namespace) -> int:
-    from .prompt import compose_prompt
+    from .prompt.compose import compose_prompt
 
     with _kb(args) as kb:
         result = kb.search(args.query, **_search_kwargs(args))

@@ -17,13 +17,12 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from .embedding import Embedder, default_embedder, embedder_errors
 from .embedding.base import check_vector
 from .errors import ConfigError, InputError
-from .filter_expr import is_row_id
-from .filters import SearchFilters, parse_filters
-from .ingestion import IngestReport, Progress, as_paths, ingest_paths
+from .filters.dimensions import SearchFilters, parse_filters
+from .filters.expressions import is_row_id
 from .kb_documents import DocumentMethods, valid_name
 from .models import SearchResult
-from .pipeline import leg_shape, search_plan, validate_limit, validate_query
-from .plan import SearchRequest, arun_plan, run_plan
+from .search.pipeline import leg_shape, search_plan, validate_limit, validate_query
+from .search.plan import SearchRequest, arun_plan, run_plan
 from .settings import Settings, load_settings
 from .store import schema
 from .store.connection import translated
@@ -31,6 +30,7 @@ from .store.pools import Pools
 from .store.reader import AsyncSearchSession, ReadCache, SearchSession
 from .store.server import start_embedded
 from .store.sql import Scope
+from .write.from_files import IngestReport, Progress, as_paths, ingest_paths
 
 logger = logging.getLogger(__name__)
 
@@ -297,7 +297,7 @@ class KnowledgeBase(DocumentMethods):
         """Search and return a :class:`SearchResult` (primary, expanded, rejected, runner_up, meta).
 
         ``project`` may name several projects; ``filters`` is a mapping of the keys in
-        :data:`kb_retriever.filters.VALID_KEYS` (unknown keys raise :class:`FilterError`).
+        :data:`kb_retriever.filters.dimensions.VALID_KEYS` (unknown keys raise :class:`FilterError`).
         """
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,

@@ -1,8 +1,8 @@
 """The knowledge base's documents by id: add from memory, get, delete, clear.
 
 :class:`DocumentMethods` is the part of :class:`~kb_retriever.kb.KnowledgeBase` that reads and
-writes whole documents and chunks by id (the logic is ``documents.py``'s, the SQL
-``store/records.py``'s); the sync and async methods differ only at the I/O line.
+writes whole documents and chunks by id (the logic is ``write.from_memory``'s, the SQL
+``store.by_id``'s); the sync and async methods differ only at the I/O line.
 """
 
 from __future__ import annotations
@@ -14,20 +14,21 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from . import documents as docs
-from .calibrate import after_write
 from .checks import valid_name
-from .documents import StoredChunk, StoredDocument
 from .embedding import Embedder
 from .errors import InputError, WriteError
-from .filters import SearchFilters, parse_filters
+from .filters.dimensions import SearchFilters, parse_filters
+from .models import StoredChunk, StoredDocument
 from .settings import Settings
-from .store import records, writer
+from .store import by_id as records
+from .store import writer
 from .store.connection import atranslated, translated
 from .store.pools import Pools
 from .store.reader import ReadCache
 from .store.retry import aretried, retried
 from .store.stats import asettle, settle
+from .write import from_memory as docs
+from .write.recalibrate import after_write
 
 __all__ = ["DocumentMethods", "valid_name"]
 
@@ -102,7 +103,7 @@ class DocumentMethods:
 
     def add_documents(self, documents: Iterable[Any], *, project: str | None = None,
                       tenant: str | None = None) -> list[str]:
-        """Add in-memory documents (:class:`~kb_retriever.documents.DocumentRecord` or mappings
+        """Add in-memory documents (:class:`~kb_retriever.models.DocumentRecord` or mappings
         with ``text``, ``metadata``, ``id``, ``chunks``); returns their ids, in order.
 
         Each is chunked (unless it brings its chunks), embedded through the embedding cache
@@ -141,7 +142,7 @@ class DocumentMethods:
         """Add chunks to a document, or replace the chunks with the same ids; its other chunks
         stay. Returns the chunks' ids, in order.
 
-        ``chunks`` are :class:`~kb_retriever.documents.ChunkRecord` s or mappings (``text``,
+        ``chunks`` are :class:`~kb_retriever.models.ChunkRecord` s or mappings (``text``,
         ``id``, ``metadata``, ``embedding``), each stored exactly as given (not split again;
         a chunk without an id gets one derived from the document's id and its text). The
         document is created when missing; ``metadata`` gives its fields (canonical ones

@@ -20,23 +20,10 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .errors import ConfigError
+from .vocabulary import DEFAULT_EDGE_TYPES, EDGE_TYPE_WEIGHTS
 
 __all__ = ["Settings", "load_settings", "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS"]
 
-#: Edge types and default weights (reference §1.3).
-EDGE_TYPE_WEIGHTS: dict[str, float] = {
-    "decision_for": 1.0,
-    "implements": 1.0,
-    "supersedes": 1.0,
-    "depends_on": 0.8,
-    "uses": 0.8,
-    "affects": 0.8,
-    "documented_by": 0.7,
-    "invalidated_by": 0.7,
-    "owned_by": 0.7,
-    "related_to": 0.5,
-}
-DEFAULT_EDGE_TYPES = ("depends_on", "implements", "decision_for", "related_to", "supersedes")
 FTS_LANGUAGES = (
     "simple", "english", "italian", "french", "german", "spanish", "portuguese", "dutch",
     "danish", "finnish", "hungarian", "norwegian", "russian", "swedish", "turkish",

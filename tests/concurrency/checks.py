@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import psycopg
 
 from kb_retriever import Settings
-from kb_retriever.documents import DocumentRecord, record_draft
+from kb_retriever.models import DocumentRecord
+from kb_retriever.write.from_memory import record_draft
 
 from .storm_corpus import version_text
 

@@ -10,10 +10,10 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from kb_retriever import HashingEmbedder, Settings, StoreError
-from kb_retriever.bulk import bulk_load
 from kb_retriever.cli import main
 from kb_retriever.doctor import check_index
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
+from kb_retriever.write.bulk import bulk_load
 from tests.conftest import fk_lookups_by_path_index
 
 pytestmark = pytest.mark.db

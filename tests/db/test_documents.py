@@ -7,7 +7,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from kb_retriever import DocumentRecord, HashingEmbedder, IngestError, InputError, KnowledgeBase
-from kb_retriever.documents import ChunkRecord
+from kb_retriever.models import ChunkRecord
 
 pytestmark = pytest.mark.db
 
@@ -254,8 +254,8 @@ def test_chunks_by_filters(make_kb):
 def test_bulk_loaded_records_keep_their_text_and_metadata(make_kb) -> None:
     """The bulk loader writes the same document columns as the per-document writer (one spec):
     a record loaded in bulk reads back exactly as added."""
-    from kb_retriever import documents as docs
-    from kb_retriever.bulk import bulk_load
+    from kb_retriever.write import from_memory as docs
+    from kb_retriever.write.bulk import bulk_load
 
     kb = make_kb()
     record = docs.as_record({"text": "Page the on-call via Opsgenie.", "id": "rb-pager",
@@ -277,8 +277,8 @@ def test_bulk_loaded_records_keep_their_text_and_metadata(make_kb) -> None:
 def test_a_bulk_load_with_the_embedder_calibrates_each_project(make_kb) -> None:
     """Without an embedder a bulk load leaves its projects uncalibrated (absolute thresholds);
     with the knowledge base's embedder each project loaded is calibrated, as after an ingest."""
-    from kb_retriever import documents as docs
-    from kb_retriever.bulk import bulk_load
+    from kb_retriever.write import from_memory as docs
+    from kb_retriever.write.bulk import bulk_load
 
     kb = make_kb()
 

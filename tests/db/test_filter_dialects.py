@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from kb_retriever import FilterError, HashingEmbedder, KnowledgeBase, Settings
-from kb_retriever.filter_expr import parse_expr
-from kb_retriever.filters import parse_filters, where_filters
+from kb_retriever.filters.dimensions import parse_filters, where_filters
+from kb_retriever.filters.expressions import parse_expr
 
 pytestmark = pytest.mark.db
 

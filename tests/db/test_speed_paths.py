@@ -94,7 +94,7 @@ async def test_an_async_search_runs_the_legs_on_two_connections(example_kb, monk
 def test_cached_reads_are_parsed_once(example_kb, monkeypatch):
     """The knowledge base caches a read's parsed answer (Fetch.parse): the lexeme statistics
     and the rejected-approach vectors are parsed once per cache period, not once per search."""
-    import kb_retriever.pipeline as pipeline
+    import kb_retriever.search.pipeline as pipeline
     from kb_retriever.ranking.bm25 import CorpusLexemes
 
     example_kb.clear_caches()

@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from kb_retriever import InputError, Origin, SearchResult, StoreError
-from kb_retriever.documents import StoredChunk, StoredDocument
 from kb_retriever.mcp.tools import Scope, describe_failure, document_text, search_payload, search_text
+from kb_retriever.models import StoredChunk, StoredDocument
 
 from ..unit.factories import canonical_doc, make_hit
 

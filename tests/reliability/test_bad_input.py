@@ -20,7 +20,7 @@ from kb_retriever.errors import (
     SchemaError,
     StoreError,
 )
-from kb_retriever.filters import VALID_KEYS
+from kb_retriever.filters.dimensions import VALID_KEYS
 
 from ._util import PYTHON, snapshot
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
 from kb_retriever.errors import InputError, KbError, StoreError
-from kb_retriever.filters import METADATA_OPERATORS, VALID_KEYS
+from kb_retriever.filters.dimensions import METADATA_OPERATORS, VALID_KEYS
 
 from ._util import snapshot
 

@@ -10,7 +10,7 @@ import pytest
 
 from kb_retriever import HashingEmbedder, InputError, KnowledgeBase, Settings
 from kb_retriever.cli import main
-from kb_retriever.ingestion import EMBED_BATCH
+from kb_retriever.write.from_files import EMBED_BATCH
 
 pytestmark = pytest.mark.db
 

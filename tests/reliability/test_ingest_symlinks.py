@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from kb_retriever import KnowledgeBase
-from kb_retriever import ingestion as ingestion_module
+from kb_retriever.write import from_files as ingestion_module
 
 pytestmark = pytest.mark.db
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kb_retriever.cli import build_parser, main
-from kb_retriever.progress import Progress
+from kb_retriever.write.progress import Progress
 
 COMMANDS = ("ingest", "search", "prompt", "bench", "doctor", "mcp")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from kb_retriever.coerce import as_date, as_flag, as_float, as_int, as_opt_str, as_tags
+from kb_retriever.interop.coerce import as_date, as_flag, as_float, as_int, as_opt_str, as_tags
 
 
 def test_readers():

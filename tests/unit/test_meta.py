@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kb_retriever.meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
+from kb_retriever.search.meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
 
 KEYS = ["primary_count", "expanded_count", "rejected_count", "runner_up_count", "project_key",
         "projects", "tenant", "retrieval_ms", "timings_ms", "search_strategy",

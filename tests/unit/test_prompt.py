@@ -7,7 +7,7 @@ import pytest
 
 from kb_retriever.errors import ConfigError
 from kb_retriever.models import Hit, Origin, SearchResult
-from kb_retriever.prompt import ESCAPE_PREFIX, PromptTemplate, compose_prompt
+from kb_retriever.prompt.compose import ESCAPE_PREFIX, PromptTemplate, compose_prompt
 
 from .factories import canonical_doc, make_doc, make_hit
 

@@ -6,8 +6,8 @@ import pytest
 from psycopg import sql
 
 from kb_retriever.errors import FilterError
-from kb_retriever.filter_expr import MetaCond
-from kb_retriever.filters import SearchFilters, parse_filters
+from kb_retriever.filters.dimensions import SearchFilters, parse_filters
+from kb_retriever.filters.expressions import MetaCond
 from kb_retriever.store import fts_sql as fts
 from kb_retriever.store import sql as q
 

@@ -9,7 +9,7 @@ from kb_retriever.models import ScoreBreakdown
 from kb_retriever.ranking.calibration import PROBE_VERSION, PROBES, Calibration
 from kb_retriever.ranking.grounding import should_refuse
 from kb_retriever.ranking.history import names_predecessor, promote_predecessors
-from kb_retriever.ranking.rejected import correlate_rejected
+from kb_retriever.ranking.rejected_evidence import correlate_rejected
 from kb_retriever.settings import Settings
 
 from .factories import canonical_doc, make_hit
@@ -98,7 +98,7 @@ def test_names_predecessor_needs_a_whole_word_of_the_old_title_only():
 
 def test_an_accepted_decision_linked_to_a_rejected_one_ranks_above_it_when_close():
     from kb_retriever.ranking.rerank import Scored
-    from kb_retriever.rejected import unit_vectors, yield_to_accepted
+    from kb_retriever.search.rejected_channel import unit_vectors, yield_to_accepted
 
     from .factories import make_candidate
 

@@ -13,12 +13,12 @@ from typing import Any
 from langchain_core.documents import Document
 
 from kb_retriever import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
-from kb_retriever.coerce import as_date as _date
-from kb_retriever.coerce import as_flag as _flag
-from kb_retriever.coerce import as_float as _float
-from kb_retriever.coerce import as_int as _int
-from kb_retriever.coerce import as_opt_str as _str_or_none
-from kb_retriever.coerce import as_tags as _tags
+from kb_retriever.interop.coerce import as_date as _date
+from kb_retriever.interop.coerce import as_flag as _flag
+from kb_retriever.interop.coerce import as_float as _float
+from kb_retriever.interop.coerce import as_int as _int
+from kb_retriever.interop.coerce import as_opt_str as _str_or_none
+from kb_retriever.interop.coerce import as_tags as _tags
 
 __all__ = ["document_to_candidate", "documents_to_result", "hit_to_document", "result_to_documents"]
 

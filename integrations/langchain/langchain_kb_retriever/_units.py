@@ -22,7 +22,8 @@ from typing import Any
 from langchain_core.documents import Document
 
 from kb_retriever import Hit, KnowledgeBase, StoredDocument
-from kb_retriever.documents import CHUNKS_SOURCE_TYPE, canonical_slug, derived_id
+from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
+from kb_retriever.write.from_memory import canonical_slug, derived_id
 
 __all__ = ["WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "write"]
 

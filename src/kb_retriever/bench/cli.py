@@ -26,7 +26,7 @@ RUNNER_UP_MAX = 1000  # the Settings upper bound of runner_up_limit
 
 def run_bench_command(args: argparse.Namespace) -> int:
     """Run ``bench`` from parsed arguments; print the report; return the exit code."""
-    from kb_retriever.progress import Progress
+    from kb_retriever.write.progress import Progress
 
     require_ranx()  # before the corpus is ingested: say which extra to install at once
     queries = load_queries(args.queries)

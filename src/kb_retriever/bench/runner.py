@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from kb_retriever.errors import InputError
-from kb_retriever.ingestion import IngestReport, discover
 from kb_retriever.kb import KnowledgeBase
 from kb_retriever.models import SearchResult
+from kb_retriever.write.from_files import IngestReport, discover
 
 from .dataset import BenchQuery
 from .metrics import answer_contained, mean_or_one, percentile, ranking_metrics, unique_keys

@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from kb_retriever.ingest.frontmatter import SLUG_RE, split_frontmatter
 from kb_retriever.models import ChunkDraft
-from kb_retriever.textclip import MAX_HEADING_CHARS, clip_words
+from kb_retriever.ranking.text import MAX_HEADING_CHARS, clip_words
 
 __all__ = [
     "PARAGRAPH_SPLIT",

@@ -25,11 +25,11 @@ from mcp.types import ContentBlock, ToolAnnotations
 from pydantic import Field
 
 from ..errors import ConfigError, InputError
-from ..filters import parse_filters
+from ..filters.dimensions import parse_filters
 from ..kb import KnowledgeBase
 from ..models import SearchResult
-from ..pipeline import validate_limit, validate_query
-from ..prompt import compose_prompt
+from ..prompt.compose import compose_prompt
+from ..search.pipeline import validate_limit, validate_query
 from . import descriptions as d
 from .tools import (
     DOCUMENT_CHARS,

@@ -15,11 +15,10 @@ from typing import Any, TypedDict
 
 from pydantic import ValidationError
 
-from ..documents import StoredDocument
 from ..errors import InputError, KbError
 from ..kb_documents import valid_name
-from ..models import SearchResult
-from ..prompt import compose_prompt
+from ..models import SearchResult, StoredDocument
+from ..prompt.compose import compose_prompt
 
 __all__ = ["DOCUMENT_CHARS", "Scope", "SearchPayload", "describe_failure",
            "document_text", "refusal_line", "search_payload", "search_text"]

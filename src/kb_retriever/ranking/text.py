@@ -14,7 +14,9 @@ from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 __all__ = [
+    "MAX_HEADING_CHARS",
     "STOP_WORDS",
+    "clip_words",
     "keyword_score",
     "normalize_tags",
     "query_tags",
@@ -180,3 +182,20 @@ def normalize_tags(tags: Iterable[object]) -> set[str]:
         if clean:
             out.add(clean)
     return out
+
+
+# A heading is a label: longer ones are pasted prose (a 1.7 MB "heading" overflowed the chunk's
+# tsvector, whose limit is 1 MB); they are cut at a word boundary.
+MAX_HEADING_CHARS = 200
+
+
+def clip_words(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a word boundary where there is one.
+
+    >>> clip_words("a rather long heading", 12)
+    'a rather'
+    """
+    if len(text) <= limit:
+        return text
+    cut = text[:limit + 1].rsplit(None, 1)[0] if " " in text[:limit + 1] else text[:limit]
+    return cut[:limit].rstrip()

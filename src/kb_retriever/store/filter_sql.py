@@ -1,6 +1,6 @@
 """The search filters as SQL predicates over ``d`` (documents) and ``c`` (chunks).
 
-:func:`doc_filter_sql` renders a :class:`~kb_retriever.filters.SearchFilters`; its ``where``
+:func:`doc_filter_sql` renders a :class:`~kb_retriever.filters.dimensions.SearchFilters`; its ``where``
 expression (``filter_expr``) renders through :func:`where_sql`.
 
 Every value is a bound parameter (``%(wN)s``); field names choose among fixed column
@@ -15,8 +15,8 @@ from typing import Any
 
 from psycopg import sql
 
-from ..filter_expr import TYPED_FIELDS, And, Cond, Expr, MetaCond, Not, Or
-from ..filters import SearchFilters
+from ..filters.dimensions import SearchFilters
+from ..filters.expressions import TYPED_FIELDS, And, Cond, Expr, MetaCond, Not, Or
 from ..ranking.globs import glob_to_sql_regex
 
 __all__ = ["doc_filter_sql", "needs_doc_join", "where_sql"]
@@ -34,7 +34,7 @@ _COMPARE = {"$eq": "=", "$ne": "IS DISTINCT FROM", "$gt": ">", "$gte": ">=", "$l
 def where_sql(expr: Expr) -> tuple[sql.Composable, Params]:
     """``(predicate, params)`` for ``expr``.
 
-    >>> from kb_retriever.filter_expr import parse_expr
+    >>> from kb_retriever.filters.expressions import parse_expr
     >>> q, p = where_sql(parse_expr({"$or": [{"slug": "a"}, {"$not": {"tags": "x"}}]}))
     >>> q.as_string(None)
     "(d.slug = %(w0)s OR NOT coalesce(%(w1)s = ANY(coalesce(d.tags, '{}'::text[])), false))"

@@ -32,7 +32,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import PoolTimeout
 
-from ..plan import Fetch
+from ..search.plan import Fetch
 from ..settings import Settings
 from .connection import atranslated, is_retryable, translate, translated
 

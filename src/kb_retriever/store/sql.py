@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg import sql
 
-from ..filters import SearchFilters
+from ..filters.dimensions import SearchFilters
 from ..settings import FTS_CONFIG_BY_LANGUAGE
 from .columns import CHUNK_FIELDS, DOCUMENT_FIELDS
 from .filter_sql import doc_filter_sql, needs_doc_join
@@ -282,7 +282,7 @@ def rejected_chunks_sql() -> sql.Composed:
     the slugs its document has an edge with, either way (``linked_slugs``).
 
     Few rows, and they change only on ingest: the caller caches them and scores each query in
-    memory (``kb_retriever.rejected``), so the rejected channel costs no round trip per search.
+    memory (``kb_retriever.search.rejected_channel``), so the rejected channel costs no round trip per search.
     Params: tenant, projects.
     """
     return sql.SQL(

@@ -19,8 +19,8 @@ from psycopg.types.json import Jsonb
 
 from ..errors import IngestError
 from ..models import DocumentDraft
+from ..ranking.text import MAX_HEADING_CHARS, clip_words
 from ..settings import fts_language
-from ..textclip import MAX_HEADING_CHARS, clip_words
 from .retry import retried
 from .rows import vector_array
 from .stats import deleted_chunks_logged, log_document_chunks

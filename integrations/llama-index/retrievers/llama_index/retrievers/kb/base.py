@@ -12,7 +12,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from kb_retriever import InputError, KnowledgeBase, SearchFilters
-from kb_retriever.filters import parse_filters
+from kb_retriever.filters.dimensions import parse_filters
 
 from .convert import result_to_nodes
 from .filters import to_search_filters

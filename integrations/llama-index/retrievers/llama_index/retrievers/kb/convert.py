@@ -29,12 +29,12 @@ from llama_index.core.schema import (
 )
 
 from kb_retriever import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
-from kb_retriever.coerce import as_date as _date
-from kb_retriever.coerce import as_flag as _flag
-from kb_retriever.coerce import as_float as _float
-from kb_retriever.coerce import as_int as _int
-from kb_retriever.coerce import as_opt_str as _opt
-from kb_retriever.coerce import as_tags as _tags
+from kb_retriever.interop.coerce import as_date as _date
+from kb_retriever.interop.coerce import as_flag as _flag
+from kb_retriever.interop.coerce import as_float as _float
+from kb_retriever.interop.coerce import as_int as _int
+from kb_retriever.interop.coerce import as_opt_str as _opt
+from kb_retriever.interop.coerce import as_tags as _tags
 
 __all__ = [
     "HIDDEN_METADATA_KEYS", "VISIBLE_METADATA_KEYS", "document_node_id", "node_to_candidate",

@@ -16,7 +16,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from kb_retriever import FilterError, SearchFilters
-from kb_retriever.filters import where_filters
+from kb_retriever.filters.dimensions import where_filters
 
 __all__ = ["metadata_filters_to_expression", "to_search_filters"]
 

@@ -23,7 +23,7 @@ from kb_retriever import (
     KnowledgeBase,
     SearchResult,
 )
-from kb_retriever.documents import frontmatter_fields
+from kb_retriever.write.from_memory import frontmatter_fields
 
 from .filters import to_kb_filters
 

@@ -19,16 +19,16 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from .calibrate import after_write
-from .embedding import Embedder, check_vectors, embedder_errors
-from .errors import IngestError, InputError
-from .ingest import SUPPORTED_SUFFIXES, parse_document
-from .ingest.files import FileId, Listed, file_id
-from .models import DocumentDraft
-from .settings import Settings
-from .store import deletes, writer
-from .store.connection import translate
-from .store.retry import retried
+from ..embedding import Embedder, check_vectors, embedder_errors
+from ..errors import IngestError, InputError
+from ..ingest import SUPPORTED_SUFFIXES, parse_document
+from ..ingest.files import FileId, Listed, file_id
+from ..models import DocumentDraft
+from ..settings import Settings
+from ..store import by_id, writer
+from ..store.connection import translate
+from ..store.retry import retried
+from .recalibrate import after_write
 
 logger = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ def prune_missing(conn: psycopg.Connection, *, tenant: str, project: str,
     gone = [rel for root, rel in rows if not (dirs[root] / rel).is_file()]
     if not gone:
         return 0
-    batch = deletes.delete_documents_sql(tenant, project, gone)
+    batch = by_id.delete_documents_sql(tenant, project, gone)
 
     def transaction() -> int:
         with conn.transaction():

@@ -2,7 +2,7 @@
 
 The scope's rejected-approach chunks come cached with their vectors (:class:`RejectedVectors`),
 so scoring them costs no round trip. On a calibrated scope the decision is
-:func:`~kb_retriever.ranking.rejected.correlate_rejected`'s evidence (decision 0009): correlated
+:func:`~kb_retriever.ranking.rejected_evidence.correlate_rejected`'s evidence (decision 0009): correlated
 documents are injected unless the query is refused, the others leave every list. An explicit
 ``KB_REJECTED_MIN_SIMILARITY``, or a scope never calibrated, keeps the absolute cosine rule;
 either way a rejected document that stands in ``primary`` or ``expanded`` is also injected, so
@@ -17,13 +17,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .models import DocumentRef, Hit, Origin, ScoreBreakdown
-from .ranking.calibration import Calibration
-from .ranking.history import between
-from .ranking.rejected import EDGE_SEEDS, RejectedEvidence, correlate_rejected
-from .ranking.rerank import Scored
-from .settings import Settings
-from .store.rows import document_from_row, vector_array
+from ..models import DocumentRef, Hit, Origin, ScoreBreakdown
+from ..ranking.calibration import Calibration
+from ..ranking.history import between
+from ..ranking.rejected_evidence import EDGE_SEEDS, RejectedEvidence, correlate_rejected
+from ..ranking.rerank import Scored
+from ..settings import Settings
+from ..store.rows import document_from_row, vector_array
 
 __all__ = ["RejectedChannel", "RejectedVectors", "best_rejected", "decide_rejected",
            "rejected_hit", "unit_vectors", "yield_to_accepted"]

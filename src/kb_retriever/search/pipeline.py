@@ -1,4 +1,4 @@
-"""The search pipeline as a sans-I/O plan (``plan.py``).
+"""The search pipeline as a sans-I/O plan (``search.plan``).
 
 :func:`search_plan` is a generator that *yields* what it needs (an SQL fetch or a query
 embedding) and receives the answer, so the sync and async entry points share every line of
@@ -15,23 +15,23 @@ from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from .checks import check_text
-from .errors import InputError
+from ..checks import check_text
+from ..errors import InputError
+from ..models import Candidate, Hit, Origin, SearchResult
+from ..ranking import diversify, expand_query_text, expansion_phrases, should_refuse
+from ..ranking.bm25 import CorpusLexemes
+from ..ranking.calibration import Calibration
+from ..ranking.fusion import fuse_legs
+from ..ranking.history import promote_predecessors
+from ..ranking.rerank import rank
+from ..settings import Settings
+from ..store import sql as q
+from ..store.fts_sql import LexemeBudget
+from ..store.rows import candidate_from_row
 from .graph import expand_graph
 from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
-from .models import Candidate, Hit, Origin, SearchResult
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
-from .ranking import diversify, expand_query_text, expansion_phrases, should_refuse
-from .ranking.bm25 import CorpusLexemes
-from .ranking.calibration import Calibration
-from .ranking.fusion import fuse_legs
-from .ranking.history import promote_predecessors
-from .ranking.rerank import rank
-from .rejected import RejectedChannel, decide_rejected, unit_vectors, yield_to_accepted
-from .settings import Settings
-from .store import sql as q
-from .store.fts_sql import LexemeBudget
-from .store.rows import candidate_from_row
+from .rejected_channel import RejectedChannel, decide_rejected, unit_vectors, yield_to_accepted
 
 __all__ = ["candidates", "leg_shape", "scope_catalog", "search_plan", "synonym_groups",
            "validate_limit", "validate_query"]

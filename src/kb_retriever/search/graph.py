@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from .models import Hit, Origin, ScoreBreakdown
+from ..models import Hit, Origin, ScoreBreakdown
+from ..settings import Settings
+from ..store import sql as q
+from ..store.rows import document_from_row
 from .plan import Fetch, SearchRequest
-from .settings import Settings
-from .store import sql as q
-from .store.rows import document_from_row
 
 _SEP = chr(31)  # unit separator: joins (project, slug) into one visited key, as the SQL does
 

@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .errors import ConfigError, InputError
-from .models import Hit, SearchResult
+from ..errors import ConfigError, InputError
+from ..models import Hit, SearchResult
 
 __all__ = ["DEFAULT_PREAMBLE", "ESCAPE_PREFIX", "PromptTemplate", "compose_prompt"]
 

@@ -1,95 +1,16 @@
-"""Frozen data passed between pipeline stages.
-
-Stages never mutate these; they return new objects (``dataclasses.replace``).
-"""
+"""The search side: candidates, hits with their score breakdowns, the result."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from types import MappingProxyType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
-__all__ = [
-    "CANONICAL_STATUSES",
-    "CANONICAL_TYPES",
-    "Candidate",
-    "ChunkDraft",
-    "DocumentDraft",
-    "DocumentRef",
-    "EdgeDraft",
-    "Hit",
-    "Origin",
-    "ScoreBreakdown",
-    "SearchResult",
-    "construct",
-]
+from .base import empty as _empty
 
-CANONICAL_TYPES = (
-    "project-index", "module-kb", "decision", "runbook", "standard", "incident",
-    "integration", "domain-concept", "rejected-approach",
-)
-CANONICAL_STATUSES = ("draft", "review", "accepted", "superseded", "deprecated", "archived")
-SOURCE_TYPES = ("markdown", "text", "pdf", "docx")
-
-def _empty() -> Mapping[str, Any]:
-    return MappingProxyType({})
-
-
-_T = TypeVar("_T")
-
-
-class _Spec(NamedTuple):
-    plain: dict[str, Any]  # the fields with a default value
-    factories: dict[str, Callable[[], Any]]  # the fields with a default factory
-    names: frozenset[str]
-    size: int  # the number of fields
-
-
-_SPECS: dict[type, _Spec] = {}
-
-
-def _spec(cls: type) -> _Spec:
-    fs = fields(cls)  # type: ignore[arg-type]
-    spec = _SPECS[cls] = _Spec(
-        plain={f.name: f.default for f in fs if f.default is not MISSING},
-        factories={f.name: f.default_factory for f in fs if f.default_factory is not MISSING},
-        names=frozenset(f.name for f in fs), size=len(fs))
-    return spec
-
-
-def construct(cls: type[_T], values: Mapping[str, Any]) -> _T:
-    """``cls(**values)`` for a frozen model of this module, without running its ``__init__``.
-
-    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, and a
-    search builds four such objects per candidate: this fills the instance's ``__dict__`` at
-    once (like pydantic's ``model_construct``); decision 0004 measured that it pays under load.
-    Defaults apply as in ``__init__``; an
-    unknown or missing required field raises :class:`TypeError` (mypy cannot check the keys:
-    tests/unit/test_rows.py compares each converter with the ordinary constructor).
-
-    >>> ref = construct(DocumentRef, {"id": 1, "tenant_id": "t", "project_key": "p",
-    ...                               "doc_key": "k", "title": "T", "source_path": "a.md"})
-    >>> ref == DocumentRef(1, "t", "p", "k", "T", "a.md"), ref.retrieval_priority
-    (True, 50)
-    """
-    spec = _SPECS.get(cls) or _spec(cls)
-    obj = object.__new__(cls)
-    data = obj.__dict__
-    if len(values) != spec.size:  # some fields left to their defaults
-        data.update(spec.plain)
-        data.update(values)
-        for name, factory in spec.factories.items():
-            if name not in values:
-                data[name] = factory()
-    else:
-        data.update(values)
-    if len(data) != spec.size or not data.keys() <= spec.names:
-        bad = sorted(data.keys() - spec.names) or sorted(spec.names - data.keys())
-        raise TypeError(f"{cls.__name__}: unknown or missing fields {bad}")
-    return obj
+__all__ = ["Candidate", "DocumentRef", "Hit", "Origin", "ScoreBreakdown", "SearchResult"]
 
 
 class Origin(StrEnum):
@@ -97,73 +18,6 @@ class Origin(StrEnum):
     GRAPH_EXPANSION = "graph_expansion"
     REJECTED = "rejected"
     RUNNER_UP = "runner_up"
-
-
-# --------------------------------------------------------------------------------------------
-# Ingest side: what a loader/parser/chunker produces before anything touches the database.
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChunkDraft:
-    """One chunk as produced by a chunker (0-based ``order``; ``text`` is exactly what is embedded)."""
-
-    order: int
-    text: str
-    heading_path: str = ""
-    metadata: Mapping[str, Any] = field(default_factory=_empty)
-    uid: str | None = None  # the caller's chunk id; None: derived (documents.chunk_uid)
-    embedding: Sequence[float] | None = None  # the caller's vector; None: the embedder's
-
-
-@dataclass(frozen=True)
-class EdgeDraft:
-    """An edge from the document being ingested to ``to_slug``."""
-
-    to_slug: str
-    edge_type: str
-    weight: float
-    provenance: str
-
-
-@dataclass(frozen=True)
-class DocumentDraft:
-    """A parsed source file, ready to be embedded and written.
-
-    ``canonical_warnings`` lists why a frontmatter block was not accepted as canonical.
-    """
-
-    source_path: str  # relative path (posix), unique per (tenant, project)
-    doc_key: str  # file name without extension
-    title: str
-    source_type: str
-    content_hash: str  # sha256 of the raw source bytes (+ parser version)
-    chunks: tuple[ChunkDraft, ...]
-    edges: tuple[EdgeDraft, ...] = ()
-    doc_id: str | None = None
-    slug: str | None = None
-    is_canonical: bool = False
-    canonical_type: str | None = None
-    canonical_status: str | None = None
-    retrieval_priority: int = 50
-    generation_source: str = "human"
-    evidence_tier: str | None = None
-    tags: tuple[str, ...] = ()
-    owners: tuple[str, ...] = ()
-    summary: str | None = None
-    language: str | None = None
-    doc_date: datetime | None = None
-    frontmatter: Mapping[str, Any] = field(default_factory=_empty)
-    canonical_warnings: tuple[str, ...] = ()
-    # A document added from memory (KnowledgeBase.add_documents): its text and metadata as
-    # given, returned by get_by_ids. None for files.
-    content: str | None = None
-    record_metadata: Mapping[str, Any] | None = None
-
-
-# --------------------------------------------------------------------------------------------
-# Search side.
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

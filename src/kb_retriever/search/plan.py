@@ -3,7 +3,7 @@
 A plan is a generator that *yields* a :class:`Fetch` (an SQL read), a :class:`Parallel` (reads
 that may run at once) or an :class:`Embed` (a query embedding) and receives the answer, so the
 sync and async entry points share every line of logic and differ only in how they perform I/O
-(:func:`run_plan` / :func:`arun_plan`). ``pipeline.py`` and ``graph.py`` both build on it.
+(:func:`run_plan` / :func:`arun_plan`). ``search.pipeline`` and ``search.graph`` build on it.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 from psycopg import sql
 
-from .filters import SearchFilters
-from .models import SearchResult
-from .store import sql as q
+from ..filters.dimensions import SearchFilters
+from ..models import SearchResult
+from ..store import sql as q
 
 __all__ = ["Embed", "Fetch", "Parallel", "Plan", "SearchRequest", "arun_plan", "run_plan"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .models import Hit, SearchResult
-from .ranking.signals import CANONICAL_TERMS, SIGNALS
-from .textclip import clip_words
+from ..models import Hit, SearchResult
+from ..ranking.signals import CANONICAL_TERMS, SIGNALS
+from ..ranking.text import clip_words
 
 # Every signal of the reranker, then the canonical adjustment's terms.
 _SIGNALS = (*(s.name for s in SIGNALS), *CANONICAL_TERMS)

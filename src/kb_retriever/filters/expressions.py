@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import Any, Literal
 
-from .checks import check_text
-from .errors import FilterError
+from ..checks import check_text
+from ..errors import FilterError
 
 __all__ = ["And", "Cond", "Expr", "MetaCond", "Not", "OPERATORS", "Or", "TYPED_FIELDS",
            "parse_expr", "parse_metadata"]

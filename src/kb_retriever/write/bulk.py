@@ -7,7 +7,7 @@ inserting into indexed tables (reference/postgres-performance.md §2.2, §3.3).
 
 Example::
 
-    from kb_retriever.bulk import bulk_load
+    from kb_retriever.write.bulk import bulk_load
 
     with KnowledgeBase(embedder=my_embedder) as kb:
         items = ((project, draft, vectors) for draft, vectors in prepared)
@@ -28,14 +28,13 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
-from .calibrate import calibrate_project
-from .embedding import Embedder
-from .errors import InputError
-from .models import DocumentDraft
-from .store.columns import DOCUMENT_COLUMNS
-from .store.connection import translated
-from .store.stats import log_document_chunks, settle
-from .store.writer import (
+from ..embedding import Embedder
+from ..errors import InputError
+from ..models import DocumentDraft
+from ..store.columns import DOCUMENT_COLUMNS
+from ..store.connection import translated
+from ..store.stats import log_document_chunks, settle
+from ..store.writer import (
     chunk_rows,
     copy_chunks,
     document_values,
@@ -44,6 +43,7 @@ from .store.writer import (
     refresh_document_stats,
     write_document,
 )
+from .recalibrate import calibrate_project
 
 __all__ = ["BulkReport", "bulk_load"]
 

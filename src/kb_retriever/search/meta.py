@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from .ranking.rejected import RejectedEvidence
+from ..ranking.rejected_evidence import RejectedEvidence
 
 __all__ = ["RetrievalStats", "SearchMeta", "SearchStrategy", "Stopwatch"]
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .checks import check_text
-from .errors import FilterError
-from .filter_expr import OPERATORS, Expr, as_datetime, is_row_id, parse_expr, parse_metadata
-from .models import CANONICAL_TYPES, SOURCE_TYPES
+from ..checks import check_text
+from ..errors import FilterError
+from ..models import CANONICAL_TYPES, SOURCE_TYPES
+from .expressions import OPERATORS, Expr, as_datetime, is_row_id, parse_expr, parse_metadata
 
 __all__ = ["METADATA_OPERATORS", "SearchFilters", "parse_filters", "where_filters"]
 

@@ -1,5 +1,8 @@
 """SQL of the id-addressed operations: get, delete, clear (build -> execute -> convert).
 
+A delete is a :class:`Batch`: statements that run in one transaction, and the one whose count
+the call returns.
+
 Each builder returns ``(query, params)`` statements; the knowledge base runs them on its sync
 or async connection in one transaction, and the ``*_from_rows`` functions convert the rows.
 Every statement is scoped by tenant and project.
@@ -8,15 +11,14 @@ Every statement is scoped by tenant and project.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from psycopg import sql
 
-from ..documents import StoredChunk, StoredDocument
-from ..filters import SearchFilters
-from .deletes import SCOPE as _SCOPE
-from .deletes import Batch, clear_sql, delete_documents_sql
+from ..filters.dimensions import SearchFilters
+from ..models import StoredChunk, StoredDocument
 from .filter_sql import doc_filter_sql
 from .rows import vector_array
 from .stats import deleted_chunks_logged
@@ -25,6 +27,7 @@ __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documen
            "documents_from_rows", "get_chunks_sql", "get_documents_sql", "Batch"]
 
 Statement = tuple[sql.Composed, dict[str, Any]]
+_SCOPE = sql.SQL("d.tenant_id = %(tenant)s AND d.project_key = %(project)s")
 
 
 _CHUNK_COLS = sql.SQL(
@@ -77,6 +80,44 @@ def get_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,
     where, params = _chunk_selection(tenant, project, ids, filters)
     return sql.SQL("SELECT {chunk} {where} ORDER BY d.source_path, c.chunk_order").format(
         chunk=_CHUNK_COLS, where=where), params
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Statements to run in one transaction, and the one whose count the call returns."""
+
+    statements: list[Statement]
+    counted: int
+
+# Lock the documents first: a writer replacing one of them finishes (or waits) before their
+# chunks are deleted, so the statement that deletes them sees their last chunks and logs them.
+_LOCK_DOCUMENTS = sql.SQL("SELECT d.id FROM kb_documents d WHERE {scope}{which} "
+                          "ORDER BY d.id FOR UPDATE")
+# Chunks first (their lexemes logged as removed), then the documents, in one snapshot.
+_DELETE_DOCUMENTS = sql.SQL(
+    "WITH docs AS (SELECT d.id FROM kb_documents d WHERE {scope}{which}), {gone}, "
+    "d AS (DELETE FROM kb_documents x USING docs WHERE x.tenant_id = %(tenant)s "
+    "AND x.id = docs.id RETURNING 1) SELECT count(*) FROM d")
+_BY_ID = sql.SQL(" AND d.source_path = ANY(%(ids)s)")
+
+
+def _documents_deleted(which: sql.Composable, params: dict[str, Any]) -> Batch:
+    gone = deleted_chunks_logged(sql.SQL(
+        "x.tenant_id = %(tenant)s AND x.document_id IN (SELECT id FROM docs)"))
+    return Batch([(_LOCK_DOCUMENTS.format(scope=_SCOPE, which=which), params),
+                  (_DELETE_DOCUMENTS.format(scope=_SCOPE, which=which, gone=gone), params)],
+                 counted=1)
+
+
+def delete_documents_sql(tenant: str, project: str, ids: Sequence[str]) -> Batch:
+    """Delete whole documents, their chunks (logged for the statistics) and edges (by
+    cascade), counting the documents."""
+    return _documents_deleted(_BY_ID, {"tenant": tenant, "project": project, "ids": list(ids)})
+
+
+def clear_sql(tenant: str, project: str) -> Batch:
+    """Delete every document of one project, counting them."""
+    return _documents_deleted(sql.SQL(""), {"tenant": tenant, "project": project})
 
 
 def delete_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from .embedding import Embedder, check_vectors, embedder_errors
-from .errors import KbError
-from .ranking.calibration import PROBE_VERSION, PROBES
-from .store.stats import settle
+from ..embedding import Embedder, check_vectors, embedder_errors
+from ..errors import KbError
+from ..ranking.calibration import PROBE_VERSION, PROBES
+from ..store.stats import settle
 
 __all__ = ["RECALIBRATE_AT", "after_write", "calibrate_after_write", "calibrate_project",
            "needs_calibration"]

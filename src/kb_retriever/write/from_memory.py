@@ -30,17 +30,25 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from .checks import check_text
-from .embedding import Embedder
-from .embedding.base import check_vector
-from .errors import EmbeddingError, IngestError, InputError, KbError, WriteError
-from .ingest.chunking import chunk_markdown
-from .ingest.frontmatter import frontmatter_from_mapping, parse_frontmatter, split_frontmatter
-from .ingest.loaders import MAX_FILE_BYTES, PARSER_VERSION, _markdown_draft
-from .ingestion import embed_chunks
-from .models import ChunkDraft, DocumentDraft
-from .settings import Settings
-from .store import writer
+from ..checks import check_text
+from ..embedding import Embedder
+from ..embedding.base import check_vector
+from ..errors import EmbeddingError, IngestError, InputError, KbError, WriteError
+from ..ingest.chunking import chunk_markdown
+from ..ingest.frontmatter import frontmatter_from_mapping, parse_frontmatter, split_frontmatter
+from ..ingest.loaders import MAX_FILE_BYTES, PARSER_VERSION, _markdown_draft
+from ..models import (
+    ChunkDraft,
+    ChunkRecord,
+    DocumentDraft,
+    DocumentRecord,
+    StoredChunk,
+    StoredDocument,
+)
+from ..settings import Settings
+from ..store import writer
+from ..vocabulary import CHUNKS_SOURCE_TYPE
+from .from_files import embed_chunks
 
 __all__ = ["ChunkRecord", "DocumentRecord", "StoredChunk", "StoredDocument", "as_record",
            "as_records", "record_draft"]
@@ -54,66 +62,6 @@ MAX_ID_CHARS = 1000
 MAX_METADATA_DEPTH = 100
 # Derived document ids: uuid5 in a namespace of our own, over the record's text and metadata.
 _ID_NAMESPACE = uuid.UUID("6b622d72-6574-7269-6576-65722d646f63")  # "kb-retriever-doc"
-
-
-def _empty() -> Mapping[str, Any]:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class ChunkRecord:
-    """A chunk the caller split (and maybe embedded) already; kept exactly as given."""
-
-    text: str
-    id: str | None = None
-    metadata: Mapping[str, Any] = field(default_factory=_empty)
-    embedding: Sequence[float] | None = None
-
-
-@dataclass(frozen=True)
-class DocumentRecord:
-    """An in-memory document for :meth:`KnowledgeBase.add_documents`.
-
-    ``metadata`` may carry the canonical fields (``slug``, ``type``, ``status``,
-    ``retrieval_priority``, ``tags``, ``supersedes``, edge lists …), as may a frontmatter block
-    at the top of ``text`` (the metadata wins where both give a field). With ``chunks`` the
-    text is not split again: the chunks are stored as given.
-    """
-
-    text: str = ""
-    metadata: Mapping[str, Any] = field(default_factory=_empty)
-    id: str | None = None
-    chunks: tuple[ChunkRecord, ...] | None = None
-
-
-@dataclass(frozen=True)
-class StoredChunk:
-    """A chunk as stored: its stable id, its document's id, text and metadata."""
-
-    id: str
-    document_id: str
-    text: str
-    order: int
-    heading_path: str = ""
-    metadata: Mapping[str, Any] = field(default_factory=_empty)
-    embedding: tuple[float, ...] | None = None  # only when asked for (with_embeddings=True)
-
-
-@dataclass(frozen=True)
-class StoredDocument:
-    """A document as stored. ``text``/``metadata`` are exactly what was added for a document
-    added from memory; for a file, its chunks' text and its frontmatter."""
-
-    id: str
-    text: str
-    metadata: Mapping[str, Any]
-    chunks: tuple[StoredChunk, ...]
-    title: str
-    source_type: str
-    is_canonical: bool = False
-    canonical_type: str | None = None
-    canonical_status: str | None = None
-    slug: str | None = None
 
 
 # --- records -> drafts (pure) ---------------------------------------------------------------
@@ -344,9 +292,6 @@ def unique_drafts(drafts: Sequence[DocumentDraft]) -> list[DocumentDraft]:
     return [d for _, d in seen.values()]
 
 
-#: ``source_type`` of a document whose chunks are added and replaced by id
-#: (:meth:`KnowledgeBase.upsert_chunks`): its text is its chunks', in order.
-CHUNKS_SOURCE_TYPE = "chunks"
 
 
 def chunks_draft(document_id: str, chunks: Iterable[Any], metadata: Mapping[str, Any] | None,

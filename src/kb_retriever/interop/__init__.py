@@ -1,0 +1,1 @@
+"""Framework documents to and from kb-retriever (``coerce``: lenient readers of metadata values)."""

@@ -1,0 +1,19 @@
+"""Frozen data passed between stages; stages never mutate it, they return new objects
+(``dataclasses.replace``).
+
+``drafts``: what the write side produces from files and records; ``records``: documents added
+from memory and read back; ``results``: candidates, hits and the search result; ``base``: the
+fast constructor they share.
+"""
+
+from ..vocabulary import CANONICAL_STATUSES, CANONICAL_TYPES, SOURCE_TYPES
+from .base import construct
+from .drafts import ChunkDraft, DocumentDraft, EdgeDraft
+from .records import ChunkRecord, DocumentRecord, StoredChunk, StoredDocument
+from .results import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
+
+__all__ = [
+    "CANONICAL_STATUSES", "CANONICAL_TYPES", "SOURCE_TYPES", "Candidate", "ChunkDraft",
+    "ChunkRecord", "DocumentDraft", "DocumentRecord", "DocumentRef", "EdgeDraft", "Hit",
+    "Origin", "ScoreBreakdown", "SearchResult", "StoredChunk", "StoredDocument", "construct",
+]

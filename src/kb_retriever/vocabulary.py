@@ -1,0 +1,61 @@
+"""The knowledge base's words, in one place: canonical document types and statuses, source
+types, and which documents are rejected approaches.
+
+Python, the SQL builders (as bound values) and the adapters all read them from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ACCEPTED", "CANONICAL_STATUSES", "CANONICAL_TYPES", "CHUNKS_SOURCE_TYPE",
+           "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS", "REJECTED_APPROACH", "SOURCE_TYPES",
+           "is_rejected_approach"]
+
+CANONICAL_TYPES = (
+    "project-index", "module-kb", "decision", "runbook", "standard", "incident",
+    "integration", "domain-concept", "rejected-approach",
+)
+CANONICAL_STATUSES = ("draft", "review", "accepted", "superseded", "deprecated", "archived")
+#: ``source_type`` of a document whose chunks are added and replaced by id
+#: (:meth:`KnowledgeBase.upsert_chunks`): its text is its chunks', in order.
+CHUNKS_SOURCE_TYPE = "chunks"
+#: What a document came from: a file type, or chunks added by id.
+SOURCE_TYPES = ("markdown", "text", "pdf", "docx", CHUNKS_SOURCE_TYPE)
+
+#: The type of a record of an idea the team considered and dismissed, and the status that
+#: makes a canonical document binding.
+REJECTED_APPROACH = "rejected-approach"
+ACCEPTED = "accepted"
+
+#: Edge types and default weights (reference §1.3).
+EDGE_TYPE_WEIGHTS: dict[str, float] = {
+    "decision_for": 1.0,
+    "implements": 1.0,
+    "supersedes": 1.0,
+    "depends_on": 0.8,
+    "uses": 0.8,
+    "affects": 0.8,
+    "documented_by": 0.7,
+    "invalidated_by": 0.7,
+    "owned_by": 0.7,
+    "related_to": 0.5,
+}
+DEFAULT_EDGE_TYPES = ("depends_on", "implements", "decision_for", "related_to", "supersedes")
+
+
+def is_rejected_approach(document: Any) -> bool:
+    """Whether ``document`` (anything with ``is_canonical``, ``canonical_type`` and
+    ``canonical_status``: a :class:`~kb_retriever.models.DocumentRef`, a stored document) is an
+    accepted rejected-approach record, the kind the rejected channel warns about.
+
+    >>> from types import SimpleNamespace as D
+    >>> is_rejected_approach(D(is_canonical=True, canonical_type="rejected-approach",
+    ...                        canonical_status="accepted"))
+    True
+    >>> is_rejected_approach(D(is_canonical=True, canonical_type="rejected-approach",
+    ...                        canonical_status="draft"))
+    False
+    """
+    return bool(document.is_canonical and document.canonical_type == REJECTED_APPROACH
+                and document.canonical_status == ACCEPTED)
