@@ -71,24 +71,27 @@ def test_properties(lists: list[list[int]], data: st.DataObject) -> None:
     assert all(score >= 0 for score in scores)
 
 
-def test_fuse_legs_leaves_the_rows_unchanged_and_keeps_mentions_last():
-    """The legs' rows are the reader's (and may be cached): fusion returns new records. A
-    chunk both legs found takes the vector leg's row and both ranks; an @mentioned chunk
-    neither found joins with score 0, after every found one."""
-    import copy
-
+def test_fuse_legs_takes_the_vector_legs_candidate_and_keeps_mentions_last():
+    """Fusion returns new candidates with both legs' ranks. A chunk both legs found takes the
+    vector leg's candidate; an @mentioned chunk neither found joins with score 0, after every
+    found one."""
+    from kb_retriever.models import Candidate, DocumentRef
+    from kb_retriever.models.legs import LegHit, LegResult
     from kb_retriever.ranking.fusion import fuse_legs
 
-    vec = [{"n_pre": 3, "chunk_id": 9, "vector_rank": 1, "leg": "v"},
-           {"n_pre": 3, "chunk_id": 4, "vector_rank": 2, "leg": "v"},
-           {"n_pre": 3, "chunk_id": 2, "vector_rank": None, "mention": True, "leg": "m"}]
-    kw = [{"n_pre": 1, "chunk_id": 4, "fts_rank": 1, "fts_score": 0.25, "leg": "k"}]
-    before = copy.deepcopy((vec, kw))
+    doc = DocumentRef(1, "t", "p", "d", "D", "d.md")
+
+    def hit(rank, chunk, leg, score=None, mention=False):
+        return LegHit(rank, score, mention, Candidate(chunk, leg, "", 0, doc))
+
+    vec = LegResult((hit(1, 9, "v"), hit(2, 4, "v"), hit(None, 2, "m", mention=True)), 3)
+    kw = LegResult((hit(1, 4, "k", 0.25),), 1)
     fused, n_pre = fuse_legs(vec, kw, weights=(0.7, 0.3))
-    assert (vec, kw) == before and n_pre == 4
-    assert [(f.row["chunk_id"], f.row["leg"], f.vector_rank, f.fts_rank, f.fts_score)
-            for f in fused] == [(4, "v", 2, 1, 0.25), (9, "v", 1, None, None),
+    assert n_pre == 4
+    assert [(c.chunk_id, c.text, c.vector_rank, c.fts_rank, c.fts_score)
+            for c in fused] == [(4, "v", 2, 1, 0.25), (9, "v", 1, None, None),
                                 (2, "m", None, None, None)]
-    assert fused[-1].score == 0.0
+    assert fused[-1].fused_score == 0.0
+    assert vec.hits[0].candidate.vector_rank is None  # the legs' records are not changed
     semantic, _ = fuse_legs(vec, None, weights=(0.7, 0.3))
-    assert [f.row["chunk_id"] for f in semantic] == [9, 4, 2]
+    assert [c.chunk_id for c in semantic] == [9, 4, 2]

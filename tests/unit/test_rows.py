@@ -48,13 +48,6 @@ def _row(**over):
     return row
 
 
-def _fused(**over):
-    """A row as fusion gives it: found by the vector leg first, fused score 0.01."""
-    from kb_retriever.ranking.fusion import Fused
-
-    return Fused(_row(**over), 1, None, None, 0.01)
-
-
 def test_rows_build_the_same_models_as_their_constructors():
     """The row converters build models with models.construct (no __init__): the result must
     equal, hash and stay frozen like the dataclass built the ordinary way."""
@@ -65,16 +58,31 @@ def test_rows_build_the_same_models_as_their_constructors():
     from kb_retriever.models import Candidate, DocumentRef
     from kb_retriever.store.rows import candidate_from_row
 
-    cand = candidate_from_row(_fused())
+    cand = candidate_from_row(_row())
     doc = DocumentRef(7, "t", "p", "k", "T", "a.md", "markdown", "s", "D-1", True, "decision",
                       "accepted", 80, "human", None, ("cache",), None, "en", None)
-    expected = Candidate(3, "redis", "", 0, doc, 0.5, 1, None, None, 0.01,
+    expected = Candidate(3, "redis", "", 0, doc, 0.5, None, None, None, 0.0,
                          cand.metadata, {"redi": 2}, 9)
     assert cand.document == doc and hash(cand.document) == hash(doc)
     assert cand == expected and dict(cand.metadata) == {"status_active": True}
     with pytest.raises(dataclasses.FrozenInstanceError):
         cand.document.title = "changed"  # type: ignore[misc]
-    assert candidate_from_row(_fused(tf_lexemes=None)).lexeme_tf is None
+    assert candidate_from_row(_row(tf_lexemes=None)).lexeme_tf is None
+
+
+def test_a_legs_rows_become_its_hits_in_rank_order():
+    """An empty leg's one row of NULLs carries only its count; ranked hits come in rank order,
+    then the @mentioned ones without a rank."""
+    from kb_retriever.store.rows import leg_result
+
+    empty = leg_result([{"n_pre": 4, "chunk_id": None, "query_lexemes": ["redi"]}],
+                       rank="vector_rank")
+    assert empty.hits == () and empty.n_pre == 4 and empty.query_lexemes == ("redi",)
+    leg = leg_result([_row(chunk_id=5, vector_rank=2, n_pre=3),
+                      _row(chunk_id=6, vector_rank=None, mention=True, n_pre=3),
+                      _row(chunk_id=3, vector_rank=1, n_pre=3)], rank="vector_rank")
+    assert [(h.rank, h.mention, h.candidate.chunk_id) for h in leg.hits] == [
+        (1, False, 3), (2, False, 5), (None, True, 6)]
 
 
 def test_construct_fills_defaults_and_rejects_unknown_or_missing_fields():

@@ -6,10 +6,13 @@ adapters fuse lists coming from other retrievers.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
-__all__ = ["DEFAULT_RRF_K", "Fused", "fuse_legs", "fuse_rrf"]
+from ..models import Candidate, construct
+from ..models.legs import LegResult
+
+__all__ = ["DEFAULT_RRF_K", "fuse_legs", "fuse_rrf"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -52,56 +55,44 @@ def fuse_rrf(
     return sorted(scores.items(), key=lambda item: -item[1])
 
 
-class Fused(NamedTuple):
-    """One candidate of the fused legs: its row (the vector leg's when that leg found the
-    chunk, else the full-text leg's) and what fusion gave it."""
+def fuse_legs(vector: LegResult, keyword: LegResult | None, *, weights: tuple[float, float],
+              k: int = DEFAULT_RRF_K) -> tuple[list[Candidate], int]:
+    """Weighted RRF of the search's two legs (``weights``: semantic, full-text): their
+    candidates, best first, with the fusion's fields set; and how many matches both legs saw
+    before their thresholds.
 
-    row: Mapping[str, Any]
-    vector_rank: int | None
-    fts_rank: int | None
-    fts_score: float | None
-    score: float
+    A chunk found by both legs sums ``w / (k + rank)`` over them; an @mentioned chunk neither
+    found joins with 0. Ties: lower chunk id first. Without ``keyword`` (semantic only) the
+    vector rank alone scores. A chunk's candidate is the vector leg's when that leg found it.
 
-
-def fuse_legs(vector_rows: Sequence[Mapping[str, Any]],
-              keyword_rows: Sequence[Mapping[str, Any]] | None, *,
-              weights: tuple[float, float], k: int = DEFAULT_RRF_K) -> tuple[list[Fused], int]:
-    """Weighted RRF of the search's two legs (``weights``: semantic, full-text), best first.
-
-    Returns the candidates and how many matches both legs saw before the threshold (each
-    leg's ``n_pre``, on every one of its rows). A chunk found by both legs sums
-    ``w / (k + rank)`` over them; an @mentioned chunk neither found (``mention``) joins with 0.
-    Ties: lower chunk id first. Without ``keyword_rows`` (semantic only) the vector rank alone
-    scores. The rows are not changed.
-
-    >>> vec = [{"n_pre": 2, "chunk_id": 5, "vector_rank": 1}, {"n_pre": 2, "chunk_id": 7,
-    ...        "vector_rank": 2}]
-    >>> kw = [{"n_pre": 9, "chunk_id": 7, "fts_rank": 1, "fts_score": 0.5}]
+    >>> from kb_retriever.models import Candidate, DocumentRef
+    >>> from kb_retriever.models.legs import LegHit, LegResult
+    >>> def hit(rank, chunk, score=None):
+    ...     doc = DocumentRef(1, "t", "p", "d", "D", "d.md")
+    ...     return LegHit(rank, score, False, Candidate(chunk, "", "", 0, doc))
+    >>> vec = LegResult((hit(1, 5), hit(2, 7)), n_pre=2)
+    >>> kw = LegResult((hit(1, 7, 0.5),), n_pre=9)
     >>> fused, n_pre = fuse_legs(vec, kw, weights=(0.7, 0.3))
-    >>> [(f.row["chunk_id"], f.vector_rank, f.fts_rank, round(f.score, 5)) for f in fused], n_pre
+    >>> [(c.chunk_id, c.vector_rank, c.fts_rank, round(c.fused_score, 5)) for c in fused], n_pre
     ([(7, 2, 1, 0.01621), (5, 1, None, 0.01148)], 11)
     """
-    legs = [vector_rows] if keyword_rows is None else [vector_rows, keyword_rows]
-    n_pre = sum(int(rows[0]["n_pre"]) for rows in legs if rows)
-    # The legs' ranks are 1..n (row_number over what the leg returns), so rank order is list
-    # order for fuse_rrf; an empty leg's one row carries only its count (chunk_id NULL).
-    vec = sorted((r for r in vector_rows if r["chunk_id"] is not None and not r.get("mention")),
-                 key=lambda r: r["vector_rank"])
-    kw = sorted((r for r in keyword_rows or () if r["chunk_id"] is not None),
-                key=lambda r: r["fts_rank"])
-    by_vec = {r["chunk_id"]: r for r in vec}
-    by_kw = {r["chunk_id"]: r for r in kw}
-    lists = [list(by_vec)] if keyword_rows is None else [list(by_vec), list(by_kw)]
+    legs = [vector] if keyword is None else [vector, keyword]
+    n_pre = sum(leg.n_pre for leg in legs)
+    by_vec = {h.candidate.chunk_id: h for h in vector.hits if not h.mention}
+    by_kw = {h.candidate.chunk_id: h for h in keyword.hits} if keyword is not None else {}
+    lists = [list(by_vec)] if keyword is None else [list(by_vec), list(by_kw)]
     scores = dict(fuse_rrf(lists, list(weights[: len(lists)]), k=k))
     # @mentioned chunks neither leg found join with 0
-    mentioned = {r["chunk_id"]: r for r in vector_rows
-                 if r.get("mention") and r["chunk_id"] not in scores}
+    mentioned = {h.candidate.chunk_id: h for h in vector.hits
+                 if h.mention and h.candidate.chunk_id not in scores}
     scores.update(dict.fromkeys(mentioned, 0.0))
     out = []
     for chunk_id in sorted(scores, key=lambda c: (-scores[c], c)):
         v, f = by_vec.get(chunk_id), by_kw.get(chunk_id)
-        row = v or f or mentioned[chunk_id]
-        out.append(Fused(row, None if v is None else v["vector_rank"],
-                         None if f is None else f["fts_rank"],
-                         None if f is None else f["fts_score"], scores[chunk_id]))
+        found = (v or f or mentioned[chunk_id]).candidate
+        out.append(construct(Candidate, {
+            **found.__dict__, "vector_rank": None if v is None else v.rank,
+            "fts_rank": None if f is None else f.rank,
+            "fts_score": None if f is None or f.score is None else float(f.score),
+            "fused_score": float(scores[chunk_id])}))
     return out, n_pre

@@ -11,10 +11,11 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from ..models import Hit, Origin, ScoreBreakdown
+from ..models.legs import Neighbour
 from ..settings import Settings
-from ..store import sql as q
-from ..store.rows import document_from_row
-from .plan import Fetch, SearchRequest
+from ..store import reads
+from ..store.reads import Fetch
+from .plan import SearchRequest
 
 _SEP = chr(31)  # unit separator: joins (project, slug) into one visited key, as the SQL does
 
@@ -35,24 +36,15 @@ def expand_graph(primary: Sequence[Hit], req: SearchRequest, settings: Settings,
     visited = {f"{h.document.project_key}{_SEP}{h.document.slug}" for h in primary if h.document.slug}
     frontier: list[tuple[str, str]] = [(p, s or "") for p, s in seeds]
     out: list[Hit] = []
-    query, fparams = q.neighbours_sql(direction=settings.graph_expansion_direction,
-                                      filters=req.filters)
     for hop in range(1, settings.graph_expansion_hops + 1):
         if not frontier or len(out) >= settings.graph_expansion_max_nodes:
             break
-        rows = yield Fetch(
-            query,
-            {**q.scope_params(req.scope), **fparams, "fp": [p for p, _ in frontier],
-             "fs": [s for _, s in frontier], "visited": sorted(visited), "types": types,
-             "qvec": qvec},
-            f"graph_hop_{hop}",
-        )
+        found: list[Neighbour] = yield reads.neighbours(
+            req.scope, direction=settings.graph_expansion_direction, filters=req.filters,
+            frontier=frontier, visited=sorted(visited), types=types, qvec=qvec, hop=hop)
         decay = settings.graph_hop_decay ** (hop - 1)
-        hop_hits = []
-        for row in rows:
-            if int(row["doc_pk"]) in primary_docs:
-                continue
-            hop_hits.append(_graph_hit(row, hop, decay))
+        hop_hits = [_graph_hit(n, hop, decay) for n in found
+                    if n.candidate.document.id not in primary_docs]
         hop_hits.sort(key=lambda h: (-h.score, h.chunk_id))
         per_seed: dict[str | None, int] = {}
         capped = []
@@ -68,19 +60,16 @@ def expand_graph(primary: Sequence[Hit], req: SearchRequest, settings: Settings,
     return out
 
 
-def _graph_hit(row: dict[str, Any], hop: int, decay: float) -> Hit:
-    sim = float(row["similarity"])
-    weight = float(row["edge_weight"])
+def _graph_hit(n: Neighbour, hop: int, decay: float) -> Hit:
+    c = n.candidate
     # similarity to the query x edge strength x hop decay: comparable across neighbours, and
     # never presented as a primary relevance score.
-    score = sim * weight * decay
+    score = n.similarity * n.edge_weight * decay
     return Hit(
-        chunk_id=int(row["chunk_id"]), text=row["text"], heading_path=row["heading_path"] or "",
-        score=score,
-        scores=ScoreBreakdown(total=score, raw_similarity=sim, hop_decay=decay),
-        origin=Origin.GRAPH_EXPANSION, document=document_from_row(row),
-        chunk_order=int(row["chunk_order"]), similarity=sim, edge_type=row["edge_type"],
-        from_slug=row["from_slug"], hop=hop,
-        metadata={"edge_weight": weight, "direction": row["direction"]},
-        chunk_uid=row.get("chunk_uid"),
+        chunk_id=c.chunk_id, text=c.text, heading_path=c.heading_path, score=score,
+        scores=ScoreBreakdown(total=score, raw_similarity=n.similarity, hop_decay=decay),
+        origin=Origin.GRAPH_EXPANSION, document=c.document, chunk_order=c.chunk_order,
+        similarity=n.similarity, edge_type=n.edge_type, from_slug=n.from_slug, hop=hop,
+        metadata={"edge_weight": n.edge_weight, "direction": n.direction},
+        chunk_uid=c.chunk_uid,
     )

@@ -25,9 +25,9 @@ from ..ranking.fusion import fuse_legs
 from ..ranking.history import promote_predecessors
 from ..ranking.rerank import rank
 from ..settings import Settings
+from ..store import reads
 from ..store import sql as q
 from ..store.fts_sql import LexemeBudget
-from ..store.rows import candidate_from_row
 from .graph import expand_graph
 from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
@@ -93,8 +93,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         ranked = rank(req.query, found.candidates, settings, mention_doc_ids=found.mentions,
                       now=req.now, lexeme_stats=found.lexeme_stats)
         # History questions: a superseded decision the query names goes next to its successor.
-        edges = yield _kept(Fetch(q.supersessions_sql(), q.scope_params(req.scope),
-                                  "supersessions", parse=successor_map), req, catalog.ttl)
+        edges = yield reads.supersessions(req.scope, catalog.ttl)
         ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit)
     channel = pool = None
     if settings.rejected_injection_enabled:
@@ -132,9 +131,9 @@ def synonym_groups(req: SearchRequest, settings: Settings,
     if not settings.synonyms_enabled:
         return []
     with watch.lap("synonyms"):
-        rows = yield _kept(Fetch(q.synonyms_sql(), q.scope_params(req.scope), "synonyms"), req,
-                           settings.synonyms_cache_ttl_seconds)
-    return [[r["term"], *r["synonyms"]] for r in rows]
+        groups: list[list[str]] = yield reads.synonyms(req.scope,
+                                                       settings.synonyms_cache_ttl_seconds)
+    return groups
 
 
 class ScopeCatalog(NamedTuple):
@@ -149,14 +148,9 @@ class ScopeCatalog(NamedTuple):
 
 def scope_catalog(req: SearchRequest, settings: Settings) -> Generator[Fetch, Any, ScopeCatalog]:
     ttl = settings.catalog_cache_ttl_seconds
-    scope_p = q.scope_params(req.scope)
-    corpus = yield _kept(Fetch(q.lexeme_stats_sql(), scope_p, "lexeme_stats",
-                               parse=CorpusLexemes.from_rows), req, ttl)
-    configs = yield _kept(Fetch(q.fts_configs_sql(), {**scope_p, "default": settings.fts_language},
-                                "fts_configs", parse=lambda rows: [r["config"] for r in rows]),
-                          req, ttl)
-    calibration = yield _kept(Fetch(q.scope_stats_sql(), scope_p, "scope_stats",
-                                    parse=Calibration.from_rows), req, ttl)
+    corpus = yield reads.lexeme_stats(req.scope, ttl)
+    configs = yield reads.fts_configs(req.scope, settings.fts_language, ttl)
+    calibration = yield reads.calibration(req.scope, ttl)
     return ScopeCatalog(corpus, configs, calibration, ttl)
 
 
@@ -186,30 +180,23 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
     mentions = (req.mention_doc_ids | frozenset(req.filters.doc_ids)
                 if settings.mentions_mode == "boost" else frozenset())
     shape = leg_shape(req, settings, catalog.corpus, catalog.configs)
-    vec_sql, fparams = q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids,
-                                        with_mentions=bool(mentions))
     # one configuration stems the query through fts_lang, several through the legs' CTE ql
-    fts_lang = catalog.configs[0] if len(catalog.configs) == 1 else settings.fts_language
-    params = {**fparams, "qvec": qvec, "fts_lang": fts_lang,
-              "fts_text": " ".join([req.query, *phrases]) if mode == "or" else req.query,
-              **{f"phrase{i}": p for i, p in enumerate(phrases)},
-              "mention_ids": sorted(mentions)}
-    legs: tuple[Fetch, ...] = (Fetch(vec_sql, params, "vector_leg"),)
+    query = reads.LegQuery(
+        qvec=qvec, fts_lang=catalog.configs[0] if len(catalog.configs) == 1
+        else settings.fts_language,
+        fts_text=" ".join([req.query, *phrases]) if mode == "or" else req.query,
+        phrases=tuple(phrases), mention_ids=tuple(sorted(mentions)))
+    legs: tuple[Fetch, ...] = (reads.vector_leg(shape, query, filters=req.filters,
+                                                with_doc_ids=with_doc_ids),)
     if settings.hybrid_search_enabled:
-        fts_sql, _ = q.keyword_leg_sql(
-            shape, fts_mode=mode, n_phrases=0 if mode == "or" else len(phrases),
-            filters=req.filters, with_doc_ids=with_doc_ids)
-        legs = (Fetch(fts_sql, params, "keyword_leg"), *legs)
+        legs = (reads.keyword_leg(shape, query, mode=mode, filters=req.filters,
+                                  with_doc_ids=with_doc_ids), *legs)
     answers = yield Parallel(legs)
-    vector_rows, keyword_rows = answers[-1], answers[0] if len(legs) == 2 else None
-    fused, n_pre = fuse_legs(vector_rows, keyword_rows, k=settings.rrf_k, weights=(
+    vector, keyword = answers[-1], answers[0] if len(legs) == 2 else None
+    fused, n_pre = fuse_legs(vector, keyword, k=settings.rrf_k, weights=(
         float(settings.hybrid_semantic_weight), float(settings.hybrid_fts_weight)))
-    # the query's lexemes as the statements stemmed them, sorted (the vector leg returns them
-    # on every row, and always returns a row)
-    lexemes = list(vector_rows[0]["query_lexemes"] or ()) if vector_rows else []
-    return Found(
-        [candidate_from_row(f) for f in fused], n_pre, mentions, phrases,
-        catalog.corpus.for_query(lexemes) if fused else None)
+    return Found(fused, n_pre, mentions, phrases,
+                 catalog.corpus.for_query(list(vector.query_lexemes)) if fused else None)
 
 
 def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, found: Found,
@@ -241,25 +228,3 @@ def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, fou
         history_promoted=tuple(slug for _, slug in promoted),
         rejected_evidence=tuple(channel.evidence) if channel else (),
         lexeme_stats=found.lexeme_stats)
-
-
-def successor_map(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(project, successor) -> its predecessors, from :func:`~kb_retriever.store.sql.
-    supersessions_sql` rows.
-
-    >>> successor_map([{"project_key": "p", "from_slug": "v2", "to_slug": "v1",
-    ...                 "edge_type": "supersedes"},
-    ...                {"project_key": "p", "from_slug": "v1", "to_slug": "v2",
-    ...                 "edge_type": "invalidated_by"}])
-    {('p', 'v2'): [('p', 'v1')]}
-    """
-    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for r in rows:
-        p = r["project_key"]
-        new, old = ((r["from_slug"], r["to_slug"]) if r["edge_type"] == "supersedes"
-                    else (r["to_slug"], r["from_slug"]))
-        preds = out.setdefault((p, new), [])
-        if (p, old) not in preds:
-            preds.append((p, old))
-    return out
-

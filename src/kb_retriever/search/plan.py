@@ -1,7 +1,9 @@
 """The sans-I/O plan of a search: what a stage asks for, and the drivers that answer it.
 
-A plan is a generator that *yields* a :class:`Fetch` (an SQL read), a :class:`Parallel` (reads
-that may run at once) or an :class:`Embed` (a query embedding) and receives the answer, so the
+A plan is a generator that *yields* a :class:`~kb_retriever.store.reads.Fetch` (a read of the
+store, complete with its values and the parser of its rows), a
+:class:`~kb_retriever.store.reads.Parallel` (reads that may run at once) or an :class:`Embed` (a
+query embedding) and receives the answer, so the
 sync and async entry points share every line of logic and differ only in how they perform I/O
 (:func:`run_plan` / :func:`arun_plan`). ``search.pipeline`` and ``search.graph`` build on it.
 """
@@ -13,36 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg import sql
-
-from ..filters.dimensions import SearchFilters
+from ..filters import SearchFilters
 from ..models import SearchResult
 from ..store import sql as q
+from ..store.reads import Fetch, Parallel
 
 __all__ = ["Embed", "Fetch", "Parallel", "Plan", "SearchRequest", "arun_plan", "run_plan"]
-
-
-@dataclass(frozen=True)
-class Fetch:
-    """Run ``query`` with ``params``; send back the rows as dicts, or ``parse(rows)`` when
-    ``parse`` is set (a driver that caches the read caches that parsed answer)."""
-
-    query: sql.Composable
-    params: dict[str, Any]
-    stage: str
-    parse: Callable[[list[dict[str, Any]]], Any] | None = None
-    # A read whose answer changes only when the knowledge base is written: the driver may keep
-    # it under ``cache_key`` for ``cache_ttl`` seconds (0: never cached).
-    cache_key: tuple[Any, ...] | None = None
-    cache_ttl: float = 0.0
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """Run ``fetches`` (independent reads) and send back their answers in order; a driver may
-    run them at once, each on its own connection."""
-
-    fetches: tuple[Fetch, ...]
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 ``SearchSession`` and ``AsyncSearchSession`` are line-parallel twins (as httpx keeps ``Client``
 and ``AsyncClient``): the policy is the same, only the I/O differs. A session answers a plan's
-reads (``plan.Fetch`` / ``plan.Parallel``); what may be cached, under which key and for how
+reads (``store.reads.Fetch`` / ``Parallel``); what may be cached, under which key and for how
 long, the plan declares on each read (``Fetch.cache_key``, ``Fetch.cache_ttl``), and
 :class:`ReadCache` keeps it.
 
@@ -32,9 +32,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import PoolTimeout
 
-from ..search.plan import Fetch
 from ..settings import Settings
 from .connection import atranslated, is_retryable, translate, translated
+from .reads import Fetch
 
 logger = logging.getLogger(__name__)
 

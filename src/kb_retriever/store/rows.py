@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from ..models import Candidate, DocumentRef, construct
-from ..ranking.fusion import Fused
+from ..models.legs import LegHit, LegResult, Neighbour
 from .columns import DOCUMENT_FIELDS
+
+__all__ = ["candidate_from_row", "document_from_row", "leg_result", "neighbours_from_rows",
+           "successor_map", "vector_array"]
 
 
 def vector_array(value: Any, dtype: Any = np.float32) -> np.ndarray:
@@ -28,9 +31,9 @@ def document_from_row(row: Mapping[str, Any]) -> DocumentRef:
     return construct(DocumentRef, values)
 
 
-def candidate_from_row(fused: Fused) -> Candidate:
-    """A fused candidate row as a :class:`Candidate`."""
-    row = fused.row
+def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
+    """A candidate row (chunk and document columns, the cosine, the BM25 inputs) as a
+    :class:`Candidate`, its fusion fields unset."""
     sim = row.get("similarity")
     return construct(Candidate, {
         "chunk_id": int(row["chunk_id"]),
@@ -39,15 +42,56 @@ def candidate_from_row(fused: Fused) -> Candidate:
         "chunk_order": int(row["chunk_order"]),
         "document": document_from_row(row),
         "vector_similarity": None if sim is None else float(sim),
-        "vector_rank": fused.vector_rank,
-        "fts_rank": fused.fts_rank,
-        "fts_score": None if fused.fts_score is None else float(fused.fts_score),
-        "fused_score": float(fused.score),
         "metadata": MappingProxyType(dict(row["metadata"] or {})),
         "lexeme_tf": _lexeme_tf(row),
         "lexeme_count": row.get("lexeme_count"),
         "chunk_uid": row.get("chunk_uid"),
     })
+
+
+def leg_result(rows: Sequence[Mapping[str, Any]], *, rank: str) -> LegResult:
+    """A candidate leg's rows (``store.sql``'s ``_leg``) as a :class:`LegResult`, hits in rank
+    order. Every row carries the leg's ``n_pre``; an empty leg returns one row of NULLs that
+    carries only that (and the query's lexemes).
+
+    >>> leg_result([{"n_pre": 3, "chunk_id": None}], rank="fts_rank")
+    LegResult(hits=(), n_pre=3, query_lexemes=())
+    """
+    if not rows:
+        return LegResult((), 0)
+    head = rows[0]
+    hits = [LegHit(r[rank], r.get("fts_score"), bool(r.get("mention")), candidate_from_row(r))
+            for r in rows if r["chunk_id"] is not None]
+    # ranked hits by rank (1..n), then the @mentioned ones the leg joined without a rank
+    hits.sort(key=lambda h: (h.rank is None, h.rank or 0))
+    return LegResult(tuple(hits), int(head["n_pre"]), tuple(head.get("query_lexemes") or ()))
+
+
+def neighbours_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Neighbour]:
+    """The rows of a graph hop (``store.sql.neighbours_sql``) as :class:`Neighbour` s."""
+    return [Neighbour(candidate_from_row(r), float(r["similarity"]), r["edge_type"],
+                      float(r["edge_weight"]), r["from_slug"], r["direction"]) for r in rows]
+
+
+def successor_map(rows: Sequence[Mapping[str, Any]]
+                  ) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(project, successor) -> its predecessors, from ``store.sql.supersessions_sql`` rows.
+
+    >>> successor_map([{"project_key": "p", "from_slug": "v2", "to_slug": "v1",
+    ...                 "edge_type": "supersedes"},
+    ...                {"project_key": "p", "from_slug": "v1", "to_slug": "v2",
+    ...                 "edge_type": "invalidated_by"}])
+    {('p', 'v2'): [('p', 'v1')]}
+    """
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for r in rows:
+        p = r["project_key"]
+        new, old = ((r["from_slug"], r["to_slug"]) if r["edge_type"] == "supersedes"
+                    else (r["to_slug"], r["from_slug"]))
+        preds = out.setdefault((p, new), [])
+        if (p, old) not in preds:
+            preds.append((p, old))
+    return out
 
 
 def _lexeme_tf(row: Mapping[str, Any]) -> Mapping[str, int] | None:

@@ -1,0 +1,63 @@
+"""What the store's search reads return: frozen records, never rows.
+
+A candidate leg answers a :class:`LegResult`: its hits in rank order, each already a
+:class:`~kb_retriever.models.Candidate` (the fusion fields unset), and how many matches it saw
+before its threshold. Graph expansion reads :class:`Neighbour` s; the rejected channel reads
+:class:`RejectedChunk` s with their unit vectors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .results import Candidate
+
+__all__ = ["LegHit", "LegResult", "Neighbour", "RejectedChunk", "RejectedVectors"]
+
+
+class LegHit(NamedTuple):
+    """One chunk a leg found: its rank in the leg (None for an @mentioned chunk that joins
+    without one), the full-text score when the full-text leg found it, and the candidate."""
+
+    rank: int | None
+    score: float | None
+    mention: bool
+    candidate: Candidate
+
+
+class LegResult(NamedTuple):
+    """A candidate leg's answer: its hits best first, the matches it saw before its
+    threshold, and the query's lexemes as the statement stemmed them (sorted)."""
+
+    hits: tuple[LegHit, ...]
+    n_pre: int
+    query_lexemes: tuple[str, ...] = ()
+
+
+class Neighbour(NamedTuple):
+    """A document one hop from the frontier: its chunk most similar to the query, and the
+    strongest edge that leads to it."""
+
+    candidate: Candidate
+    similarity: float
+    edge_type: str
+    edge_weight: float
+    from_slug: str
+    direction: str
+
+
+class RejectedChunk(NamedTuple):
+    """A chunk of an accepted rejected-approach document in scope, and the slugs its document
+    has an edge with, either way."""
+
+    candidate: Candidate
+    linked_slugs: tuple[str, ...]
+
+
+class RejectedVectors(NamedTuple):
+    """The scope's rejected-approach chunks with their embeddings scaled to unit length (zero
+    vectors stay 0), read once per cache period."""
+
+    ids: list[tuple[int, int]]  # (doc, chunk) per row of ``unit``
+    unit: Any  # numpy array, one row per chunk
+    chunks: dict[int, RejectedChunk]  # chunk id -> its record

@@ -1,0 +1,144 @@
+"""The reads a search asks for: each a complete statement with all its values, and the parser
+that turns its rows into records (``models.legs``, ``ranking`` values) before they leave the
+store.
+
+A search plan (``search.plan``) yields these requests and a session (``store.reader``) answers
+them, so the plan holds no SQL and binds no placeholder. What may be cached, under which key and
+for how long, each request says itself (:attr:`Fetch.cache_key`, :attr:`Fetch.cache_ttl`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ..filters import SearchFilters
+from ..models.legs import LegResult
+from ..ranking.bm25 import CorpusLexemes
+from ..ranking.calibration import Calibration
+from . import sql as q
+from .rows import leg_result, neighbours_from_rows, successor_map
+
+__all__ = ["Fetch", "LegQuery", "Parallel", "calibration", "fts_configs", "keyword_leg",
+           "lexeme_stats", "neighbours", "supersessions", "synonyms", "vector_leg"]
+
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Run ``query`` with ``params``; the answer is ``parse(rows)`` (the rows as dicts when
+    ``parse`` is None). A read whose answer changes only when the knowledge base is written
+    may be kept under ``cache_key`` for ``cache_ttl`` seconds (0: never cached)."""
+
+    query: Any  # a psycopg Composable
+    params: dict[str, Any]
+    stage: str
+    parse: Callable[[Rows], Any] | None = None
+    cache_key: tuple[Any, ...] | None = None
+    cache_ttl: float = 0.0
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Independent reads; their answers come back in order, maybe read at once."""
+
+    fetches: tuple[Fetch, ...]
+
+
+def _scoped(query: Any, scope: q.Scope, stage: str, ttl: float,
+            parse: Callable[[Rows], Any] | None, **params: Any) -> Fetch:
+    """A read of one scope, cached for ``ttl`` seconds per (stage, tenant, projects)."""
+    return Fetch(query, {**q.scope_params(scope), **params}, stage, parse,
+                 cache_key=(stage, scope.tenant, scope.projects), cache_ttl=ttl)
+
+
+def _synonym_groups(rows: Rows) -> list[list[str]]:
+    return [[r["term"], *r["synonyms"]] for r in rows]
+
+
+def synonyms(scope: q.Scope, ttl: float) -> Fetch:
+    """The scope's synonym groups, the term first."""
+    return _scoped(q.synonyms_sql(), scope, "synonyms", ttl, _synonym_groups)
+
+
+def lexeme_stats(scope: q.Scope, ttl: float) -> Fetch:
+    """The scope's lexeme statistics (:class:`~kb_retriever.ranking.bm25.CorpusLexemes`)."""
+    return _scoped(q.lexeme_stats_sql(), scope, "lexeme_stats", ttl, CorpusLexemes.from_rows)
+
+
+def _configs(rows: Rows) -> list[str]:
+    return [r["config"] for r in rows]
+
+
+def fts_configs(scope: q.Scope, default: str, ttl: float) -> Fetch:
+    """The full-text configurations of the scope's documents' languages (``default`` for the
+    documents without one)."""
+    return _scoped(q.fts_configs_sql(), scope, "fts_configs", ttl, _configs, default=default)
+
+
+def calibration(scope: q.Scope, ttl: float) -> Fetch:
+    """The scope's null similarity (:class:`~kb_retriever.ranking.calibration.Calibration`)."""
+    return _scoped(q.scope_stats_sql(), scope, "scope_stats", ttl, Calibration.from_rows)
+
+
+def supersessions(scope: q.Scope, ttl: float) -> Fetch:
+    """(project, successor) -> its predecessors, in the scope."""
+    return _scoped(q.supersessions_sql(), scope, "supersessions", ttl, successor_map)
+
+
+class LegQuery(NamedTuple):
+    """The query's values that both candidate legs bind: its vector, the full-text
+    configuration and text, the synonym phrases (separate tsqueries outside ``or`` mode) and
+    the @mentioned documents."""
+
+    qvec: Any
+    fts_lang: str
+    fts_text: str
+    phrases: tuple[str, ...] = ()
+    mention_ids: tuple[int, ...] = ()
+
+    def params(self) -> dict[str, Any]:
+        return {"qvec": self.qvec, "fts_lang": self.fts_lang, "fts_text": self.fts_text,
+                **{f"phrase{i}": p for i, p in enumerate(self.phrases)},
+                "mention_ids": list(self.mention_ids)}
+
+
+def vector_leg(shape: q.LegShape, query: LegQuery, *, filters: SearchFilters,
+               with_doc_ids: bool) -> Fetch:
+    """The vector leg (``store.sql.vector_leg_sql``), answered as a :class:`LegResult`."""
+    stmt, fparams = q.vector_leg_sql(shape, filters=filters, with_doc_ids=with_doc_ids,
+                                     with_mentions=bool(query.mention_ids))
+    return Fetch(stmt, {**fparams, **query.params()}, "vector_leg", _vector_leg)
+
+
+def keyword_leg(shape: q.LegShape, query: LegQuery, *, mode: str, filters: SearchFilters,
+                with_doc_ids: bool) -> Fetch:
+    """The full-text leg (``store.sql.keyword_leg_sql``), answered as a :class:`LegResult`.
+    In ``or`` mode the phrases are in ``fts_text`` already."""
+    stmt, fparams = q.keyword_leg_sql(shape, fts_mode=mode,
+                                      n_phrases=0 if mode == "or" else len(query.phrases),
+                                      filters=filters, with_doc_ids=with_doc_ids)
+    return Fetch(stmt, {**fparams, **query.params()}, "keyword_leg", _keyword_leg)
+
+
+def _vector_leg(rows: Rows) -> LegResult:
+    return leg_result(rows, rank="vector_rank")
+
+
+def _keyword_leg(rows: Rows) -> LegResult:
+    return leg_result(rows, rank="fts_rank")
+
+
+def neighbours(scope: q.Scope, *, direction: str, filters: SearchFilters,
+               frontier: Sequence[tuple[str, str]], visited: Sequence[str],
+               types: Sequence[str], qvec: Any, hop: int) -> Fetch:
+    """One hop of graph expansion from the ``frontier`` (project, slug) pairs, answered as
+    :class:`~kb_retriever.models.legs.Neighbour` s."""
+    stmt, fparams = q.neighbours_sql(direction=direction, filters=filters)
+    return Fetch(stmt, {**q.scope_params(scope), **fparams, "fp": [p for p, _ in frontier],
+                        "fs": [s for _, s in frontier], "visited": list(visited),
+                        "types": list(types), "qvec": qvec}, f"graph_hop_{hop}",
+                 neighbours_from_rows)
+
