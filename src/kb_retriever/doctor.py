@@ -9,39 +9,19 @@ with ``SET LOCAL enable_indexscan = off``, same tenant/project filter) — pgvec
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from pgvector.psycopg import register_vector
-
 from .checks import valid_name
 from .errors import InputError
 from .settings import Settings, load_settings
-from .store.connection import translated
+from .store import diagnostics
+from .store.diagnostics import Diagnostics
 
 __all__ = ["DoctorReport", "check_index", "diagnose", "format_report"]
 
 RECALL_HINT_BELOW = 0.95  # below this, more ef_search usually buys recall cheaply (§2.4)
-
-_APPROX = (
-    "WITH v AS MATERIALIZED (SELECT id, embedding <=> %(q)s AS d FROM kb_chunks "
-    "WHERE tenant_id = %(tenant)s AND project_key = %(project)s ORDER BY d LIMIT %(k)s) "
-    "SELECT id FROM v ORDER BY d + 0, id"
-)
-_EXACT = (
-    "SELECT id FROM kb_chunks WHERE tenant_id = %(tenant)s AND project_key = %(project)s "
-    "ORDER BY embedding <=> %(q)s, id LIMIT %(k)s"
-)
-_INDEXES = (
-    "SELECT c.relname AS name, am.amname AS method, i.indisvalid AS valid, "
-    "i.indisready AS ready, pg_relation_size(c.oid) AS bytes "
-    "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam "
-    "WHERE i.indrelid = 'kb_chunks'::regclass ORDER BY c.relname"
-)
-
 
 @dataclass
 class DoctorReport:
@@ -61,34 +41,19 @@ class DoctorReport:
     hints: list[str] = field(default_factory=list)
 
 
-def _ids(conn: psycopg.Connection, stmt: str, params: dict[str, Any],
-         local: list[tuple[str, str]]) -> tuple[list[int], float]:
-    t = time.perf_counter()
-    with conn.transaction():
-        for name, value in local:  # SET LOCAL: gone when the transaction ends
-            conn.execute("SELECT set_config(%s, %s, true)", [name, value])
-        rows = conn.execute(stmt, params).fetchall()
-    return [int(r[0]) for r in rows], (time.perf_counter() - t) * 1000
-
-
-def check_index(conn: psycopg.Connection, *, tenant: str, project: str, samples: int = 20,
+def check_index(store: Diagnostics, *, tenant: str, project: str, samples: int = 20,
                 k: int = 10, ef_search: int = 100) -> DoctorReport:
     """Measure recall@k of HNSW against exact search on ``samples`` embeddings of the scope."""
     if samples < 1 or k < 1:
         raise InputError("samples and k must be at least 1")
-    scope = {"tenant": tenant, "project": project}
-    n = conn.execute("SELECT count(*) FROM kb_chunks WHERE tenant_id = %(tenant)s "
-                     "AND project_key = %(project)s", scope).fetchone()
-    count = int(n[0]) if n else 0
-    indexes = [dict(zip(("name", "method", "valid", "ready", "bytes"), r, strict=True))
-               for r in conn.execute(_INDEXES).fetchall()]
+    count = store.chunks_in_scope(tenant, project)
     report = DoctorReport(tenant=tenant, project=project, k=k, samples=0, chunks_in_scope=count,
                           ef_search=ef_search, recall_at_k=None, min_recall=None,
                           approx_rows_mean=None, approx_ms_p50=None, exact_ms_p50=None)
-    report.indexes = [{**i, "size_mb": round(i.pop("bytes") / 2**20, 2)} for i in indexes]
+    report.indexes = [{"name": i.name, "method": i.method, "valid": i.valid, "ready": i.ready,
+                       "size_mb": round(i.bytes / 2**20, 2)} for i in store.indexes()]
     for rel in ("kb_chunks", "kb_documents", "kb_edges"):
-        size = conn.execute("SELECT pg_total_relation_size(%s::regclass)", [rel]).fetchone()
-        report.sizes_mb[rel] = round(int(size[0]) / 2**20, 2) if size else 0.0
+        report.sizes_mb[rel] = round(store.relation_size(rel) / 2**20, 2)
     methods = {i["method"]: i for i in report.indexes}
     for method, what in (("hnsw", "vector"), ("gin", "full-text")):
         if method not in methods:
@@ -100,18 +65,11 @@ def check_index(conn: psycopg.Connection, *, tenant: str, project: str, samples:
     if count == 0:
         report.hints.append(f"no chunks in tenant {tenant!r}, project {project!r}")
         return report
-    conn.execute("SELECT setseed(0.42)")  # the same sample on every run
-    queries = conn.execute(
-        "SELECT id, embedding FROM kb_chunks WHERE tenant_id = %(tenant)s "
-        "AND project_key = %(project)s ORDER BY random() LIMIT %(n)s", {**scope, "n": samples},
-    ).fetchall()
-    approx_gucs = [("hnsw.ef_search", str(ef_search)), ("hnsw.iterative_scan", "relaxed_order")]
     recalls, rows, t_approx, t_exact = [], [], [], []
-    for qid, vec in queries:
+    for qid, vec in store.sample(tenant, project, samples):
         # k + 1 and drop the sample itself: it is trivially its own nearest neighbour.
-        params = {**scope, "q": vec, "k": k + 1}
-        approx, ta = _ids(conn, _APPROX, params, approx_gucs)
-        exact, te = _ids(conn, _EXACT, params, [("enable_indexscan", "off")])
+        approx, ta = store.nearest(tenant, project, vec, k + 1, exact=False, ef_search=ef_search)
+        exact, te = store.nearest(tenant, project, vec, k + 1, exact=True, ef_search=ef_search)
         approx = [i for i in approx if i != qid][:k]
         exact = [i for i in exact if i != qid][:k]
         if exact:
@@ -119,7 +77,7 @@ def check_index(conn: psycopg.Connection, *, tenant: str, project: str, samples:
         rows.append(len(approx))
         t_approx.append(ta)
         t_exact.append(te)
-    report.samples = len(queries)
+    report.samples = len(rows)
     if recalls:
         report.recall_at_k = round(statistics.fmean(recalls), 4)
         report.min_recall = round(min(recalls), 4)
@@ -165,10 +123,6 @@ def diagnose(*, database_url: str | None = None, home: Path | None = None,
         from .store.server import start_embedded
 
         url = start_embedded(home or settings.home)
-    with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-        has = conn.execute("SELECT to_regclass('kb_chunks') IS NOT NULL").fetchone()
-        if not has or not has[0]:
-            raise InputError("this database has no kb-retriever schema yet (run ingest first)")
-        register_vector(conn)
-        return check_index(conn, tenant=tenant, project=project, samples=samples, k=k,
+    with diagnostics.connect(url) as store:
+        return check_index(store, tenant=tenant, project=project, samples=samples, k=k,
                            ef_search=settings.hnsw_ef_search)

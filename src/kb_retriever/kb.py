@@ -8,11 +8,9 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from .embedding import Embedder, default_embedder, embedder_errors
 from .embedding.base import check_vector
@@ -21,16 +19,18 @@ from .filters.dimensions import SearchFilters, parse_filters
 from .filters.expressions import is_row_id
 from .kb_documents import DocumentMethods, valid_name
 from .models import SearchResult
-from .search.pipeline import leg_shape, search_plan, validate_limit, validate_query
+from .search.pipeline import search_plan, validate_limit, validate_query
 from .search.plan import SearchRequest, arun_plan, run_plan
 from .settings import Settings, load_settings
 from .store import schema
-from .store.connection import translated
 from .store.pools import Pools
 from .store.reader import AsyncSearchSession, ReadCache, SearchSession
 from .store.server import start_embedded
 from .store.sql import Scope
 from .write.from_files import IngestReport, Progress, as_paths, ingest_paths
+
+if TYPE_CHECKING:  # the pools a caller may lend (store/pools.py checks them)
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 logger = logging.getLogger(__name__)
 
@@ -142,14 +142,9 @@ class KnowledgeBase(DocumentMethods):
     def _open(self) -> KnowledgeBase:
         url = (self._pools.borrowed_conninfo() or self.settings.database_url
                or start_embedded(self.settings.home))
-
-        def prepare(conn: psycopg.Connection[Any]) -> None:
-            schema.migrate(conn)
-            schema.ensure_fixed_choices(conn, dimension=self.embedder.dimension,
-                                        model_id=self.embedder.model_id,
-                                        fts_language=self.settings.fts_language)
-
-        self._pools.open(url, prepare)
+        self._pools.open(url, schema.Choices(dimension=self.embedder.dimension,
+                                             model_id=self.embedder.model_id,
+                                             fts_language=self.settings.fts_language))
         return self
 
     def close(self) -> None:
@@ -194,24 +189,13 @@ class KnowledgeBase(DocumentMethods):
         roots = as_paths(paths)
         scope = (valid_name("tenant", self.tenant if tenant is None else tenant),
                  valid_name("project", self.project if project is None else project))
-        pool = self._pools.checked()
         try:
-            with translated(), pool.connection() as conn:
-                # A large file's COPY may take longer than a search's statement timeout.
-                conn.execute("SELECT set_config('statement_timeout', %s, false)",
-                             [str(self.settings.ingest_statement_timeout_ms)])
-                try:
-                    return ingest_paths(
-                        conn, self.embedder, self.settings, paths=roots, tenant=scope[0],
-                        project=scope[1], prune=prune, progress=progress,
-                        follow_symlinks=follow_symlinks,
-                    )
-                finally:
-                    if not conn.broken:
-                        conn.execute("SELECT set_config('statement_timeout', %s, false)",
-                                     [str(self.settings.statement_timeout_ms)])
+            with self._pools.writing() as session:
+                return ingest_paths(session, self.embedder, self.settings, paths=roots,
+                                    tenant=scope[0], project=scope[1], prune=prune,
+                                    progress=progress, follow_symlinks=follow_symlinks)
         finally:
-            self._reads.clear()  # the ingest re-analysed kb_chunks: new lexeme statistics
+            self._reads.clear()  # new statistics, calibration, rejected approaches
 
     def clear_caches(self) -> None:
         """Forget the cached reads (synonym groups, lexeme statistics, rejected-approach chunks)
@@ -225,26 +209,17 @@ class KnowledgeBase(DocumentMethods):
         """Add or replace a synonym group for a project (reference §5)."""
         if isinstance(synonyms, str) or not isinstance(synonyms, Iterable):
             raise InputError(f"synonyms must be a list of strings, got {type(synonyms).__name__}")
-        row = [valid_name("tenant", self.tenant if tenant is None else tenant),
-               valid_name("project", self.project if project is None else project),
-               valid_name("term", term), [valid_name("synonym", s) for s in synonyms]]
-        pool = self._pools.checked()
+        scope = (valid_name("tenant", self.tenant if tenant is None else tenant),
+                 valid_name("project", self.project if project is None else project))
+        group = (valid_name("term", term), [valid_name("synonym", s) for s in synonyms])
         self._reads.clear()
-        with translated(), pool.connection() as conn:
-            conn.execute(
-                "INSERT INTO kb_synonyms (tenant_id, project_key, term, synonyms) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id, project_key, term) "
-                "DO UPDATE SET synonyms = EXCLUDED.synonyms, enabled = true", row)
+        with self._pools.writing() as session:
+            session.add_synonyms(*scope, *group)
 
     def projects(self, *, tenant: str | None = None) -> dict[str, int]:
         """The tenant's projects that hold documents, with their document counts."""
-        pool = self._pools.sync()
-        with translated(), pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT project_key, count(*) FROM kb_documents WHERE tenant_id = %s "
-                "GROUP BY project_key ORDER BY project_key",
-                [valid_name("tenant", self.tenant if tenant is None else tenant)]).fetchall()
-        return {str(p): int(n) for p, n in rows}
+        with self._pools.session() as session:
+            return session.projects(valid_name("tenant", self.tenant if tenant is None else tenant))
     # --- search --------------------------------------------------------------------------
     def _request(self, query: Any, *, limit: int | None, project: str | Sequence[str] | None,
                  tenant: str | None, filters: SearchFilters | Mapping[str, Any] | None,
@@ -338,30 +313,26 @@ class KnowledgeBase(DocumentMethods):
             await session.release()
 
     def search_sql(self, query: str, **kwargs: Any) -> str:
-        """The candidate SQL that :meth:`search` runs for ``query``: the vector leg, then the
-        full-text leg (the scope and sizes as literals, the query's values as placeholders).
+        """The statements :meth:`search` runs for ``query`` (same keyword arguments), in the
+        order it runs them: the search runs, its reads recorded as they go to the database
+        (none answered from the cache), each printed with its stage and its values."""
+        req = self._request(query, limit=kwargs.pop("limit", None),
+                            project=kwargs.pop("project", None),
+                            tenant=kwargs.pop("tenant", None), filters=kwargs.pop("filters", None),
+                            mention_doc_ids=kwargs.pop("mention_doc_ids", None),
+                            query_embedding=kwargs.pop("query_embedding", None),
+                            now=kwargs.pop("now", None))
+        if kwargs:
+            raise InputError(f"search_sql got unknown argument(s) {sorted(kwargs)}")
+        session = SearchSession(self._pools.sync(), ReadCache(), self.settings,
+                                self._pools.executor, record=[])
 
-        Shown without the lexeme statistics: a search's full-text leg also carries the cached
-        estimates by which it chooses its OR lexemes (``store.fts_sql.lexeme_selection_sql``), a
-        JSON literal of up to a thousand lexemes; here the leg keeps every query lexeme."""
-        from .store import sql as q
+        def embed(text: str) -> np.ndarray:
+            session.release()
+            return self._embed(text)
 
-        req = self._request(query, limit=kwargs.get("limit"), project=kwargs.get("project"),
-                            tenant=kwargs.get("tenant"), filters=kwargs.get("filters"),
-                            mention_doc_ids=None, query_embedding=None, now=None)
-        with_doc_ids = self.settings.mentions_mode == "filter"
-        pool = self._pools.sync()
-        with translated(), pool.connection() as conn:
-            # the scope's full-text configurations, as a search reads them: several stem the
-            # query by each (the legs' CTE ql)
-            configs = [str(r[0]) for r in conn.execute(q.fts_configs_sql(), {
-                **q.scope_params(req.scope), "default": self.settings.fts_language})]
-        shape = leg_shape(req, self.settings, fts_configs=configs)
-        legs = [("vector leg",
-                 q.vector_leg_sql(shape, filters=req.filters, with_doc_ids=with_doc_ids)[0])]
-        if self.settings.hybrid_search_enabled:
-            legs.append(("full-text leg", q.keyword_leg_sql(
-                shape, fts_mode=self.settings.fts_query_mode, n_phrases=0, filters=req.filters,
-                with_doc_ids=with_doc_ids)[0]))
-        with translated(), pool.connection() as conn:
-            return "\n".join(f"-- {name}\n{stmt.as_string(conn)};" for name, stmt in legs)
+        try:
+            run_plan(search_plan(req, self.settings), session.fetch, embed, session.fetch_all)
+            return session.rendered()
+        finally:
+            session.release()

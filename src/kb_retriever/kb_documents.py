@@ -8,11 +8,8 @@ writes whole documents and chunks by id (the logic is ``write.from_memory``'s, t
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-from psycopg.rows import dict_row
 
 from .checks import valid_name
 from .embedding import Embedder
@@ -21,56 +18,12 @@ from .filters.dimensions import SearchFilters, parse_filters
 from .models import StoredChunk, StoredDocument
 from .settings import Settings
 from .store import by_id as records
-from .store import writer
-from .store.connection import atranslated, translated
 from .store.pools import Pools
 from .store.reader import ReadCache
-from .store.retry import aretried, retried
-from .store.stats import asettle, settle
 from .write import from_memory as docs
 from .write.recalibrate import after_write
 
 __all__ = ["DocumentMethods", "valid_name"]
-
-# Reads of several statements see one snapshot (a document and its chunks, never a mix).
-_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-
-
-@contextlib.contextmanager
-def _snapshot(conn: Any, stmts: Sequence[Any]) -> Iterator[None]:
-    """One read-only snapshot for ``stmts`` when they are several (else none is needed)."""
-    if len(stmts) < 2:
-        yield
-        return
-    with conn.transaction():
-        conn.execute(_SNAPSHOT)
-        yield
-
-
-@contextlib.asynccontextmanager
-async def _asnapshot(conn: Any, stmts: Sequence[Any]) -> AsyncIterator[None]:
-    if len(stmts) < 2:
-        yield
-        return
-    async with conn.transaction():
-        await conn.execute(_SNAPSHOT)
-        yield
-
-
-
-def _count(cur: Any) -> int:
-    """A statement's count: the row it returned (``SELECT count(*)``), else its row count."""
-    if cur.description is not None:
-        row = cur.fetchone()
-        return int(row[0]) if row else 0
-    return max(cur.rowcount, 0)
-
-
-async def _acount(cur: Any) -> int:
-    if cur.description is not None:
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
-    return max(cur.rowcount, 0)
 
 
 def _selection(ids: Iterable[str] | None, filters: SearchFilters | Mapping[str, Any] | None
@@ -120,11 +73,11 @@ class DocumentMethods:
         drafts = [docs.record_draft(r, self.settings) for r in docs.as_records(documents)]
         unique = docs.unique_drafts(drafts)
         try:
-            with self._pools.writing() as conn:
+            with self._pools.writing() as session:
                 written = docs.write_records(
-                    conn, self.embedder, tenant=tenant, project=project, drafts=unique,
+                    session, self.embedder, tenant=tenant, project=project, drafts=unique,
                     stored_hash=lambda draft: self._stored_hash(tenant, project, draft))
-                after_write(conn, self.embedder, tenant, project, written.chunks)
+                after_write(session, self.embedder, tenant, project, written.chunks)
         finally:
             self._reads.clear()
         if written.failed:
@@ -133,8 +86,8 @@ class DocumentMethods:
 
     def _stored_hash(self, tenant: str, project: str, draft: Any) -> str | None:
         """The content hash stored for ``draft``'s id, read on a fresh connection."""
-        with self._pools.checked().connection() as conn:
-            return writer.existing_hash(conn, tenant, project, draft.source_path)
+        with self._pools.session() as session:
+            return session.stored_version(tenant, project, draft.source_path)[0]
 
     def upsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
                       metadata: Mapping[str, Any] | None = None, version: str | None = None,
@@ -164,10 +117,10 @@ class DocumentMethods:
         tenant, project = self._scope(project, tenant)
         draft, ids = docs.chunks_draft(document_id, chunks, metadata, self.settings, version)
         try:
-            with self._pools.writing() as conn:
-                written = docs.write_chunks(conn, self.embedder, tenant=tenant, project=project,
-                                            draft=draft)
-                after_write(conn, self.embedder, tenant, project, len(written))
+            with self._pools.writing() as session:
+                written = docs.write_chunks(session, self.embedder, tenant=tenant,
+                                            project=project, draft=draft)
+                after_write(session, self.embedder, tenant, project, len(written))
         finally:
             self._reads.clear()
         return ids
@@ -192,51 +145,32 @@ class DocumentMethods:
 
     def _read(self, stmts: list[records.Statement]) -> list[list[dict[str, Any]]]:
         """The rows of each statement, all read in one snapshot."""
-        with translated(), self._pools.sync().connection() as conn, \
-                conn.cursor(row_factory=dict_row) as cur, _snapshot(conn, stmts):
-            out = []
-            for stmt in stmts:
-                cur.execute(*stmt)
-                out.append(cur.fetchall())
-            return out
+        with self._pools.session() as session:
+            return session.read(stmts)
 
     async def _aread(self, stmts: list[records.Statement]) -> list[list[dict[str, Any]]]:
-        pool = await self._pools.asynchronous()
-        async with atranslated(), pool.connection() as conn, \
-                conn.cursor(row_factory=dict_row) as cur, _asnapshot(conn, stmts):
-            out = []
-            for stmt in stmts:
-                await cur.execute(*stmt)
-                out.append(await cur.fetchall())
-            return out
+        async with self._pools.asession() as session:
+            return await session.read(stmts)
 
     def _write(self, batch: records.Batch, tenant: str, project: str) -> int:
         """Run ``batch`` in one transaction (again, if PostgreSQL aborts it as a deadlock victim);
         its counted statement's count (returned or affected)."""
         try:
-            with self._pools.writing() as conn:
-                def transaction() -> list[int]:
-                    with conn.transaction():
-                        return [_count(conn.execute(*s)) for s in batch.statements]
-
-                counts = retried(transaction)
-                settle(conn, tenant, project)
+            with self._pools.writing() as session:
+                count = session.run(batch)
+                session.settle(tenant, project)
         finally:
             self._reads.clear()
-        return counts[batch.counted]
+        return count
 
     async def _awrite(self, batch: records.Batch, tenant: str, project: str) -> int:
         try:
-            async with self._pools.awriting() as conn:
-                async def transaction() -> list[int]:
-                    async with conn.transaction():
-                        return [await _acount(await conn.execute(*s)) for s in batch.statements]
-
-                counts = await aretried(transaction)
-                await asettle(conn, tenant, project)
+            async with self._pools.awriting() as session:
+                count = await session.run(batch)
+                await session.settle(tenant, project)
         finally:
             self._reads.clear()
-        return counts[batch.counted]
+        return count
 
     def get_by_ids(self, ids: Iterable[str], *, project: str | None = None,
                    tenant: str | None = None, with_embeddings: bool = False

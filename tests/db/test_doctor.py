@@ -7,12 +7,12 @@ import json
 import numpy as np
 import psycopg
 import pytest
-from pgvector.psycopg import register_vector
 
 from kb_retriever import HashingEmbedder, Settings, StoreError
 from kb_retriever.cli import main
 from kb_retriever.doctor import check_index
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
+from kb_retriever.store import diagnostics
 from kb_retriever.write.bulk import bulk_load
 from tests.conftest import fk_lookups_by_path_index
 
@@ -77,9 +77,8 @@ def test_bulk_load_checks_chunk_foreign_keys_by_primary_key(make_kb):
 
 def test_doctor_reports_recall_indexes_and_sizes(make_kb):
     kb, _ = _loaded(make_kb)
-    with psycopg.connect(kb.url, autocommit=True) as conn:
-        register_vector(conn)
-        r = check_index(conn, tenant="default", project="default", samples=8, k=5,
+    with diagnostics.connect(kb.url) as store:
+        r = check_index(store, tenant="default", project="default", samples=8, k=5,
                         ef_search=100)
     assert r.samples == 8 and r.chunks_in_scope == 300
     assert r.recall_at_k is not None and 0.0 <= r.recall_at_k <= 1.0
@@ -95,9 +94,9 @@ def test_doctor_hints_when_recall_is_low_or_index_missing(make_kb, monkeypatch):
     kb, _ = _loaded(make_kb)
     monkeypatch.setattr(doctor, "RECALL_HINT_BELOW", 1.01)  # any recall counts as low
     with psycopg.connect(kb.url, autocommit=True) as conn:
-        register_vector(conn)
         conn.execute("DROP INDEX kb_chunks_tsv_ix")
-        r = check_index(conn, tenant="default", project="default", samples=5, k=10,
+    with diagnostics.connect(kb.url) as store:
+        r = check_index(store, tenant="default", project="default", samples=5, k=10,
                         ef_search=40)
     text = " ".join(r.hints)
     assert "KB_HNSW_EF_SEARCH" in text and "GIN" in text
@@ -112,9 +111,8 @@ def test_doctor_cli_prints_json_and_exits_zero(make_kb, capsys):
 
 def test_doctor_on_an_empty_scope_says_so(make_kb):
     kb, _ = _loaded(make_kb, n_docs=3)
-    with psycopg.connect(kb.url, autocommit=True) as conn:
-        register_vector(conn)
-        r = check_index(conn, tenant="default", project="nope", samples=3, k=5)
+    with diagnostics.connect(kb.url) as store:
+        r = check_index(store, tenant="default", project="nope", samples=3, k=5)
     assert r.recall_at_k is None and any("no chunks" in h for h in r.hints)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,8 +20,10 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import ConfigError, StoreError
 from ..settings import Settings
+from . import schema
 from .borrowed import BorrowedAsyncPool, BorrowedPool
 from .connection import atranslated, make_async_pool, make_pool, translated
+from .session import AsyncSession, Session
 
 logger = logging.getLogger(__name__)
 
@@ -86,15 +88,15 @@ class Pools:
             raise StoreError("the knowledge base is not open; call open() or use `with`")
         return self._url
 
-    def open(self, url: str, prepare: Callable[[psycopg.Connection[Any]], None]) -> None:
-        """Run ``prepare`` (the migrations) on one connection to ``url``, then open the sync
-        pool."""
+    def open(self, url: str, choices: schema.Choices) -> None:
+        """Migrate the database at ``url`` and fix or check its ``choices`` (one connection),
+        then open the sync pool."""
         with translated():
             migrating = (self._given_pool.connection() if self._given_pool is not None else
                          psycopg.connect(url, autocommit=True, connect_timeout=10,
                                          **self._conn_kwargs))
             with migrating as conn:
-                prepare(conn)
+                schema.prepare(conn, choices)
             if self._given_pool is not None:
                 pool: Any = BorrowedPool(self._given_pool, self.settings)
             else:
@@ -119,27 +121,40 @@ class Pools:
         return pool
 
     @contextlib.contextmanager
-    def writing(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection for writes (from :meth:`checked`), its statement timeout the ingest's
-        (``KB_INGEST_STATEMENT_TIMEOUT_MS``: a large document's COPY, or a writer queued behind
-        another writer of the same document, may take longer than a search may), given back
-        with the search's."""
+    def session(self) -> Iterator[Session]:
+        """A pooled connection's :class:`~kb_retriever.store.session.Session`, for reads."""
+        with translated(), self.sync().connection() as conn:
+            yield Session(conn)
+
+    @contextlib.asynccontextmanager
+    async def asession(self) -> AsyncIterator[AsyncSession]:
+        """The async twin of :meth:`session`."""
+        pool = await self.asynchronous()
+        async with atranslated(), pool.connection() as conn:
+            yield AsyncSession(conn)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Session]:
+        """A session for writes (on a connection of :meth:`checked`), its statement timeout
+        the ingest's (``KB_INGEST_STATEMENT_TIMEOUT_MS``: a large document's COPY, or a writer
+        queued behind another writer of the same document, may take longer than a search
+        may), given back with the search's."""
         with translated(), self.checked().connection() as conn:
             _timeout(conn, self.settings.ingest_statement_timeout_ms)
             try:
-                yield conn
+                yield Session(conn)
             finally:
                 if not conn.broken:
                     _timeout(conn, self.settings.statement_timeout_ms)
 
     @contextlib.asynccontextmanager
-    async def awriting(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def awriting(self) -> AsyncIterator[AsyncSession]:
         """The async twin of :meth:`writing`."""
         pool = await self.asynchronous()
         async with atranslated(), pool.connection() as conn:
             await conn.execute(_TIMEOUT, [str(self.settings.ingest_statement_timeout_ms)])
             try:
-                yield conn
+                yield AsyncSession(conn)
             finally:
                 if not conn.broken:
                     await conn.execute(_TIMEOUT, [str(self.settings.statement_timeout_ms)])

@@ -84,12 +84,27 @@ class SearchSession:
     """One search's connections from a sync pool (see the module docstring)."""
 
     def __init__(self, pool: Any, cache: ReadCache, settings: Settings,
-                 executor: Callable[[], ThreadPoolExecutor]) -> None:
+                 executor: Callable[[], ThreadPoolExecutor], *,
+                 record: list[Fetch] | None = None) -> None:
         self._pool, self._cache, self._settings, self._executor = pool, cache, settings, executor
         self._held: list[Any] = []  # the search's own connection first, then the extra ones
+        # With ``record`` the reads that go to the database are kept there, in plan order
+        # (``KnowledgeBase.search_sql``).
+        self._record = record
 
     def fetch(self, req: Fetch) -> Any:
+        self._recorded((req,))
         return self._fetch(req, self._held)
+
+    def _recorded(self, reqs: tuple[Fetch, ...]) -> None:
+        if self._record is not None:
+            self._record.extend(r for r in reqs if self._cache.get(r) is None)
+
+    def rendered(self) -> str:
+        """The recorded reads as SQL text, each after its stage and the names it binds."""
+        reqs = self._record or []
+        with translated(), self._pool.connection() as conn:
+            return "\n".join(render(r, conn) for r in reqs)
 
     def _fetch(self, req: Fetch, held: list[Any]) -> Any:
         cached = self._cache.get(req)
@@ -115,19 +130,20 @@ class SearchSession:
         """Independent reads: the first on the search's connection, each other on an idle
         connection in a worker thread (psycopg waits on the socket without the GIL)."""
         extra: list[Any] = []
+        self._recorded(reqs)
         if self._settings.parallel_legs and len(reqs) > 1:
             if not self._held:  # the search's own connection first: a pool of one must not
                 with translated():  # deadlock
                     self._held.append(self._pool.getconn())
             extra = self._idle(len(reqs) - 1)
         if not extra:
-            return tuple(self.fetch(r) for r in reqs)
+            return tuple(self._fetch(r, self._held) for r in reqs)
         helds = [[conn] for conn in extra]  # reqs[1..n] on the idle connections' workers
         try:
             futures = [self._executor().submit(self._fetch, r, h)
                        for r, h in zip(reqs[1:], helds, strict=False)]
             try:
-                mine = [self.fetch(r) for r in (reqs[0], *reqs[1 + len(futures):])]
+                mine = [self._fetch(r, self._held) for r in (reqs[0], *reqs[1 + len(futures):])]
             finally:
                 wait(futures)  # never return a connection that a worker still uses
             return (mine[0], *[f.result() for f in futures], *mine[1:])
@@ -214,6 +230,13 @@ class AsyncSearchSession:
 
     async def release(self) -> None:
         await _arelease(self._pool, self._held)
+
+
+def render(req: Fetch, conn: Any) -> str:
+    """``req``'s statement as SQL text, after a comment with its stage and the names of the
+    values it binds (values are never spliced into the text)."""
+    names = ", ".join(sorted(req.params)) or "none"
+    return f"-- {req.stage} (binds: {names})\n{req.query.as_string(conn)};"
 
 
 def _release(pool: Any, held: list[Any]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -69,6 +69,22 @@ def _tsv_by_language(conn: psycopg.Connection) -> None:
 
 #: Steps in Python that follow a migration's SQL, in its transaction.
 _AFTER: dict[int, Any] = {7: _tsv_by_language}
+
+
+class Choices(NamedTuple):
+    """What a knowledge base fixes in its database at first use: the embedder's dimension and
+    model, and the default full-text language."""
+
+    dimension: int
+    model_id: str
+    fts_language: str
+
+
+def prepare(conn: psycopg.Connection, choices: Choices) -> None:
+    """Migrate, then fix or check the database's choices (:func:`ensure_fixed_choices`)."""
+    migrate(conn)
+    ensure_fixed_choices(conn, dimension=choices.dimension, model_id=choices.model_id,
+                         fts_language=choices.fts_language)
 
 
 def migration_files() -> list[tuple[int, str, str]]:

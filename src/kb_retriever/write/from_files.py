@@ -17,17 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psycopg
 
 from ..embedding import Embedder, check_vectors, embedder_errors
-from ..errors import IngestError, InputError
+from ..errors import IngestError, InputError, StoreError
 from ..ingest import SUPPORTED_SUFFIXES, parse_document
 from ..ingest.files import FileId, Listed, file_id
 from ..models import DocumentDraft
 from ..settings import Settings
-from ..store import by_id, writer
-from ..store.connection import translate
-from ..store.retry import retried
+from ..store import writer
+from ..store.session import Session
 from .recalibrate import after_write
 
 logger = logging.getLogger(__name__)
@@ -216,7 +214,7 @@ def _listed(file: Path, root: Path, real_root: Path, follow_symlinks: bool,
     return Listed(file_id(st), link) if stat.S_ISREG(st.st_mode) else None
 
 
-def embed_in_batches(conn: psycopg.Connection, embedder: Embedder, tenant: str,
+def embed_in_batches(session: Session, embedder: Embedder, tenant: str,
                      texts: Sequence[str]) -> tuple[list[np.ndarray], int]:
     """:func:`embed_chunks` :data:`EMBED_BATCH` texts at a time: the embedder never sees more,
     and what a batch embedded is cached before the next starts. Returns (vectors, newly
@@ -225,17 +223,17 @@ def embed_in_batches(conn: psycopg.Connection, embedder: Embedder, tenant: str,
     vectors: list[np.ndarray] = []
     n_new = 0
     for start in range(0, len(texts), EMBED_BATCH):
-        batch, n = embed_chunks(conn, embedder, tenant, texts[start:start + EMBED_BATCH])
+        batch, n = embed_chunks(session, embedder, tenant, texts[start:start + EMBED_BATCH])
         vectors += batch
         n_new += n
     return vectors, n_new
 
 
-def embed_chunks(conn: psycopg.Connection, embedder: Embedder, tenant: str,
+def embed_chunks(session: Session, embedder: Embedder, tenant: str,
                  texts: Sequence[str]) -> tuple[list[np.ndarray], int]:
     """Vectors for ``texts``, from the cache where possible; returns (vectors, newly embedded)."""
     hashes = [writer.text_hash(t) for t in texts]
-    cached = writer.cached_embeddings(conn, tenant, embedder.model_id, list(set(hashes)))
+    cached = session.cached_embeddings(tenant, embedder.model_id, list(set(hashes)))
     missing = list(dict.fromkeys(h for h in hashes if h not in cached))
     if missing:
         by_hash = {h: t for h, t in zip(hashes, texts, strict=True)}
@@ -244,13 +242,13 @@ def embed_chunks(conn: psycopg.Connection, embedder: Embedder, tenant: str,
         new = check_vectors(raw, count=len(missing), dimension=embedder.dimension,
                             model_id=embedder.model_id)
         arrays = [np.asarray(v, dtype=np.float32) for v in new]
-        with conn.transaction():
-            writer.store_embeddings(conn, tenant, embedder.model_id, list(zip(missing, arrays, strict=True)))
+        session.store_embeddings(tenant, embedder.model_id,
+                                 list(zip(missing, arrays, strict=True)))
         cached.update(zip(missing, arrays, strict=True))
     return [np.asarray(cached[h], dtype=np.float32) for h in hashes], len(missing)
 
 
-def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Settings, *,
+def ingest_paths(session: Session, embedder: Embedder, settings: Settings, *,
                  paths: Iterable[str | Path], tenant: str, project: str, prune: bool = False,
                  progress: Progress | None = None, follow_symlinks: bool = False) -> IngestReport:
     """Ingest every supported file under ``paths`` into (tenant, project)."""
@@ -261,22 +259,22 @@ def ingest_paths(conn: psycopg.Connection, embedder: Embedder, settings: Setting
         if progress:
             progress(i, len(files), found.rel)
         try:
-            _ingest_file(conn, embedder, settings, tenant, project, found, report)
+            _ingest_file(session, embedder, settings, tenant, project, found, report)
         except IngestError as exc:
             report.failed.append((found.rel, _without_path(str(exc), found.rel)))
-        except psycopg.Error as exc:
-            if conn.broken:  # nothing after this can be written: stop, do not report N times
-                raise translate(exc) from None
-            report.failed.append((found.rel, str(translate(exc))))
+        except StoreError as exc:
+            if session.broken:  # nothing after this can be written: stop, do not report N times
+                raise
+            report.failed.append((found.rel, str(exc)))
         except (OSError, UnicodeError, ValueError) as exc:
             report.failed.append((found.rel, f"{type(exc).__name__}: {exc}"))
     if progress:
         progress(len(files), len(files), "")
     if prune:
-        report.deleted += prune_missing(conn, tenant=tenant, project=project, roots=roots)
+        report.deleted += prune_missing(session, tenant=tenant, project=project, roots=roots)
     # The statistics log folded, and the trust channels' null measured again (calibrate.py):
     # after a prune, and once enough chunks were written since the last calibration.
-    after_write(conn, embedder, tenant, project, report.chunks_written,
+    after_write(session, embedder, tenant, project, report.chunks_written,
                 recalibrate=bool(report.deleted))
     return report
 
@@ -287,7 +285,7 @@ def _without_path(message: str, rel: str) -> str:
     return message[len(prefix):] if message.startswith(prefix) else message
 
 
-def _ingest_file(conn: psycopg.Connection, embedder: Embedder, settings: Settings, tenant: str,
+def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenant: str,
                  project: str, found: Found, report: IngestReport) -> None:
     draft = parse_document(found.file, root=found.root, settings=settings, listed=found.listed)
     if not draft.chunks:
@@ -298,13 +296,13 @@ def _ingest_file(conn: psycopg.Connection, embedder: Embedder, settings: Setting
                           f"{settings.ingest_max_chunks}; split the file or raise the limit")
     for w in draft.canonical_warnings:
         report.warnings.append((draft.source_path, w))
-    _ingest_one(conn, embedder, tenant, project, draft, report,
+    _ingest_one(session, embedder, tenant, project, draft, report,
                 source_root=str(found.root.resolve()))
 
 
-def _ingest_one(conn: psycopg.Connection, embedder: Embedder, tenant: str, project: str,
+def _ingest_one(session: Session, embedder: Embedder, tenant: str, project: str,
                 draft: DocumentDraft, report: IngestReport, *, source_root: str | None) -> None:
-    stored_hash, stored_root = writer.existing_version(conn, tenant, project, draft.source_path)
+    stored_hash, stored_root = session.stored_version(tenant, project, draft.source_path)
     if (source_root is not None and stored_root is not None and stored_root != source_root
             and (Path(stored_root) / draft.source_path).is_file()):
         # Another root's file of the same relative path, still there: not a move, a clash.
@@ -313,10 +311,9 @@ def _ingest_one(conn: psycopg.Connection, embedder: Embedder, tenant: str, proje
     if stored_hash == draft.content_hash:
         report.unchanged.append(draft.source_path)
         return
-    vectors, n_new = embed_in_batches(conn, embedder, tenant, [c.text for c in draft.chunks])
-    writer.refresh_document_stats(conn)
-    status = writer.write_document(conn, tenant=tenant, project=project, draft=draft,
-                                   embeddings=vectors, source_root=source_root)
+    vectors, n_new = embed_in_batches(session, embedder, tenant, [c.text for c in draft.chunks])
+    session.prepare_writes()
+    status = session.write_document(tenant, project, draft, vectors, source_root=source_root)
     report.chunks_embedded += n_new
     if status == "unchanged":
         report.unchanged.append(draft.source_path)
@@ -325,7 +322,7 @@ def _ingest_one(conn: psycopg.Connection, embedder: Embedder, tenant: str, proje
     report.chunks_written += len(draft.chunks)
 
 
-def prune_missing(conn: psycopg.Connection, *, tenant: str, project: str,
+def prune_missing(session: Session, *, tenant: str, project: str,
                   roots: Sequence[Path]) -> int:
     """Delete the project's documents found under one of ``roots`` whose file is gone.
 
@@ -333,19 +330,6 @@ def prune_missing(conn: psycopg.Connection, *, tenant: str, project: str,
     """
     dirs = {str(r.resolve()): r.resolve() for r in roots if r.is_dir()}
     dirs.update({str(r.parent.resolve()): r.parent.resolve() for r in roots if r.is_file()})
-    rows = conn.execute(
-        "SELECT source_root, source_path FROM kb_documents WHERE tenant_id = %s "
-        "AND project_key = %s AND source_root = ANY(%s)", [tenant, project, list(dirs)],
-    ).fetchall()
-    gone = [rel for root, rel in rows if not (dirs[root] / rel).is_file()]
-    if not gone:
-        return 0
-    batch = by_id.delete_documents_sql(tenant, project, gone)
-
-    def transaction() -> int:
-        with conn.transaction():
-            counts = [conn.execute(*stmt) for stmt in batch.statements]
-        row = counts[batch.counted].fetchone()
-        return int(row[0]) if row else 0
-
-    return retried(transaction)
+    gone = [rel for root, rel in session.documents_under(tenant, project, list(dirs))
+            if not (dirs[root] / rel).is_file()]
+    return session.delete_documents(tenant, project, gone) if gone else 0

@@ -28,7 +28,6 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-import psycopg
 
 from ..checks import check_text
 from ..embedding import Embedder
@@ -47,6 +46,7 @@ from ..models import (
 )
 from ..settings import Settings
 from ..store import writer
+from ..store.session import Session
 from ..vocabulary import CHUNKS_SOURCE_TYPE
 from .from_files import embed_chunks
 
@@ -322,7 +322,7 @@ def chunks_draft(document_id: str, chunks: Iterable[Any], metadata: Mapping[str,
 
 
 # --- writing (sync: the embedder and COPY run in the caller's thread) -------------------------
-def _vectors(conn: psycopg.Connection, embedder: Embedder, tenant: str,
+def _vectors(session: Session, embedder: Embedder, tenant: str,
              draft: DocumentDraft) -> list[np.ndarray]:
     """The chunks' vectors: the caller's where given (checked), else the embedder's through the
     embedding cache."""
@@ -333,7 +333,7 @@ def _vectors(conn: psycopg.Connection, embedder: Embedder, tenant: str,
                               item=i).astype(np.float32)
     todo = [i for i, v in enumerate(out) if v is None]
     if todo:
-        vectors, _ = embed_chunks(conn, embedder, tenant, [draft.chunks[i].text for i in todo])
+        vectors, _ = embed_chunks(session, embedder, tenant, [draft.chunks[i].text for i in todo])
         for i, arr in zip(todo, vectors, strict=True):
             out[i] = arr
     return [v for v in out if v is not None]
@@ -350,7 +350,7 @@ class Written:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-def write_records(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, project: str,
+def write_records(session: Session, embedder: Embedder, *, tenant: str, project: str,
                   drafts: Iterable[DocumentDraft],
                   stored_hash: Callable[[DocumentDraft], str | None] | None = None) -> Written:
     """Write each draft in its own transaction (unchanged content is a no-op).
@@ -367,14 +367,14 @@ def write_records(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, 
     pending = list(drafts)
     for i, draft in enumerate(pending):
         try:
-            out.chunks += _write_record(conn, embedder, tenant, project, draft)
+            out.chunks += _write_record(session, embedder, tenant, project, draft)
         except IngestError as exc:
             prefix = f"{draft.source_path}: "
             msg = str(exc)
             out.failed[draft.source_path] = msg[len(prefix):] if msg.startswith(prefix) else msg
             continue
-        except (KbError, psycopg.Error) as exc:
-            if conn.broken and stored_hash is not None and _committed(draft, stored_hash):
+        except KbError as exc:
+            if session.broken and stored_hash is not None and _committed(draft, stored_hash):
                 out.saved.append(draft.source_path)
                 i += 1
             if i == len(pending):
@@ -392,33 +392,31 @@ def _committed(draft: DocumentDraft, stored_hash: Callable[[DocumentDraft], str 
     """Whether the store holds ``draft``'s content (asked after a write lost its connection)."""
     try:
         return stored_hash(draft) == draft.content_hash
-    except (KbError, psycopg.Error):
+    except KbError:
         return False  # the server is still unreachable: the write stays reported as failed
 
 
-def write_chunks(conn: psycopg.Connection, embedder: Embedder, *, tenant: str, project: str,
+def write_chunks(session: Session, embedder: Embedder, *, tenant: str, project: str,
                  draft: DocumentDraft) -> list[str]:
     """Add or replace the draft's chunks in its document (:func:`chunks_draft`); the ids of
     the chunks written."""
     for w in draft.canonical_warnings:
         logger.warning("%s: %s", draft.source_path, w)
-    vectors = _vectors(conn, embedder, tenant, draft)
-    writer.refresh_document_stats(conn)
-    return writer.merge_chunks(conn, tenant=tenant, project=project, draft=draft,
-                               embeddings=vectors)
+    vectors = _vectors(session, embedder, tenant, draft)
+    session.prepare_writes()
+    return session.merge_chunks(tenant, project, draft, vectors)
 
 
-def _write_record(conn: psycopg.Connection, embedder: Embedder, tenant: str, project: str,
+def _write_record(session: Session, embedder: Embedder, tenant: str, project: str,
                   draft: DocumentDraft) -> int:
     """Write one draft; the chunks it wrote (0 when its content was unchanged)."""
-    if writer.existing_hash(conn, tenant, project, draft.source_path) == draft.content_hash:
+    if session.stored_version(tenant, project, draft.source_path)[0] == draft.content_hash:
         return 0
     for w in draft.canonical_warnings:
         logger.warning("%s: %s", draft.source_path, w)
-    vectors = _vectors(conn, embedder, tenant, draft)
-    writer.refresh_document_stats(conn)
-    if writer.write_document(conn, tenant=tenant, project=project, draft=draft,
-                             embeddings=vectors) == "unchanged":
+    vectors = _vectors(session, embedder, tenant, draft)
+    session.prepare_writes()
+    if session.write_document(tenant, project, draft, vectors) == "unchanged":
         return 0
     return len(draft.chunks)
 

@@ -1,0 +1,100 @@
+"""What ``kb-retriever doctor`` reads: the scope's size, the indexes and their validity, the
+tables' sizes, and nearest neighbours by the approximate index and by an exact scan (pgvector
+README, "Monitoring").
+
+:func:`connect` opens a :class:`Diagnostics` session on a database kb-retriever has written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import psycopg
+from pgvector.psycopg import register_vector
+
+from ..errors import InputError
+from .connection import translated
+from .session import Session
+
+__all__ = ["Diagnostics", "IndexState", "connect"]
+
+_APPROX = (
+    "WITH v AS MATERIALIZED (SELECT id, embedding <=> %(q)s AS d FROM kb_chunks "
+    "WHERE tenant_id = %(tenant)s AND project_key = %(project)s ORDER BY d LIMIT %(k)s) "
+    "SELECT id FROM v ORDER BY d + 0, id"
+)
+_EXACT = (
+    "SELECT id FROM kb_chunks WHERE tenant_id = %(tenant)s AND project_key = %(project)s "
+    "ORDER BY embedding <=> %(q)s, id LIMIT %(k)s"
+)
+_INDEXES = (
+    "SELECT c.relname AS name, am.amname AS method, i.indisvalid AS valid, "
+    "i.indisready AS ready, pg_relation_size(c.oid) AS bytes "
+    "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam "
+    "WHERE i.indrelid = 'kb_chunks'::regclass ORDER BY c.relname"
+)
+
+
+class IndexState(NamedTuple):
+    name: str
+    method: str
+    valid: bool
+    ready: bool
+    bytes: int
+
+
+@contextlib.contextmanager
+def connect(url: str) -> Iterator[Diagnostics]:
+    """A :class:`Diagnostics` session on ``url``; an :class:`InputError` when the database
+    holds no kb-retriever schema."""
+    with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        has = conn.execute("SELECT to_regclass('kb_chunks') IS NOT NULL").fetchone()
+        if not has or not has[0]:
+            raise InputError("this database has no kb-retriever schema yet (run ingest first)")
+        register_vector(conn)
+        yield Diagnostics(conn)
+
+
+class Diagnostics(Session):
+    """The doctor's reads (see the module docstring)."""
+
+    def chunks_in_scope(self, tenant: str, project: str) -> int:
+        row = self.conn.execute("SELECT count(*) FROM kb_chunks WHERE tenant_id = %s "
+                                "AND project_key = %s", [tenant, project]).fetchone()
+        return int(row[0]) if row else 0
+
+    def indexes(self) -> list[IndexState]:
+        """kb_chunks' indexes: name, access method, validity, size."""
+        return [IndexState(str(n), str(m), bool(v), bool(r), int(b))
+                for n, m, v, r, b in self.conn.execute(_INDEXES).fetchall()]
+
+    def relation_size(self, relation: str) -> int:
+        """Bytes of ``relation`` with its indexes and TOAST (a name of our own tables)."""
+        row = self.conn.execute("SELECT pg_total_relation_size(%s::regclass)",
+                                [relation]).fetchone()
+        return int(row[0]) if row else 0
+
+    def sample(self, tenant: str, project: str, n: int) -> list[tuple[int, Any]]:
+        """(chunk id, embedding) of ``n`` chunks of the scope, the same on every run."""
+        self.conn.execute("SELECT setseed(0.42)")
+        return [(int(i), v) for i, v in self.conn.execute(
+            "SELECT id, embedding FROM kb_chunks WHERE tenant_id = %(tenant)s "
+            "AND project_key = %(project)s ORDER BY random() LIMIT %(n)s",
+            {"tenant": tenant, "project": project, "n": n}).fetchall()]
+
+    def nearest(self, tenant: str, project: str, vector: Any, k: int, *, exact: bool,
+                ef_search: int) -> tuple[list[int], float]:
+        """The ``k`` chunk ids nearest ``vector`` in the scope, by the HNSW index (with the
+        library's settings) or by an exact scan, and the milliseconds it took."""
+        local = ([("enable_indexscan", "off")] if exact else
+                 [("hnsw.ef_search", str(ef_search)), ("hnsw.iterative_scan", "relaxed_order")])
+        params = {"tenant": tenant, "project": project, "q": vector, "k": k}
+        t = time.perf_counter()
+        with self.conn.transaction():
+            for name, value in local:  # SET LOCAL: gone when the transaction ends
+                self.conn.execute("SELECT set_config(%s, %s, true)", [name, value])
+            rows = self.conn.execute(_EXACT if exact else _APPROX, params).fetchall()
+        return [int(r[0]) for r in rows], (time.perf_counter() - t) * 1000

@@ -1,0 +1,261 @@
+"""One connection's typed operations: everything but a search that the knowledge base asks of
+the store (the write side, calibration, the documents API, synonyms and projects).
+
+A :class:`Session` wraps a pooled connection (``Pools.session`` / ``Pools.writing`` hand them
+out); callers outside ``store/`` see typed methods and records, never SQL, cursors or rows.
+:class:`AsyncSession` is the twin of what the async documents API needs; the two differ only
+at the I/O line.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, ParamSpec, TypeVar
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from ..models import DocumentDraft
+from . import by_id, stats, writer
+from .connection import atranslated, translated
+from .retry import aretried, retried
+
+__all__ = ["AsyncSession", "CalibrationState", "Session"]
+
+Rows = list[dict[str, Any]]
+
+# Reads of several statements see one snapshot (a document and its chunks, never a mix).
+_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+_TOP1 = (
+    "SELECT 1 - (c.embedding <=> %(v)s) AS sim FROM kb_chunks c "
+    "WHERE c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
+    "ORDER BY c.embedding <=> %(v)s LIMIT 1"
+)
+_SAVE_CALIBRATION = (
+    "INSERT INTO kb_scope_stats AS s (tenant_id, project_key, probe_model, probe_version, "
+    "probe_similarity, calibrated_at) VALUES (%(tenant)s, %(project)s, %(model)s, %(version)s, "
+    "%(sims)s, now()) ON CONFLICT (tenant_id, project_key) DO UPDATE SET "
+    "probe_model = EXCLUDED.probe_model, probe_version = EXCLUDED.probe_version, "
+    "probe_similarity = EXCLUDED.probe_similarity, calibrated_at = EXCLUDED.calibrated_at, "
+    "writes_since_calibration = 0"
+)
+# Count a write; the row exists once the project's statistics were first folded (stats.py).
+# Its chunks are the folded count plus the log's (exact, as the statistics readers count).
+_COUNT_WRITTEN = (
+    "UPDATE kb_scope_stats SET writes_since_calibration = writes_since_calibration + %(n)s "
+    "WHERE tenant_id = %(tenant)s AND project_key = %(project)s "
+    "RETURNING chunks + (SELECT coalesce(sum(l.chunks), 0) FROM kb_lexeme_log l "
+    "WHERE l.tenant_id = %(tenant)s AND l.project_key = %(project)s) AS chunks, "
+    "writes_since_calibration AS written, probe_model AS model, probe_version AS version, "
+    "calibrated_at"
+)
+_ADD_SYNONYMS = (
+    "INSERT INTO kb_synonyms (tenant_id, project_key, term, synonyms) "
+    "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id, project_key, term) "
+    "DO UPDATE SET synonyms = EXCLUDED.synonyms, enabled = true"
+)
+_PROJECTS = (
+    "SELECT project_key, count(*) AS documents FROM kb_documents WHERE tenant_id = %s "
+    "GROUP BY project_key ORDER BY project_key"
+)
+_UNDER_ROOTS = (
+    "SELECT source_root, source_path FROM kb_documents WHERE tenant_id = %s "
+    "AND project_key = %s AND source_root = ANY(%s)"
+)
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _typed_errors(method: Callable[P, T]) -> Callable[P, T]:
+    """``method`` with driver errors translated (``store.connection``): nothing of psycopg
+    leaves a session."""
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        with translated():
+            return method(*args, **kwargs)
+    return call
+
+
+def _atyped_errors(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    @functools.wraps(method)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        async with atranslated():
+            return await method(*args, **kwargs)
+    return call
+
+
+class CalibrationState(NamedTuple):
+    """A project's chunk count and writes since its last calibration, and what that
+    calibration was made with."""
+
+    chunks: int
+    written: int
+    model: str | None
+    version: str | None
+    calibrated_at: Any
+
+
+def _count(cur: Any) -> int:
+    """A statement's count: the row it returned (``SELECT count(*)``), else its row count."""
+    if cur.description is not None:
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+    return max(cur.rowcount, 0)
+
+
+async def _acount(cur: Any) -> int:
+    if cur.description is not None:
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+    return max(cur.rowcount, 0)
+
+
+class Session:
+    """A pooled connection's typed operations (see the module docstring)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.conn.broken)
+
+    # --- the embedding cache and the documents ---------------------------------------------
+    @_typed_errors
+    def cached_embeddings(self, tenant: str, model_id: str,
+                          hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        return writer.cached_embeddings(self.conn, tenant, model_id, hashes)
+
+    @_typed_errors
+    def store_embeddings(self, tenant: str, model_id: str,
+                         items: Sequence[tuple[str, Any]]) -> None:
+        """Cache vectors for their texts (their own transaction)."""
+        with self.conn.transaction():
+            writer.store_embeddings(self.conn, tenant, model_id, items)
+
+    @_typed_errors
+    def stored_version(self, tenant: str, project: str,
+                       path: str) -> tuple[str | None, str | None]:
+        """(content hash, ingest root) of the document at ``path``, or Nones."""
+        return writer.existing_version(self.conn, tenant, project, path)
+
+    @_typed_errors
+    def prepare_writes(self) -> None:
+        writer.refresh_document_stats(self.conn)
+
+    @_typed_errors
+    def write_document(self, tenant: str, project: str, draft: DocumentDraft,
+                       embeddings: Sequence[Any], source_root: str | None = None) -> str:
+        return writer.write_document(self.conn, tenant=tenant, project=project, draft=draft,
+                                     embeddings=embeddings, source_root=source_root)
+
+    @_typed_errors
+    def merge_chunks(self, tenant: str, project: str, draft: DocumentDraft,
+                     embeddings: Sequence[Any]) -> list[str]:
+        return writer.merge_chunks(self.conn, tenant=tenant, project=project, draft=draft,
+                                   embeddings=embeddings)
+
+    @_typed_errors
+    def documents_under(self, tenant: str, project: str,
+                        roots: Sequence[str]) -> list[tuple[str, str]]:
+        """(ingest root, path) of the project's documents found under one of ``roots``."""
+        rows = self.conn.execute(_UNDER_ROOTS, [tenant, project, list(roots)]).fetchall()
+        return [(str(root), str(path)) for root, path in rows]
+
+    @_typed_errors
+    def delete_documents(self, tenant: str, project: str, ids: Sequence[str]) -> int:
+        return self.run(by_id.delete_documents_sql(tenant, project, ids))
+
+    # --- statements of store.by_id -------------------------------------------------------
+    @_typed_errors
+    def read(self, stmts: Sequence[by_id.Statement]) -> list[Rows]:
+        """The rows of each statement, read in one snapshot when they are several."""
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            if len(stmts) < 2:
+                return [cur.execute(*s).fetchall() for s in stmts]
+            with self.conn.transaction():
+                cur.execute(_SNAPSHOT)
+                return [cur.execute(*s).fetchall() for s in stmts]
+
+    @_typed_errors
+    def run(self, batch: by_id.Batch) -> int:
+        """``batch`` in one transaction (run again if PostgreSQL aborts it as a deadlock
+        victim); its counted statement's count."""
+        def transaction() -> list[int]:
+            with self.conn.transaction():
+                return [_count(self.conn.execute(*s)) for s in batch.statements]
+
+        return retried(transaction)[batch.counted]
+
+    def settle(self, tenant: str, project: str) -> None:
+        """After a write committed (``stats.settle``): never raises."""
+        stats.settle(self.conn, tenant, project)
+
+    # --- calibration ---------------------------------------------------------------------
+    @_typed_errors
+    def count_written(self, tenant: str, project: str, chunks: int) -> CalibrationState | None:
+        """Count ``chunks`` written against the project's calibration; its state after."""
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(_COUNT_WRITTEN, {"n": chunks, "tenant": tenant,
+                                               "project": project}).fetchone()
+        return None if row is None else CalibrationState(
+            int(row["chunks"]), int(row["written"]), row["model"], row["version"],
+            row["calibrated_at"])
+
+    @_typed_errors
+    def top1_similarity(self, tenant: str, project: str, vector: Any) -> float | None:
+        """The cosine of the project's chunk nearest ``vector`` (None: no chunk)."""
+        row = self.conn.execute(_TOP1, {"v": vector, "tenant": tenant,
+                                        "project": project}).fetchone()
+        return None if row is None else float(row[0])
+
+    @_typed_errors
+    def save_calibration(self, tenant: str, project: str, *, model: str, version: str,
+                         similarities: Sequence[float]) -> None:
+        with self.conn.transaction():
+            self.conn.execute(_SAVE_CALIBRATION, {
+                "tenant": tenant, "project": project, "model": model, "version": version,
+                "sims": list(similarities)})
+
+    # --- the catalog ---------------------------------------------------------------------
+    @_typed_errors
+    def add_synonyms(self, tenant: str, project: str, term: str,
+                     synonyms: Sequence[str]) -> None:
+        self.conn.execute(_ADD_SYNONYMS, [tenant, project, term, list(synonyms)])
+
+    @_typed_errors
+    def projects(self, tenant: str) -> dict[str, int]:
+        """The tenant's projects that hold documents, with their document counts."""
+        return {str(p): int(n) for p, n in self.conn.execute(_PROJECTS, [tenant]).fetchall()}
+
+
+class AsyncSession:
+    """The async twin of the documents API's part of :class:`Session`."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+
+    @_atyped_errors
+    async def read(self, stmts: Sequence[by_id.Statement]) -> list[Rows]:
+        async with self.conn.cursor(row_factory=dict_row) as cur:
+            if len(stmts) < 2:
+                return [await (await cur.execute(*s)).fetchall() for s in stmts]
+            async with self.conn.transaction():
+                await cur.execute(_SNAPSHOT)
+                return [await (await cur.execute(*s)).fetchall() for s in stmts]
+
+    @_atyped_errors
+    async def run(self, batch: by_id.Batch) -> int:
+        async def transaction() -> list[int]:
+            async with self.conn.transaction():
+                return [await _acount(await self.conn.execute(*s)) for s in batch.statements]
+
+        return (await aretried(transaction))[batch.counted]
+
+    async def settle(self, tenant: str, project: str) -> None:
+        await stats.asettle(self.conn, tenant, project)
