@@ -21,8 +21,8 @@ from psycopg.rows import dict_row
 from kb_retriever import KnowledgeBase, Settings
 from kb_retriever.models import ChunkDraft, DocumentDraft
 from kb_retriever.ranking.bm25 import CorpusLexemes
-from kb_retriever.store import fts_sql as fts
 from kb_retriever.store import sql as q
+from kb_retriever.store.fulltext import tsvector as fts
 from kb_retriever.store.writer import write_document
 
 logger = logging.getLogger("beir.kb")

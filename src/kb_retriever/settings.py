@@ -103,7 +103,8 @@ class Settings(BaseSettings):
     )
     # Matches ranked by the FTS leg at most (reference/postgres-performance.md §3.1: ranking reads
     # every match), and the budget for the OR query's lexemes: rarest first while their
-    # estimated matches fit (store.fts_sql.lexeme_selection_sql). Decision 0003 has the measurements.
+    # estimated matches fit (store.fulltext.tsvector.lexeme_selection_sql). Decision 0003 has
+    # the measurements.
     fts_match_cap: int = _field(300, "KB_FTS_MATCH_CAP", ge=10)
     # How long a process reuses what only changes when the knowledge base is written: the lexeme
     # statistics (pg_stats of kb_chunks.tsv: BM25 idf, the OR lexemes' budget) and the vectors

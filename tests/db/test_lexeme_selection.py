@@ -1,4 +1,4 @@
-"""The full-text leg chooses its OR lexemes in the statement (store.fts_sql.lexeme_selection_sql):
+"""The full-text leg chooses its OR lexemes in the statement (store.fulltext.tsvector.lexeme_selection_sql):
 on a real PostgreSQL, the same lexemes in the same order as CorpusLexemes.select, whatever the
 text, the statistics, the ties between estimates and the characters of the lexemes."""
 
@@ -14,7 +14,7 @@ from psycopg import sql
 
 from kb_retriever import HashingEmbedder, Settings
 from kb_retriever.ranking.bm25 import CorpusLexemes
-from kb_retriever.store import fts_sql as fts
+from kb_retriever.store.fulltext import tsvector as fts
 from kb_retriever.store.reader import SearchSession
 
 from ..unit.lexeme_oracle import select_lexemes

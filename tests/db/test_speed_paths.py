@@ -227,7 +227,7 @@ def test_consecutive_searches_keep_each_leg_on_the_same_connection(example_kb, m
 def test_a_search_of_new_words_reads_nothing_before_its_two_legs(example_kb, minilm,
                                                                   monkeypatch):
     """Each leg's statement stems the query itself, and the full-text leg chooses its OR
-    lexemes by the cached statistics in the statement (store.fts_sql.lexeme_selection_sql): words
+    lexemes by the cached statistics in the statement (store.fulltext.tsvector.lexeme_selection_sql): words
     never seen before cost no round trip ahead of the legs, which run on two connections."""
     reads: list[tuple[str, int]] = []
     with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:

@@ -1,5 +1,5 @@
 """The test oracle of the full-text leg's OR-lexeme choice, which the leg makes in SQL
-(``store.fts_sql.lexeme_selection_sql``): rarest first, while the chunks they match together
+(``store.fulltext.tsvector.lexeme_selection_sql``): rarest first, while the chunks they match together
 (estimated) stay within the budget; at least the rarest one; every lexeme without statistics.
 
 The full-text leg ranks at most the match cap's worth of matches, taken in table order, so a

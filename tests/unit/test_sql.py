@@ -8,8 +8,8 @@ from psycopg import sql
 from kb_retriever.errors import FilterError
 from kb_retriever.filters.dimensions import SearchFilters, parse_filters
 from kb_retriever.filters.expressions import MetaCond
-from kb_retriever.store import fts_sql as fts
 from kb_retriever.store import sql as q
+from kb_retriever.store.fulltext import tsvector as fts
 
 
 def render(composable: sql.Composable) -> str:

@@ -27,7 +27,7 @@ from ..ranking.rerank import rank
 from ..settings import Settings
 from ..store import reads
 from ..store import sql as q
-from ..store.fts_sql import LexemeBudget
+from ..store.fulltext import LexemeBudget
 from .graph import expand_graph
 from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
@@ -169,7 +169,7 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
     """The vector and full-text legs, run at once, and their weighted RRF.
 
     Each statement stems the query itself (CTE ``ql``) and the full-text leg chooses the
-    lexemes it ORs together (``store.fts_sql.lexeme_selection_sql``), so nothing needs a round trip
+    lexemes it ORs together (``store.fulltext.tsvector.lexeme_selection_sql``), so nothing needs a round trip
     first; the caller may run the legs on two connections, the full-text leg (the longer one)
     on the search's own."""
     phrases = expansion_phrases(req.query, groups) if groups else []

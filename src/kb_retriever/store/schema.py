@@ -10,7 +10,8 @@ import psycopg
 from psycopg import sql
 
 from ..errors import SchemaError
-from ..settings import FTS_CONFIG_BY_LANGUAGE, FTS_LANGUAGES
+from ..settings import FTS_LANGUAGES
+from .fulltext import ENGINE
 
 logger = logging.getLogger(__name__)
 
@@ -20,32 +21,10 @@ _LOCK_KEY = 0x6B62_7265  # "kbre"
 HNSW_MAX_DIM = 2000
 
 
-# The FTS leg ranks up to KB_FTS_MATCH_CAP tsvectors per search: keep them in the heap row
-# (compressed if need be) so ranking does not fetch each one from TOAST; the body text goes
-# out of line instead, and is read only for the few dozen rows a search returns. (Keeping the
-# whole row inline, toast_tuple_target 4080, made the filtered vector leg slower: wider rows.)
-TSV_INLINE = "ALTER TABLE kb_chunks ALTER COLUMN tsv SET STORAGE MAIN"
-
-
-def tsv_expression(default: str) -> sql.Composed:
-    """The tsv column's expression: each chunk's text stemmed by the configuration of its
-    language (``kb_chunks.fts_lang``, written with the chunk), ``default`` for the others. A
-    CASE of literals is immutable, as a generated column needs, and needs no trigger or
-    function (Citus distributes the table as it is)."""
-    cases = sql.SQL(" ").join(
-        sql.SQL("WHEN {} THEN {}::regconfig").format(sql.Literal(code), sql.Literal(config))
-        for code, config in FTS_CONFIG_BY_LANGUAGE.items())
-    return sql.SQL("to_tsvector(CASE fts_lang {cases} ELSE {default}::regconfig END, "
-                   "search_prefix || ' ' || text)").format(cases=cases,
-                                                           default=sql.Literal(default))
-
-
 def add_tsv(conn: psycopg.Connection, default: str) -> None:
-    """The generated tsv column and its GIN index, where missing."""
-    conn.execute(sql.SQL("ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS tsv tsvector "
-                         "GENERATED ALWAYS AS ({}) STORED").format(tsv_expression(default)))
-    conn.execute(TSV_INLINE)
-    conn.execute("CREATE INDEX IF NOT EXISTS kb_chunks_tsv_ix ON kb_chunks USING gin (tsv)")
+    """What the full-text engine indexes (``store/fulltext``), where missing."""
+    for stmt in ENGINE.ddl(default):
+        conn.execute(stmt)
 
 
 def _has_column(conn: psycopg.Connection, table: str, column: str) -> bool:
@@ -135,7 +114,7 @@ def ensure_fixed_choices(conn: psycopg.Connection, *, dimension: int, model_id: 
                          fts_language: str) -> None:
     """Fix the embedding dimension and the default FTS language at first use; refuse a mismatch
     later. Each chunk is indexed with its document's language's configuration
-    (:func:`tsv_expression`), this default when it has none.
+    (``store.fulltext``), this default when it has none.
 
     A different embedder on an existing database would corrupt similarity, so it is an error
     that names both models, not a silent re-typing.

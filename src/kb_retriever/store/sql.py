@@ -19,7 +19,8 @@ from ..filters.dimensions import SearchFilters
 from ..settings import FTS_CONFIG_BY_LANGUAGE
 from .columns import CHUNK_FIELDS, DOCUMENT_FIELDS
 from .filter_sql import doc_filter_sql, needs_doc_join
-from .fts_sql import LexemeBudget, Literal, lexeme_selection_sql, query_lexemes_sql, tsquery_sql
+from .fulltext import ENGINE, LexemeBudget
+from .literal import Literal
 
 Params = dict[str, Any]
 
@@ -90,28 +91,18 @@ class LegShape:
     fts_configs: tuple[str, ...] = ()
 
     def literals(self) -> dict[str, sql.Composable]:
-        return {"ql": query_lexemes_sql(self.fts_configs), "tenant": Literal(self.scope.tenant),
+        return {"ql": ENGINE.query_lexemes(self.fts_configs), "tenant": Literal(self.scope.tenant),
                 "projects": Literal(list(self.scope.projects)),
                 "kc": Literal(int(self.kc)), "min_sim": Literal(float(self.min_sim)),
                 "fts_cap": Literal(int(self.fts_cap))}
 
 
-# A candidate row: chunk and document columns, the true cosine (fix §24.6), and the query's
-# stemmed lexemes found in the chunk with their counts plus its lexeme count (the BM25 inputs,
-# ranking/bm25.py). setweight + ts_filter cut the tsvector down to the query's lexemes in C; two
-# arrays, not a JSON object, because arrays decode in C and JSON in Python. The
-# query's lexemes are the statement's own (CTE ql, computed once), so a leg needs nothing
-# stemmed beforehand.
-_CANDIDATE_ROW = sql.SQL(
-    "{chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
-    "tf.lexemes AS tf_lexemes, tf.counts AS tf_counts, length(c.tsv) AS lexeme_count"
-)
+# A candidate row: chunk and document columns, the true cosine (fix §24.6), and the full-text
+# engine's term evidence, the BM25 inputs (ranking/bm25.py): the query's lexemes are the
+# statement's own (CTE ql, computed once), so a leg needs nothing stemmed beforehand.
+_CANDIDATE_ROW = sql.SQL("{chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, {tf}")
 _CANDIDATE_JOINS = sql.SQL(
-    "JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = h.id {docjoin} "
-    "CROSS JOIN LATERAL (SELECT coalesce(array_agg(u.lexeme), '{{}}') AS lexemes, "
-    "coalesce(array_agg(coalesce(array_length(u.positions, 1), 1)), '{{}}') AS counts "
-    "FROM unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM ql)), '{{a}}')) u) tf"
-)
+    "JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = h.id {docjoin} {tf}")
 
 
 def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Composable], *,
@@ -129,8 +120,10 @@ def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Compo
         "SELECT n.*, leg_rows.* FROM (SELECT count(*) AS n_pre{lexemes} FROM {counted}) n "
         "LEFT JOIN leg_rows ON true"
     ).format(ql=lit["ql"], ctes=ctes, hits=sql.Identifier(hits), lexemes=lexemes,
-             row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS),
-             joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN),
+             row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS,
+                                       tf=ENGINE.evidence_columns()),
+             joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN,
+                                           tf=ENGINE.evidence_join()),
              counted=sql.Identifier(counted))
 
 
@@ -221,17 +214,9 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
     """
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
-    ctes = sql.SQL(
-        "{sel}q AS (SELECT {tsq} AS query), "
-        "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
-        "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT {cap}), "
-        "fts AS (SELECT m.id, row_number() OVER (ORDER BY ts_rank(m.tsv, q.query, 1) DESC, m.id)"
-        " AS fts_rank, ts_rank(m.tsv, q.query, 1) AS fts_score "
-        "FROM fts_m m, q ORDER BY fts_rank LIMIT {kc})"
-    ).format(tsq=tsquery_sql(fts_mode, n_phrases), join=join, scope=scope, filt=filt,
-             cap=lit["fts_cap"], kc=lit["kc"],
-             sel=lexeme_selection_sql(shape.lexemes, shape.fts_cap) + sql.SQL(", ")
-             if fts_mode == "or" else sql.SQL(""))
+    ctes = ENGINE.matches(mode=fts_mode, n_phrases=n_phrases, budget=shape.lexemes,
+                          cap=shape.fts_cap, kc=lit["kc"], cap_literal=lit["fts_cap"], join=join,
+                          scope=scope, filt=filt)
     return _leg(ctes, "fts", "fts_m", lit), p
 
 

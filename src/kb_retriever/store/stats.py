@@ -20,6 +20,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from .fulltext import ENGINE
+
 __all__ = ["aanalyze_if_stale", "afold_log", "analyze_if_stale", "asettle",
            "deleted_chunks_logged", "fold_log", "log_document_chunks", "recount",
            "scope_lock_key", "settle"]
@@ -36,24 +38,25 @@ def deleted_chunks_logged(where: sql.Composable) -> sql.Composed:
     ``logged`` (their lexemes logged as removed), to open a ``WITH`` statement that ends with its
     own ``SELECT``. Params: tenant, project (the scope of every deleted chunk)."""
     return sql.SQL(
-        "gone AS (DELETE FROM kb_chunks x WHERE {where} RETURNING x.document_id, x.tsv), "
+        "gone AS (DELETE FROM kb_chunks x WHERE {where} RETURNING x.document_id, x.{carried}), "
         "logged AS (INSERT INTO " + _LOG_COLUMNS + " SELECT %(tenant)s, %(project)s, "
         "-(SELECT count(*) FROM gone), " + _ARRAYS.format(sign="-") + " FROM "
-        "(SELECT u.lexeme, count(*) AS n FROM gone, unnest(gone.tsv) AS u GROUP BY u.lexeme) l "
+        "(SELECT u.lexeme, count(*) AS n FROM gone, {lexemes} AS u GROUP BY u.lexeme) l "
         "HAVING (SELECT count(*) FROM gone) > 0)"
-    ).format(where=where)
+    ).format(where=where, carried=ENGINE.carried, lexemes=ENGINE.lexemes("gone"))
 
 
 #: The chunks of the documents ``%(docs)s`` (of ``%(uids)s`` only, unless NULL) just written,
 #: logged as added.
 LOG_DOCUMENT_CHUNKS = sql.SQL(
-    "WITH mine AS (SELECT c.tsv FROM kb_chunks c WHERE c.tenant_id = %(tenant)s "
+    "WITH mine AS (SELECT c.{carried} FROM kb_chunks c WHERE c.tenant_id = %(tenant)s "
     "AND c.document_id = ANY(%(docs)s) "
     "AND (%(uids)s::text[] IS NULL OR c.chunk_uid = ANY(%(uids)s::text[]))) "
     "INSERT INTO " + _LOG_COLUMNS + " SELECT %(tenant)s, %(project)s, "
     "(SELECT count(*) FROM mine), " + _ARRAYS.format(sign="") + " FROM "
-    "(SELECT u.lexeme, count(*) AS n FROM mine, unnest(mine.tsv) AS u GROUP BY u.lexeme) l "
-    "HAVING (SELECT count(*) FROM mine) > 0")
+    "(SELECT u.lexeme, count(*) AS n FROM mine, {lexemes} AS u GROUP BY u.lexeme) l "
+    "HAVING (SELECT count(*) FROM mine) > 0").format(carried=ENGINE.carried,
+                                                      lexemes=ENGINE.lexemes("mine"))
 
 
 def log_document_chunks(conn: psycopg.Connection[Any], tenant: str, project: str,
@@ -185,8 +188,8 @@ _RECOUNT = (
     sql.SQL("DELETE FROM kb_lexemes WHERE tenant_id = %(tenant)s AND project_key = %(project)s"),
     sql.SQL("INSERT INTO kb_lexemes (tenant_id, project_key, lexeme, chunks) "
             "SELECT %(tenant)s, %(project)s, u.lexeme, count(*) FROM kb_chunks c, "
-            "unnest(c.tsv) AS u WHERE c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
-            "GROUP BY u.lexeme"),
+            "{lexemes} AS u WHERE c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
+            "GROUP BY u.lexeme").format(lexemes=ENGINE.lexemes("c")),
     sql.SQL("INSERT INTO kb_scope_stats AS s (tenant_id, project_key, chunks) "
             "SELECT %(tenant)s, %(project)s, count(*) FROM kb_chunks WHERE tenant_id = %(tenant)s "
             "AND project_key = %(project)s "

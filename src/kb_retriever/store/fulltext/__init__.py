@@ -1,0 +1,54 @@
+"""Full text as a strategy of the store: one engine gives the DDL, the query, each candidate's
+term evidence and the lexemes the scope statistics count, behind :class:`FullText`.
+
+The engine in use is PostgreSQL's own tsvector (``tsvector.py``, :data:`ENGINE`). Another engine
+(a BM25 index where the server has one) is one module implementing the same protocol; the legs
+(``store/sql.py``), the schema (``store/schema.py``) and the statistics (``store/stats.py``)
+call only this interface.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from psycopg import sql
+
+from .tsvector import TSVECTOR, LexemeBudget
+
+__all__ = ["ENGINE", "FullText", "LexemeBudget"]
+
+
+class FullText(Protocol):
+    """A full-text engine, as the store uses it (every statement part is SQL with the aliases
+    the leg statements use: ``c`` a kb_chunks row, CTE ``ql`` the query's lexemes)."""
+
+    name: str
+
+    def ddl(self, default_language: str) -> list[sql.Composed | sql.SQL]:
+        """Statements that add what the engine indexes to kb_chunks (idempotent)."""
+
+    def query_lexemes(self, configs: tuple[str, ...]) -> sql.Composable:
+        """CTE ``ql``: the query's lexemes, stemmed by each of ``configs`` (or ``fts_lang``)."""
+
+    def matches(self, *, mode: str, n_phrases: int, budget: LexemeBudget | None, cap: int,
+                kc: sql.Composable, cap_literal: sql.Composable, join: sql.Composable,
+                scope: sql.Composable, filt: sql.Composable) -> sql.Composable:
+        """CTEs ending in ``fts_m`` (the capped matches) and ``fts`` (``id``, ``fts_rank``,
+        ``fts_score`` of the best ``kc``)."""
+
+    def evidence_columns(self) -> sql.Composable:
+        """A candidate row's BM25 inputs: ``tf_lexemes``, ``tf_counts``, ``lexeme_count``."""
+
+    def evidence_join(self) -> sql.Composable:
+        """The join the evidence columns need (after the candidate's chunk ``c``)."""
+
+    def lexemes(self, row: str) -> sql.Composable:
+        """A set-returning expression of the lexemes (column ``lexeme``) of chunk row ``row``."""
+
+    @property
+    def carried(self) -> sql.Composable:
+        """The column of a chunk that :meth:`lexemes` reads (returned by deletes)."""
+
+
+#: The engine in use.
+ENGINE: FullText = TSVECTOR
