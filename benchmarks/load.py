@@ -178,7 +178,7 @@ def main() -> int:
     from psycopg import sql
     from psycopg.conninfo import make_conninfo
 
-    from kb_retriever.store.server import start_embedded
+    from kb_retriever.store.embedded import start_embedded
 
     levels = [int(c) for c in args.clients.split(",")]
     trees = {name: Path(tree).resolve()

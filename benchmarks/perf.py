@@ -486,7 +486,7 @@ def main() -> int:
     if args.child:
         print(json.dumps(CHILDREN[args.child](args.url, Path(args.data), args.warmup)))
         return 0
-    from kb_retriever.store.server import start_embedded
+    from kb_retriever.store.embedded import start_embedded
 
     sizes = [int(s) for s in args.sizes.split(",") if s] + ([1_000_000] if args.with_1m else [])
     with tempfile.TemporaryDirectory(prefix="kb-perf-") as home:

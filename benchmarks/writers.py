@@ -218,7 +218,7 @@ def main() -> int:
 
     import _synth
 
-    from kb_retriever.store.server import start_embedded
+    from kb_retriever.store.embedded import start_embedded
 
     trees: dict[str, Path | None] = {"current": None}
     trees.update({name: Path(tree).resolve()

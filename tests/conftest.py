@@ -37,7 +37,7 @@ def pg_server_url() -> Iterator[str]:
     if url:
         yield url
         return
-    from kb_retriever.store.server import start_embedded
+    from kb_retriever.store.embedded import start_embedded
 
     # Not under pytest's basetemp: concurrent pytest runs rotate (delete) old basetemps.
     home = Path(tempfile.mkdtemp(prefix="kb-test-home-"))

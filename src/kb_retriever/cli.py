@@ -57,6 +57,11 @@ def _version() -> str:
         return __version__
 
 
+def _scope(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--project", default="default", help="project key (default: default)")
+    sp.add_argument("--tenant", default="default", help="tenant id (default: default)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kb-retriever", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,27 +73,30 @@ def build_parser() -> argparse.ArgumentParser:
                         "else ~/.kb-retriever)")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_ingest_parser, _query_parsers, _bench_parser, _doctor_parser, _mcp_parser):
+        add(sub)
+    return p
 
-    def scope(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--project", default="default", help="project key (default: default)")
-        sp.add_argument("--tenant", default="default", help="tenant id (default: default)")
 
+def _ingest_parser(sub: Any) -> None:
     sp = sub.add_parser("ingest", help="ingest files or folders (Markdown, text, PDF, DOCX)",
                         description="Ingest files and folders. Unchanged files are skipped; a "
                                     "file that fails is reported and the run goes on.")
     sp.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
-    scope(sp)
+    _scope(sp)
     sp.add_argument("--prune", action="store_true",
                     help="delete the documents found under these paths before whose file is gone")
     sp.add_argument("--follow-symlinks", action="store_true",
                     help="follow symlinks that point outside the ingest paths")
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
 
+
+def _query_parsers(sub: Any) -> None:
     for name, helptext in (("search", "search and print the ranked result"),
                            ("prompt", "print the composed prompt for a question")):
         sp = sub.add_parser(name, help=helptext, description=helptext.capitalize() + ".")
         sp.add_argument("query", help="the question, in natural language")
-        scope(sp)
+        _scope(sp)
         sp.add_argument("--also-project", action="append", default=[], metavar="P",
                         help="search this project too (repeatable)")
         sp.add_argument("--limit", type=int, default=None, metavar="N",
@@ -104,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--max-chars", type=_positive_int, default=None, metavar="N",
                             help="budget of the prompt in characters")
 
+
+def _bench_parser(sub: Any) -> None:
     sp = sub.add_parser("bench", help="run a retrieval benchmark (AskMyDocs format)",
                         description="Ingest a corpus, run its queries and report nDCG, MRR, "
                                     "citation, refusal, graph and rejected metrics.")
@@ -117,13 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="project to ingest into (default: benchmark)")
     sp.add_argument("--tenant", default="default", help="tenant id (default: default)")
 
+
+def _doctor_parser(sub: Any) -> None:
     sp = sub.add_parser("doctor", help="check the index: recall of approximate vs exact search",
                         description="Compare the HNSW index's answers with an exact scan.")
-    scope(sp)
+    _scope(sp)
     sp.add_argument("--samples", type=int, default=20, help="queries to sample (default: 20)")
     sp.add_argument("--k", type=int, default=10, help="neighbours compared (default: 10)")
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
 
+
+def _mcp_parser(sub: Any) -> None:
     sp = sub.add_parser("mcp", help="serve search to agents as MCP tools (needs kb-retriever[mcp])",
                         description="Serve the search, documents and composed prompt as Model "
                                     "Context Protocol tools, over stdio (default) or streamable "
@@ -139,7 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, default=8000, help="HTTP port (default: 8000)")
     sp.add_argument("--allow-writes", action="store_true",
                     help="also serve add_document and delete_document tools")
-    return p
 
 
 def _kb(args: argparse.Namespace, **kw: Any) -> Any:
@@ -250,7 +263,7 @@ def cmd_prompt(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench.cli import run_bench_command
+    from .bench.command import run_bench_command
 
     return run_bench_command(args)
 

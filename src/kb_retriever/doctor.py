@@ -120,7 +120,7 @@ def diagnose(*, database_url: str | None = None, home: Path | None = None,
     settings: Settings = load_settings()
     url = database_url or settings.database_url
     if not url:
-        from .store.server import start_embedded
+        from .store.embedded import start_embedded
 
         url = start_embedded(home or settings.home)
     with diagnostics.connect(url) as store:

@@ -23,9 +23,9 @@ from .search.pipeline import search_plan, validate_limit, validate_query
 from .search.plan import SearchRequest, arun_plan, run_plan
 from .settings import Settings, load_settings
 from .store import schema
+from .store.embedded import start_embedded
 from .store.pools import Pools
 from .store.reader import AsyncSearchSession, ReadCache, SearchSession
-from .store.server import start_embedded
 from .store.sql import Scope
 from .write.from_files import IngestReport, Progress, as_paths, ingest_paths
 

@@ -22,7 +22,7 @@ def test_bench_without_ranx_names_the_extra(tmp_path, capsys, monkeypatch):
 
 
 def test_the_core_imports_no_benchmark_stack():
-    code = ("import sys, kb_retriever.cli, kb_retriever.bench.cli, kb_retriever.bench.metrics; "
+    code = ("import sys, kb_retriever.cli, kb_retriever.bench.command, kb_retriever.bench.metrics; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ranx', 'numba')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "[]"

@@ -20,7 +20,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from kb_retriever.store import lifecycle
-from kb_retriever.store.server import _SYSTEM_DIR, _locate, start_embedded
+from kb_retriever.store.embedded import _locate, start_embedded
+from kb_retriever.store.server_access import SYSTEM_DIR as _SYSTEM_DIR
 
 from ._util import ready as _ready
 from ._util import server_process as _worker

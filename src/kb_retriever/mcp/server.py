@@ -30,6 +30,7 @@ from ..kb import KnowledgeBase
 from ..models import SearchResult
 from ..prompt.compose import compose_prompt
 from ..search.pipeline import validate_limit, validate_query
+from ..settings import Settings
 from . import descriptions as d
 from .tools import (
     DOCUMENT_CHARS,
@@ -118,6 +119,15 @@ def build_server(kb: KnowledgeBase, scope: Scope, *, host: str = "127.0.0.1", po
     s = kb.settings
     h = d.arg_help(scope.projects, max_query_chars=s.max_query_chars, max_limit=s.max_limit,
                    default_limit=s.default_limit)
+    _add_read_tools(server, opened, scope, s, h)
+    if scope.allow_writes:
+        _add_write_tools(server, opened, scope, h)
+    return server
+
+
+def _add_read_tools(server: FastMCP, opened: _Opener, scope: Scope, s: Settings,
+                    h: dict[str, str]) -> None:
+    """The search tools, the document reader and the prompt template."""
     Query = Annotated[str, Field(description=h["query"])]
     Project = Annotated[str | None, Field(description=h["project"])]
     Limit = Annotated[int | None, Field(description=h["limit"])]
@@ -170,8 +180,6 @@ def build_server(kb: KnowledgeBase, scope: Scope, *, host: str = "127.0.0.1", po
     server.add_tool(get_document, title="Read a document",
                     description=d.GET.format(chars=f"{DOCUMENT_CHARS:,}"), annotations=_READ,
                     structured_output=False)
-    if scope.allow_writes:
-        _add_write_tools(server, opened, scope, h)
 
     async def answer_from_knowledge_base(
             question: Annotated[str, Field(description=h["question"])],
@@ -182,7 +190,6 @@ def build_server(kb: KnowledgeBase, scope: Scope, *, host: str = "127.0.0.1", po
 
     server.prompt(name="answer_from_knowledge_base", description=d.PROMPT)(
         answer_from_knowledge_base)
-    return server
 
 
 def _add_write_tools(server: FastMCP, opened: _Opener, scope: Scope, h: dict[str, str]) -> None:

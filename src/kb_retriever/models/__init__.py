@@ -7,8 +7,8 @@ fast constructor they share.
 """
 
 from ..vocabulary import CANONICAL_STATUSES, CANONICAL_TYPES, SOURCE_TYPES
-from .base import construct
 from .drafts import ChunkDraft, DocumentDraft, EdgeDraft
+from .frozen import construct
 from .records import ChunkRecord, DocumentRecord, StoredChunk, StoredDocument
 from .results import Candidate, DocumentRef, Hit, Origin, ScoreBreakdown, SearchResult
 

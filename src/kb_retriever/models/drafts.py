@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .base import empty as _empty
+from .frozen import empty as _empty
 
 __all__ = ["ChunkDraft", "DocumentDraft", "EdgeDraft"]
 

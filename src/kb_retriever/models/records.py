@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import empty as _empty
+from .frozen import empty as _empty
 
 __all__ = ["ChunkRecord", "DocumentRecord", "StoredChunk", "StoredDocument"]
 

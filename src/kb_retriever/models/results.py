@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from .base import empty as _empty
+from .frozen import empty as _empty
 
 __all__ = ["Candidate", "DocumentRef", "Hit", "Origin", "ScoreBreakdown", "SearchResult"]
 

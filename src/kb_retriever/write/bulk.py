@@ -27,7 +27,7 @@ from typing import Any
 from ..embedding import Embedder
 from ..errors import InputError
 from ..models import DocumentDraft
-from ..store.bulk import BulkSession, connect
+from ..store.bulk_copy import BulkSession, connect
 from .recalibrate import calibrate_project
 
 __all__ = ["BulkReport", "bulk_load"]

@@ -29,10 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import check_text
 from ..embedding import Embedder
 from ..embedding.base import check_vector
-from ..errors import EmbeddingError, IngestError, InputError, KbError, WriteError
+from ..errors import IngestError, InputError, KbError, WriteError
 from ..ingest.chunking import chunk_markdown
 from ..ingest.frontmatter import frontmatter_from_mapping, parse_frontmatter, split_frontmatter
 from ..ingest.loaders import MAX_FILE_BYTES, PARSER_VERSION, _markdown_draft
@@ -49,140 +48,28 @@ from ..store import writer
 from ..store.session import Session
 from ..vocabulary import CHUNKS_SOURCE_TYPE
 from .from_files import embed_chunks
+from .validate import (
+    as_chunk,
+    as_chunks,
+    as_record,
+    as_records,
+    json_metadata,
+    valid_embedding,
+    valid_id,
+    valid_text,
+)
+from .validate import validate_ids as validate_ids
 
 __all__ = ["ChunkRecord", "DocumentRecord", "StoredChunk", "StoredDocument", "as_record",
-           "as_records", "record_draft"]
+           "as_records", "record_draft", "validate_ids"]
 
 logger = logging.getLogger(__name__)
 
-# Ids are source_path values: long enough for URLs and paths, short enough for a B-tree key.
-MAX_ID_CHARS = 1000
-# Metadata is JSON: deeper nesting is a bug or an attack (json.dumps recursed 5,000 levels
-# into a RecursionError); frontmatter and filters stop at depths of the same order.
-MAX_METADATA_DEPTH = 100
 # Derived document ids: uuid5 in a namespace of our own, over the record's text and metadata.
 _ID_NAMESPACE = uuid.UUID("6b622d72-6574-7269-6576-65722d646f63")  # "kb-retriever-doc"
 
 
 # --- records -> drafts (pure) ---------------------------------------------------------------
-def _id(value: Any, what: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_CHARS:
-        raise InputError(f"{what} must be a non-empty string of at most {MAX_ID_CHARS} "
-                         f"characters, got {value!r:.80}")
-    return check_text(value, what)
-
-
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise InputError(f"{what} must be a string, got {type(value).__name__}")
-    check_text(value, what)
-    if len(value.encode("utf-8")) > MAX_FILE_BYTES:
-        raise InputError(f"{what} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
-    return value
-
-
-def _json_safe(value: Mapping[str, Any], what: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InputError(f"{what} must be a mapping, got {type(value).__name__}")
-    _scan_json(value, what, strings=False)  # the depth, before json.dumps recurses
-    try:  # jsonb: str keys; dates and other objects as strings (as frontmatter values are)
-        out = json.loads(json.dumps(dict(value), default=str, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{what} is not JSON-serialisable: {exc}") from None
-    _scan_json(out, what, strings=True)
-    return out
-
-
-def _scan_json(value: Any, what: str, *, strings: bool) -> None:
-    """Mappings and lists at most :data:`MAX_METADATA_DEPTH` deep (a cycle is infinitely
-    deep); with ``strings``, every key and string storable (:func:`check_text`)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping | list | tuple):
-            if depth > MAX_METADATA_DEPTH:
-                raise InputError(f"{what} is nested more than {MAX_METADATA_DEPTH} levels deep")
-            if isinstance(item, Mapping):
-                if strings:
-                    for key in item:
-                        if isinstance(key, str):
-                            check_text(key, f"a key of {what}")
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
-        elif strings and isinstance(item, str):
-            check_text(item, what)
-
-
-def _known_keys(value: Mapping[str, Any], valid: tuple[str, ...], what: str) -> None:
-    unknown = sorted(set(value) - set(valid))
-    if unknown:
-        raise InputError(f"{what} {unknown}; valid: {', '.join(valid)}")
-
-
-def _chunk(value: Any, i: int) -> ChunkRecord:
-    if isinstance(value, ChunkRecord):
-        return value
-    if isinstance(value, Mapping):
-        _known_keys(value, ("text", "id", "metadata", "embedding"), f"chunk {i}: unknown key(s)")
-        return ChunkRecord(text=value.get("text", ""), id=value.get("id"),
-                           metadata=value.get("metadata") or {}, embedding=value.get("embedding"))
-    raise InputError(f"chunk {i} must be a ChunkRecord or a mapping, got {type(value).__name__}")
-
-
-def as_record(value: Any) -> DocumentRecord:
-    """A :class:`DocumentRecord` from itself or a mapping with ``text``, ``metadata``, ``id``
-    and ``chunks``."""
-    if isinstance(value, DocumentRecord):
-        return value
-    if isinstance(value, Mapping):
-        _known_keys(value, ("text", "metadata", "id", "chunks"), "unknown document key(s)")
-        return DocumentRecord(
-            text=value.get("text", ""), metadata=value.get("metadata") or {}, id=value.get("id"),
-            chunks=_chunks(value.get("chunks")))
-    raise InputError(
-        f"a document must be a DocumentRecord or a mapping with 'text', 'metadata' and 'id', "
-        f"got {type(value).__name__} (framework documents go through the adapters' "
-        "vector stores)")
-
-
-def as_records(values: Any) -> list[DocumentRecord]:
-    """:func:`as_record` of each item of ``values``, a list of documents (not one document)."""
-    if isinstance(values, str | bytes | Mapping | DocumentRecord) \
-            or not isinstance(values, Iterable):
-        raise InputError(f"documents must be a list of DocumentRecords or mappings, got "
-                         f"{type(values).__name__}")
-    return [as_record(v) for v in values]
-
-
-def _chunks(value: Any) -> tuple[ChunkRecord, ...] | None:
-    """A record's ``chunks``: None (the text is chunked) or a list of chunks."""
-    if value is None:
-        return None
-    if isinstance(value, str | bytes | Mapping | ChunkRecord) or not isinstance(value, Iterable):
-        raise InputError(f"chunks must be a list of ChunkRecords or mappings, got "
-                         f"{type(value).__name__}")
-    return tuple(_chunk(c, i) for i, c in enumerate(value))
-
-
-def _embedding(value: Any, what: str) -> list[float] | None:
-    """A caller's vector as floats (its dimension and values are checked when it is written,
-    against the embedder's); :class:`EmbeddingError` for anything but a flat list of numbers."""
-    if value is None:
-        return None
-    try:
-        if isinstance(value, str | bytes):
-            raise TypeError(type(value).__name__)
-        array = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        array = None
-    if array is None or array.ndim != 1:
-        raise EmbeddingError(f"{what} must be a list of numbers, got {value!r:.60}")
-    return [float(x) for x in array]
-
-
 def _fallback_title(metadata: Mapping[str, Any], doc_id: str) -> str:
     """The title when neither a ``title`` field nor a first H1 gives one: the loader's source
     (LangChain ``source``, LlamaIndex ``file_name``), else the id."""
@@ -221,7 +108,7 @@ def canonical_slug(metadata: Mapping[str, Any], settings: Settings) -> str | Non
     the chunks of that canonical document (:meth:`KnowledgeBase.upsert_chunks`)."""
     if not settings.canonical_enabled:
         return None
-    fm = frontmatter_from_mapping(_json_safe(metadata, "metadata"), "")
+    fm = frontmatter_from_mapping(json_metadata(metadata, "metadata"), "")
     return fm.slug if fm.is_canonical else None
 
 
@@ -234,13 +121,13 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
     """
     if not isinstance(record, DocumentRecord):
         raise InputError(f"record_draft takes a DocumentRecord, got {type(record).__name__}")
-    text = _text(record.text, "document text")
-    metadata = _json_safe(record.metadata, "document metadata")
-    chunks = _chunks(record.chunks)
+    text = valid_text(record.text, "document text")
+    metadata = json_metadata(record.metadata, "document metadata")
+    chunks = as_chunks(record.chunks)
     chunks_in = None if chunks is None else [
-        (_text(c.text, f"chunk {i} text"), _id(c.id, f"chunk {i} id"),
-         _json_safe(c.metadata, f"chunk {i} metadata"),
-         _embedding(c.embedding, f"chunk {i} embedding"))
+        (valid_text(c.text, f"chunk {i} text"), valid_id(c.id, f"chunk {i} id"),
+         json_metadata(c.metadata, f"chunk {i} metadata"),
+         valid_embedding(c.embedding, f"chunk {i} embedding"))
         for i, c in enumerate(chunks)]
     # Canonical fields: the frontmatter block's, overridden key by key by the metadata's.
     raw, body = split_frontmatter(text)
@@ -249,7 +136,7 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
     fm = frontmatter_from_mapping(data, body)
     if block is not None and block.warnings and not block.data:  # the block itself was rejected
         fm = replace(fm, warnings=block.warnings + fm.warnings)
-    doc_id = _id(record.id, "document id") or (fm.slug if fm.is_canonical else None) \
+    doc_id = valid_id(record.id, "document id") or (fm.slug if fm.is_canonical else None) \
         or derived_id(text, metadata)
     version = (f"{PARSER_VERSION};record;cap={settings.chunk_hard_cap_tokens};"
                f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}")
@@ -302,10 +189,10 @@ def chunks_draft(document_id: str, chunks: Iterable[Any], metadata: Mapping[str,
     in order (derived where missing)."""
     if isinstance(chunks, str | bytes | Mapping) or not isinstance(chunks, Iterable):
         raise InputError(f"chunks must be a list of chunks, got {type(chunks).__name__}")
-    given = tuple(_chunk(c, i) for i, c in enumerate(chunks))
+    given = tuple(as_chunk(c, i) for i, c in enumerate(chunks))
     if not given:
         raise InputError("upsert_chunks needs at least one chunk")
-    doc_id = _id(document_id, "document id")
+    doc_id = valid_id(document_id, "document id")
     draft = record_draft(DocumentRecord(text="", metadata=metadata or {}, id=doc_id,
                                         chunks=given), settings)
     kept: dict[str, ChunkDraft] = {}
@@ -419,16 +306,3 @@ def _write_record(session: Session, embedder: Embedder, tenant: str, project: st
     if session.write_document(tenant, project, draft, vectors) == "unchanged":
         return 0
     return len(draft.chunks)
-
-
-def validate_ids(ids: Any, what: str = "ids") -> list[str]:
-    if isinstance(ids, str) or not isinstance(ids, Iterable):
-        raise InputError(f"{what} must be a list of strings, got {type(ids).__name__}")
-    out: list[str] = []
-    for i in ids:
-        checked = _id(i, "an id")
-        if checked is None:  # None is "no id" in a record, never an id to look up
-            raise InputError(f"{what} must be strings, not None")
-        out.append(checked)
-    return list(dict.fromkeys(out))
-

