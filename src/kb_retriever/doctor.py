@@ -38,6 +38,7 @@ class DoctorReport:
     exact_ms_p50: float | None
     indexes: list[dict[str, Any]] = field(default_factory=list)
     sizes_mb: dict[str, float] = field(default_factory=dict)
+    distribution: dict[str, Any] = field(default_factory=dict)
     hints: list[str] = field(default_factory=list)
 
 
@@ -47,9 +48,14 @@ def check_index(store: Diagnostics, *, tenant: str, project: str, samples: int =
     if samples < 1 or k < 1:
         raise InputError("samples and k must be at least 1")
     count = store.chunks_in_scope(tenant, project)
+    dist = store.distribution()
     report = DoctorReport(tenant=tenant, project=project, k=k, samples=0, chunks_in_scope=count,
                           ef_search=ef_search, recall_at_k=None, min_recall=None,
                           approx_rows_mean=None, approx_ms_p50=None, exact_ms_p50=None)
+    report.distribution = {"citus": dist.citus, "workers": dist.workers,
+                           "colocated": dist.colocated,
+                           "tables": [{"table": t, "method": m, "shards": n}
+                                      for t, m, n in dist.tables]} if dist.citus else {}
     report.indexes = [{"name": i.name, "method": i.method, "valid": i.valid, "ready": i.ready,
                        "size_mb": round(i.bytes / 2**20, 2)} for i in store.indexes()]
     for rel in ("kb_chunks", "kb_documents", "kb_edges"):
@@ -95,6 +101,17 @@ def check_index(store: Diagnostics, *, tenant: str, project: str, samples: int =
 
 def format_report(r: DoctorReport) -> str:
     lines = [f"scope: tenant {r.tenant!r}, project {r.project!r}: {r.chunks_in_scope} chunks"]
+    d = r.distribution
+    if d:
+        hashed = [f"{t['table']} {t['shards']} shards" for t in d["tables"]
+                  if t["method"] != "reference"]
+        reference = [t["table"] for t in d["tables"] if t["method"] == "reference"]
+        together = "co-located" if d["colocated"] else "NOT co-located"
+        lines.append(f"distributed by Citus {d['citus']} over {d['workers']} node(s) holding "
+                     f"shards: {len(hashed)} tables hashed by tenant_id, {together} "
+                     f"({', '.join(hashed)}); reference tables: {', '.join(reference)}")
+    else:
+        lines.append("one PostgreSQL server (not distributed)")
     if r.recall_at_k is not None:
         lines.append(
             f"recall@{r.k}: {r.recall_at_k:.3f} (min {r.min_recall:.3f}) over {r.samples} "

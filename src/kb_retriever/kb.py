@@ -278,7 +278,7 @@ class KnowledgeBase(DocumentMethods):
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
                             now=now)
         session = SearchSession(self._pools.sync(), self._reads, self.settings,
-                                self._pools.executor)
+                                self._pools.executor, distributed=self._pools.distributed)
 
         def embed(text: str) -> np.ndarray:
             session.release()  # no connection sits idle while the model runs
@@ -300,7 +300,8 @@ class KnowledgeBase(DocumentMethods):
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
                             now=now)
-        session = AsyncSearchSession(await self._pools.asynchronous(), self._reads, self.settings)
+        session = AsyncSearchSession(await self._pools.asynchronous(), self._reads, self.settings,
+                                     distributed=self._pools.distributed)
 
         async def embed(text: str) -> np.ndarray:
             await session.release()
@@ -325,7 +326,8 @@ class KnowledgeBase(DocumentMethods):
         if kwargs:
             raise InputError(f"search_sql got unknown argument(s) {sorted(kwargs)}")
         session = SearchSession(self._pools.sync(), ReadCache(), self.settings,
-                                self._pools.executor, record=[])
+                                self._pools.executor, record=[],
+                                distributed=self._pools.distributed)
 
         def embed(text: str) -> np.ndarray:
             session.release()

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["ACCEPTED", "CANONICAL_STATUSES", "CANONICAL_TYPES", "CHUNKS_SOURCE_TYPE",
-           "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS", "REJECTED_APPROACH", "SOURCE_TYPES",
-           "is_rejected_approach"]
+           "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS", "EXPANDABLE_STATUSES", "REJECTED_APPROACH",
+           "SOURCE_TYPES", "is_rejected_approach"]
 
 CANONICAL_TYPES = (
     "project-index", "module-kb", "decision", "runbook", "standard", "incident",
@@ -27,6 +27,8 @@ SOURCE_TYPES = ("markdown", "text", "pdf", "docx", CHUNKS_SOURCE_TYPE)
 #: makes a canonical document binding.
 REJECTED_APPROACH = "rejected-approach"
 ACCEPTED = "accepted"
+#: The statuses of the canonical documents that graph expansion may show.
+EXPANDABLE_STATUSES = (ACCEPTED, "review")
 
 #: Edge types and default weights (reference §1.3).
 EDGE_TYPE_WEIGHTS: dict[str, float] = {

@@ -12,7 +12,6 @@ function of its own (a sub-generator when it reads); :func:`search_plan` only ca
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from ..checks import check_text
@@ -72,12 +71,6 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
                       fts_configs=tuple(fts_configs) if len(fts_configs) > 1 else ())
 
 
-def _kept(read: Fetch, req: SearchRequest, ttl: float) -> Fetch:
-    """``read``, declared cacheable per scope for ``ttl`` seconds (0: never cached)."""
-    return replace(read, cache_key=(read.stage, req.scope.tenant, req.scope.projects),
-                   cache_ttl=ttl)
-
-
 def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     """The whole search as a generator of I/O requests (see module docstring)."""
     watch = Stopwatch()
@@ -98,8 +91,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     channel = pool = None
     if settings.rejected_injection_enabled:
         with watch.lap("rejected"):
-            pool = yield _kept(Fetch(q.rejected_chunks_sql(), q.scope_params(req.scope),
-                                     "rejected_vectors", parse=unit_vectors), req, catalog.ttl)
+            pool = yield reads.rejected_chunks(req.scope, catalog.ttl, unit_vectors)
             channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings)
             # a rejected idea that does not correlate is no context either (rejected.py)
             ranked = yield_to_accepted([s for s in ranked if channel.keeps(s.document)], pool,

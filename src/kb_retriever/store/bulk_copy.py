@@ -19,6 +19,7 @@ from psycopg import sql
 from ..models import DocumentDraft
 from .columns import DOCUMENT_COLUMNS
 from .connection import translated
+from .distribution import is_citus
 from .session import Session
 from .stats import log_document_chunks
 from .writer import chunk_rows, copy_chunks, document_values, edge_rows, insert_edges
@@ -40,7 +41,7 @@ def connect(url: str) -> Iterator[BulkSession]:
     with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
         register_vector(conn)
         conn.execute("SET statement_timeout = 0")
-        yield BulkSession(conn)
+        yield BulkSession(conn, distributed=is_citus(conn))
 
 
 class BulkSession(Session):

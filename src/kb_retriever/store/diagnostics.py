@@ -14,9 +14,11 @@ from typing import Any, NamedTuple
 
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg import sql
 
 from ..errors import InputError
 from .connection import translated
+from .distribution import Distribution, describe, is_citus
 from .session import Session
 
 __all__ = ["Diagnostics", "IndexState", "connect"]
@@ -55,11 +57,15 @@ def connect(url: str) -> Iterator[Diagnostics]:
         if not has or not has[0]:
             raise InputError("this database has no kb-retriever schema yet (run ingest first)")
         register_vector(conn)
-        yield Diagnostics(conn)
+        yield Diagnostics(conn, distributed=is_citus(conn))
 
 
 class Diagnostics(Session):
     """The doctor's reads (see the module docstring)."""
+
+    def distribution(self) -> Distribution:
+        """Whether the database is distributed by Citus, and how."""
+        return describe(self.conn)
 
     def chunks_in_scope(self, tenant: str, project: str) -> int:
         row = self.conn.execute("SELECT count(*) FROM kb_chunks WHERE tenant_id = %s "
@@ -72,8 +78,10 @@ class Diagnostics(Session):
                 for n, m, v, r, b in self.conn.execute(_INDEXES).fetchall()]
 
     def relation_size(self, relation: str) -> int:
-        """Bytes of ``relation`` with its indexes and TOAST (a name of our own tables)."""
-        row = self.conn.execute("SELECT pg_total_relation_size(%s::regclass)",
+        """Bytes of ``relation`` with its indexes and TOAST (a name of our own tables; on
+        Citus, of all its shards)."""
+        size = "citus_total_relation_size" if self.distributed else "pg_total_relation_size"
+        row = self.conn.execute(f"SELECT {size}(%s::regclass)",  # one of the two names above
                                 [relation]).fetchone()
         return int(row[0]) if row else 0
 
@@ -90,11 +98,15 @@ class Diagnostics(Session):
         """The ``k`` chunk ids nearest ``vector`` in the scope, by the HNSW index (with the
         library's settings) or by an exact scan, and the milliseconds it took."""
         local = ([("enable_indexscan", "off")] if exact else
-                 [("hnsw.ef_search", str(ef_search)), ("hnsw.iterative_scan", "relaxed_order")])
+                 [("hnsw.ef_search", str(int(ef_search))),
+                  ("hnsw.iterative_scan", "relaxed_order")])
+        if self.distributed:  # SET LOCAL statements reach the worker that runs the shard's query
+            local.insert(0, ("citus.propagate_set_commands", "local"))
         params = {"tenant": tenant, "project": project, "q": vector, "k": k}
         t = time.perf_counter()
         with self.conn.transaction():
             for name, value in local:  # SET LOCAL: gone when the transaction ends
-                self.conn.execute("SELECT set_config(%s, %s, true)", [name, value])
+                self.conn.execute(sql.SQL("SET LOCAL {} = {}").format(
+                    sql.SQL(name), sql.Literal(value)))  # names from the lists above
             rows = self.conn.execute(_EXACT if exact else _APPROX, params).fetchall()
         return [int(r[0]) for r in rows], (time.perf_counter() - t) * 1000

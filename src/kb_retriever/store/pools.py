@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import ConfigError, StoreError
 from ..settings import Settings
-from . import schema
+from . import distribution, schema
 from .borrowed import BorrowedAsyncPool, BorrowedPool
 from .connection import atranslated, make_async_pool, make_pool, translated
 from .session import AsyncSession, Session
@@ -67,6 +67,7 @@ class Pools:
         self._alock: asyncio.Lock | None = None
         self._apool_loop: asyncio.AbstractEventLoop | None = None
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
+        self.distributed = False  # a Citus coordinator (known once open)
         self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
 
     def borrowed_conninfo(self) -> str | None:
@@ -97,6 +98,7 @@ class Pools:
                                          **self._conn_kwargs))
             with migrating as conn:
                 schema.prepare(conn, choices)
+                self.distributed = distribution.is_citus(conn)
             if self._given_pool is not None:
                 pool: Any = BorrowedPool(self._given_pool, self.settings)
             else:
@@ -124,14 +126,14 @@ class Pools:
     def session(self) -> Iterator[Session]:
         """A pooled connection's :class:`~kb_retriever.store.session.Session`, for reads."""
         with translated(), self.sync().connection() as conn:
-            yield Session(conn)
+            yield Session(conn, distributed=self.distributed)
 
     @contextlib.asynccontextmanager
     async def asession(self) -> AsyncIterator[AsyncSession]:
         """The async twin of :meth:`session`."""
         pool = await self.asynchronous()
         async with atranslated(), pool.connection() as conn:
-            yield AsyncSession(conn)
+            yield AsyncSession(conn, distributed=self.distributed)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Session]:
@@ -142,7 +144,7 @@ class Pools:
         with translated(), self.checked().connection() as conn:
             _timeout(conn, self.settings.ingest_statement_timeout_ms)
             try:
-                yield Session(conn)
+                yield Session(conn, distributed=self.distributed)
             finally:
                 if not conn.broken:
                     _timeout(conn, self.settings.statement_timeout_ms)
@@ -154,7 +156,7 @@ class Pools:
         async with atranslated(), pool.connection() as conn:
             await conn.execute(_TIMEOUT, [str(self.settings.ingest_statement_timeout_ms)])
             try:
-                yield AsyncSession(conn)
+                yield AsyncSession(conn, distributed=self.distributed)
             finally:
                 if not conn.broken:
                     await conn.execute(_TIMEOUT, [str(self.settings.statement_timeout_ms)])

@@ -34,6 +34,7 @@ from psycopg_pool import PoolTimeout
 
 from ..settings import Settings
 from .connection import atranslated, is_retryable, translate, translated
+from .distribution import shard_settings
 from .reads import Fetch
 
 logger = logging.getLogger(__name__)
@@ -85,8 +86,10 @@ class SearchSession:
 
     def __init__(self, pool: Any, cache: ReadCache, settings: Settings,
                  executor: Callable[[], ThreadPoolExecutor], *,
-                 record: list[Fetch] | None = None) -> None:
+                 record: list[Fetch] | None = None, distributed: bool = False) -> None:
         self._pool, self._cache, self._settings, self._executor = pool, cache, settings, executor
+        # On Citus a vector read carries the HNSW settings to the shard (distribution.py).
+        self._local = shard_settings(settings) if distributed else None
         self._held: list[Any] = []  # the search's own connection first, then the extra ones
         # With ``record`` the reads that go to the database are kept there, in plan order
         # (``KnowledgeBase.search_sql``).
@@ -114,7 +117,15 @@ class SearchSession:
             try:
                 if not held:
                     held.append(self._pool.getconn())
-                with held[0].cursor(row_factory=dict_row) as cur:
+                conn = held[0]
+                if self._local is not None and req.ann:
+                    with conn.pipeline(), conn.transaction(), \
+                            conn.cursor(row_factory=dict_row) as cur:
+                        for stmt in self._local:
+                            cur.execute(stmt)
+                        cur.execute(req.query, req.params)
+                        return self._cache.answer(req, cur.fetchall())
+                with conn.cursor(row_factory=dict_row) as cur:
                     cur.execute(req.query, req.params)
                     return self._cache.answer(req, cur.fetchall())
             except psycopg.Error as exc:
@@ -169,8 +180,10 @@ class SearchSession:
 class AsyncSearchSession:
     """The async twin of :class:`SearchSession` (parallel reads run as concurrent tasks)."""
 
-    def __init__(self, pool: Any, cache: ReadCache, settings: Settings) -> None:
+    def __init__(self, pool: Any, cache: ReadCache, settings: Settings, *,
+                 distributed: bool = False) -> None:
         self._pool, self._cache, self._settings = pool, cache, settings
+        self._local = shard_settings(settings) if distributed else None
         self._held: list[Any] = []
 
     async def fetch(self, req: Fetch) -> Any:
@@ -184,7 +197,15 @@ class AsyncSearchSession:
             try:
                 if not held:
                     held.append(await self._pool.getconn())
-                async with held[0].cursor(row_factory=dict_row) as cur:
+                conn = held[0]
+                if self._local is not None and req.ann:
+                    async with conn.pipeline(), conn.transaction(), \
+                            conn.cursor(row_factory=dict_row) as cur:
+                        for stmt in self._local:
+                            await cur.execute(stmt)
+                        await cur.execute(req.query, req.params)
+                        return self._cache.answer(req, await cur.fetchall())
+                async with conn.cursor(row_factory=dict_row) as cur:
                     await cur.execute(req.query, req.params)
                     return self._cache.answer(req, await cur.fetchall())
             except psycopg.Error as exc:

@@ -17,11 +17,13 @@ from ..filters import SearchFilters
 from ..models.legs import LegResult
 from ..ranking.bm25 import CorpusLexemes
 from ..ranking.calibration import Calibration
+from ..vocabulary import ACCEPTED, EXPANDABLE_STATUSES, REJECTED_APPROACH
 from . import sql as q
 from .rows import leg_result, neighbours_from_rows, successor_map
 
 __all__ = ["Fetch", "LegQuery", "Parallel", "calibration", "fts_configs", "keyword_leg",
-           "lexeme_stats", "neighbours", "supersessions", "synonyms", "vector_leg"]
+           "lexeme_stats", "neighbours", "rejected_chunks", "supersessions", "synonyms",
+           "vector_leg"]
 
 Rows = list[dict[str, Any]]
 
@@ -38,6 +40,7 @@ class Fetch:
     parse: Callable[[Rows], Any] | None = None
     cache_key: tuple[Any, ...] | None = None
     cache_ttl: float = 0.0
+    ann: bool = False  # an approximate-nearest-neighbour read (the HNSW settings apply)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,13 @@ def supersessions(scope: q.Scope, ttl: float) -> Fetch:
     return _scoped(q.supersessions_sql(), scope, "supersessions", ttl, successor_map)
 
 
+def rejected_chunks(scope: q.Scope, ttl: float, parse: Callable[[Rows], Any]) -> Fetch:
+    """The chunks of the scope's accepted rejected-approach documents with their embeddings,
+    answered by ``parse``."""
+    return _scoped(q.rejected_chunks_sql(), scope, "rejected_vectors", ttl, parse,
+                   rejected=REJECTED_APPROACH, accepted=ACCEPTED)
+
+
 class LegQuery(NamedTuple):
     """The query's values that both candidate legs bind: its vector, the full-text
     configuration and text, the synonym phrases (separate tsqueries outside ``or`` mode) and
@@ -110,7 +120,7 @@ def vector_leg(shape: q.LegShape, query: LegQuery, *, filters: SearchFilters,
     """The vector leg (``store.sql.vector_leg_sql``), answered as a :class:`LegResult`."""
     stmt, fparams = q.vector_leg_sql(shape, filters=filters, with_doc_ids=with_doc_ids,
                                      with_mentions=bool(query.mention_ids))
-    return Fetch(stmt, {**fparams, **query.params()}, "vector_leg", _vector_leg)
+    return Fetch(stmt, {**fparams, **query.params()}, "vector_leg", _vector_leg, ann=True)
 
 
 def keyword_leg(shape: q.LegShape, query: LegQuery, *, mode: str, filters: SearchFilters,
@@ -139,6 +149,7 @@ def neighbours(scope: q.Scope, *, direction: str, filters: SearchFilters,
     stmt, fparams = q.neighbours_sql(direction=direction, filters=filters)
     return Fetch(stmt, {**q.scope_params(scope), **fparams, "fp": [p for p, _ in frontier],
                         "fs": [s for _, s in frontier], "visited": list(visited),
-                        "types": list(types), "qvec": qvec}, f"graph_hop_{hop}",
+                        "types": list(types), "qvec": qvec,
+                        "expandable": list(EXPANDABLE_STATUSES)}, f"graph_hop_{hop}",
                  neighbours_from_rows)
 

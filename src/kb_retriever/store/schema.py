@@ -11,6 +11,7 @@ from psycopg import sql
 
 from ..errors import SchemaError
 from ..settings import FTS_LANGUAGES
+from . import distribution
 from .fulltext import ENGINE
 
 logger = logging.getLogger(__name__)
@@ -60,10 +61,16 @@ class Choices(NamedTuple):
 
 
 def prepare(conn: psycopg.Connection, choices: Choices) -> None:
-    """Migrate, then fix or check the database's choices (:func:`ensure_fixed_choices`)."""
+    """Migrate, fix or check the database's choices (:func:`ensure_fixed_choices`), then
+    distribute the tables on a Citus coordinator (``store/distribution.py``): last, so that a
+    new database's tables are complete (typed vector column, tsv stored in the row, indexes)
+    when Citus copies their definition to the shards."""
     migrate(conn)
     ensure_fixed_choices(conn, dimension=choices.dimension, model_id=choices.model_id,
                          fts_language=choices.fts_language)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+        distribution.distribute(conn)
 
 
 def migration_files() -> list[tuple[int, str, str]]:

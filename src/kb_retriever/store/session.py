@@ -118,8 +118,11 @@ async def _acount(cur: Any) -> int:
 class Session:
     """A pooled connection's typed operations (see the module docstring)."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], *, distributed: bool = False) -> None:
         self.conn = conn
+        # On Citus the coordinator's tables hold no rows and no statistics of their own: the
+        # workers' autovacuum keeps the shards' (an ANALYZE here would touch every shard).
+        self.distributed = distributed
 
     @property
     def broken(self) -> bool:
@@ -146,7 +149,8 @@ class Session:
 
     @_typed_errors
     def prepare_writes(self) -> None:
-        writer.refresh_document_stats(self.conn)
+        if not self.distributed:
+            writer.refresh_document_stats(self.conn)
 
     @_typed_errors
     def write_document(self, tenant: str, project: str, draft: DocumentDraft,
@@ -194,7 +198,7 @@ class Session:
 
     def settle(self, tenant: str, project: str) -> None:
         """After a write committed (``stats.settle``): never raises."""
-        stats.settle(self.conn, tenant, project)
+        stats.settle(self.conn, tenant, project, analyze=not self.distributed)
 
     # --- calibration ---------------------------------------------------------------------
     @_typed_errors
@@ -237,8 +241,9 @@ class Session:
 class AsyncSession:
     """The async twin of the documents API's part of :class:`Session`."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection[Any], *, distributed: bool = False) -> None:
         self.conn = conn
+        self.distributed = distributed
 
     @_atyped_errors
     async def read(self, stmts: Sequence[by_id.Statement]) -> list[Rows]:
@@ -258,4 +263,4 @@ class AsyncSession:
         return (await aretried(transaction))[batch.counted]
 
     async def settle(self, tenant: str, project: str) -> None:
-        await stats.asettle(self.conn, tenant, project)
+        await stats.asettle(self.conn, tenant, project, analyze=not self.distributed)

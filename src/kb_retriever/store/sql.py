@@ -225,7 +225,8 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
     """One hop of graph expansion from ``frontier`` (project, slug) pairs.
 
     Per neighbour document: the strongest edge, and its chunk most similar to the query.
-    Params to add: tenant, projects, fp, fs (frontier projects/slugs), visited, types, qvec.
+    Params to add: tenant, projects, fp, fs (frontier projects/slugs), visited, types, qvec,
+    expandable (the statuses a neighbour may have).
     """
     filt, p = doc_filter_sql(filters, with_doc_ids=False)
     arms = []
@@ -254,7 +255,7 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
         "FROM edges e JOIN kb_documents d ON d.tenant_id = %(tenant)s "
         "AND d.project_key = e.project_key AND d.slug = e.nbr "
         "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
-        "WHERE d.is_canonical AND d.canonical_status IN ('accepted', 'review'){filt} "
+        "WHERE d.is_canonical AND d.canonical_status = ANY(%(expandable)s){filt} "
         "ORDER BY d.id, c.embedding <=> %(qvec)s, c.id"
     ).format(arms=sql.SQL(" UNION ALL ").join(sql.SQL(a) for a in arms), chunk=CHUNK_COLUMNS,
              doc=DOC_COLUMNS, filt=filt)
@@ -267,18 +268,19 @@ def rejected_chunks_sql() -> sql.Composed:
     the slugs its document has an edge with, either way (``linked_slugs``).
 
     Few rows, and they change only on ingest: the caller caches them and scores each query in
-    memory (``kb_retriever.search.rejected_channel``), so the rejected channel costs no round trip per search.
-    Params: tenant, projects.
+    memory (``kb_retriever.search.rejected_channel``), so the rejected channel costs no round
+    trip per search. The subqueries name the tenant too, so Citus runs all of it on one shard.
+    Params: tenant, projects, rejected (the type), accepted (the status).
     """
     return sql.SQL(
         "SELECT {chunk}, {doc}, c.embedding, ARRAY(SELECT e.to_slug FROM kb_edges e "
-        "WHERE e.tenant_id = d.tenant_id AND e.project_key = d.project_key "
+        "WHERE e.tenant_id = %(tenant)s AND e.project_key = d.project_key "
         "AND e.from_slug = d.slug UNION SELECT e.from_slug FROM kb_edges e "
-        "WHERE e.tenant_id = d.tenant_id AND e.project_key = d.project_key "
+        "WHERE e.tenant_id = %(tenant)s AND e.project_key = d.project_key "
         "AND e.to_slug = d.slug) AS linked_slugs FROM kb_documents d "
         "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
         "WHERE d.tenant_id = %(tenant)s AND d.project_key = ANY(%(projects)s) AND d.is_canonical "
-        "AND d.canonical_type = 'rejected-approach' AND d.canonical_status = 'accepted' "
+        "AND d.canonical_type = %(rejected)s AND d.canonical_status = %(accepted)s "
         "ORDER BY d.id, c.id"
     ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
 

@@ -162,23 +162,27 @@ async def aanalyze_if_stale(conn: psycopg.AsyncConnection[Any]) -> list[str]:
     return stale
 
 
-def settle(conn: psycopg.Connection[Any], tenant: str, project: str) -> None:
+def settle(conn: psycopg.Connection[Any], tenant: str, project: str, *,
+           analyze: bool = True) -> None:
     """After a write committed: fold the scope's log, and analyse the tables whose planner
     statistics went stale. Never raises, because the write is saved whatever happens here: a
     fold that fails leaves the log to the next one (readers count it), an ANALYZE that fails is
     autovacuum's to do."""
     try:
         fold_log(conn, tenant, project)
-        analyze_if_stale(conn)
+        if analyze:
+            analyze_if_stale(conn)
     except psycopg.Error as exc:
         logger.warning("statistics of %s/%s not settled: %s", tenant, project, exc)
 
 
-async def asettle(conn: psycopg.AsyncConnection[Any], tenant: str, project: str) -> None:
+async def asettle(conn: psycopg.AsyncConnection[Any], tenant: str, project: str, *,
+                  analyze: bool = True) -> None:
     """The async twin of :func:`settle`."""
     try:
         await afold_log(conn, tenant, project)
-        await aanalyze_if_stale(conn)
+        if analyze:
+            await aanalyze_if_stale(conn)
     except psycopg.Error as exc:
         logger.warning("statistics of %s/%s not settled: %s", tenant, project, exc)
 
