@@ -1,0 +1,92 @@
+"""A real Citus cluster for the tests: Citus 14 built into the embedded server's PostgreSQL by
+``shared/tools/citus/build.sh`` (beside the repository; cached, about 4 minutes the first time),
+a coordinator and two workers on 127.0.0.1 started by ``cluster.sh``.
+
+Each test database is created on every node with the ``citus`` and ``vector`` extensions and
+the workers added, as an operator would set one up.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT.parent / "shared" / "tools" / "citus"
+BASE_PORT = 9850  # coordinator; the workers take the next ports
+WORKERS = 2
+
+
+def tools_present() -> bool:
+    return (TOOLS / "build.sh").is_file() and (TOOLS / "cluster.sh").is_file()
+
+
+def build() -> str:
+    """The bin directory of the Citus-enabled PostgreSQL (built once, then reused)."""
+    done = subprocess.run(["bash", str(TOOLS / "build.sh"), sys.executable], check=True,
+                          capture_output=True, text=True, timeout=1800)
+    return done.stdout.strip().splitlines()[-1]
+
+
+class Cluster:
+    """A coordinator and its workers, started in a directory of their own."""
+
+    def __init__(self, bindir: str) -> None:
+        self.bindir = bindir
+        # the servers run as an unprivileged user when the tests run as root: a readable place
+        self.data = Path(tempfile.mkdtemp(prefix="kb-citus-test-"))
+        self.data.chmod(0o755)
+        self.ports = [BASE_PORT + i for i in range(WORKERS + 1)]
+
+    def start(self) -> None:
+        subprocess.run(["bash", str(TOOLS / "cluster.sh"), "start", self.bindir, str(self.data),
+                        str(BASE_PORT), str(WORKERS)], check=True, capture_output=True,
+                       text=True, timeout=300)
+
+    def stop(self) -> None:
+        subprocess.run(["bash", str(TOOLS / "cluster.sh"), "stop", self.bindir, str(self.data)],
+                       capture_output=True, text=True, timeout=300)
+
+    def url(self, port: int, dbname: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{port}/{dbname}"
+
+    def new_database(self, *, workers: bool = True) -> str:
+        """A database with citus and vector on every node, its workers added (none with
+        ``workers=False``); the coordinator's URL."""
+        name = f"kbcitus_{uuid.uuid4().hex[:10]}"
+        for port in self.ports:
+            with psycopg.connect(self.url(port), autocommit=True) as conn:
+                conn.execute("SET citus.enable_create_database_propagation TO off")
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            with psycopg.connect(self.url(port, name), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION citus")
+                conn.execute("CREATE EXTENSION vector")
+        with psycopg.connect(self.url(self.ports[0], name), autocommit=True) as conn:
+            conn.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", [self.ports[0]])
+            for port in self.ports[1:] if workers else ():
+                conn.execute("SELECT citus_add_node('127.0.0.1', %s)", [port])
+        return self.url(self.ports[0], name)
+
+    def pg_ctl(self, port: int, action: str) -> None:
+        """Stop or start one node (``action``: stop | start)."""
+        node = self.data / f"node{port}"
+        cmd = [f"{self.bindir}/pg_ctl", "-D", str(node), "-w", "-m", "fast",
+               "-l", str(self.data / f"node{port}.log"), action]
+        if os.geteuid() == 0:
+            cmd = ["su", "kb-citus", "-s", "/bin/sh", "-c", " ".join(cmd)]
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
+
+
+def counters(url: str) -> tuple[int, int]:
+    """(single-shard, multi-shard) query executions of the database so far."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT query_execution_single_shard, query_execution_multi_shard "
+                           "FROM citus_stat_counters WHERE name = current_database()").fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
