@@ -11,8 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from kb_retriever import HashingEmbedder, KnowledgeBase, MiniLMEmbedder, SchemaError, Settings
-from kb_retriever import StoreError
+from kb_retriever import HashingEmbedder, KnowledgeBase, MiniLMEmbedder, SchemaError, Settings, StoreError
 from kb_retriever.store import distribution
 from kb_retriever.store.reader import ReadCache, SearchSession
 from kb_retriever.store.reads import Fetch
