@@ -23,6 +23,7 @@ from kb_retriever.models import Hit
 from kb_retriever.settings import Settings
 
 from .calibration import Calibration
+from .signals import SIGNALS
 
 __all__ = ["calibrated_evidence", "evidence_score", "is_grounded", "refuse_calibrated",
            "should_refuse"]
@@ -56,17 +57,22 @@ def _uses_calibration(settings: Settings, calibration: Calibration | None) -> bo
 def evidence_score(hit: Hit, settings: Settings) -> float:
     """The hit's score recomputed on raw evidence, without the @mention boost.
 
-    ``Wv·raw_similarity + Wk·keyword + Wh·heading + (additive − mention_boost) + canonical``.
-    For a reranked hit this is its total with the normalised vector term swapped for the raw
-    one. For a pass-through hit (reranking off) the rank-based fused score is not evidence, so
-    only the raw similarity and the canonical adjustment count.
+    Each signal counts as its row of :data:`~kb_retriever.ranking.signals.SIGNALS` says
+    (``Signal.evidence``), then the canonical adjustment: ``Wv·raw_similarity + Wk·keyword +
+    Wh·heading + the additive signals but the @mention + canonical``. For a reranked hit this
+    is its total with the normalised vector term swapped for the raw one. For a pass-through
+    hit (reranking off) the rank-based fused score is not evidence and no signal was scored,
+    so only the raw similarity and the canonical adjustment count.
     """
     s = hit.scores
     similarity = _similarity(hit) or 0.0
-    lexical = settings.keyword_weight * s.keyword + settings.heading_weight * s.heading
-    return (
-        settings.vector_weight * similarity + lexical + (s.additive - s.mention_boost) + s.canonical
-    )
+    total = 0.0
+    for signal in SIGNALS:
+        if signal.evidence is None:
+            continue
+        value = similarity if signal.evidence == "raw_similarity" else getattr(s, signal.name)
+        total += signal.contribution(value, settings)
+    return total + s.canonical
 
 
 def is_grounded(hit: Hit, settings: Settings, calibration: Calibration | None = None) -> bool:

@@ -149,7 +149,7 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
     for s in ranked:
         doc = s.document
         if _is_rejected_doc(doc):
-            keywords[doc.id] = max(keywords.get(doc.id, 0.0), s.terms[1])  # _TERMS: keyword
+            keywords[doc.id] = max(keywords.get(doc.id, 0.0), s.terms["keyword"])
         elif doc.slug and len(seeds) < EDGE_SEEDS and (doc.project_key, doc.slug) not in seeds:
             seeds.append((doc.project_key, doc.slug))
     links: dict[int, set[tuple[str, str]]] = {}
