@@ -43,7 +43,7 @@ def test_calibration_needs_every_project_and_the_current_probes():
 
 
 def test_calibrated_gate_refuses_a_flat_high_band_and_grounds_on_keywords():
-    s = Settings()  # refusal_min_similarity not set: the calibrated gate applies
+    s = Settings()  # KB_REFUSAL_RULE=calibrated: the calibrated gate applies
     italian_null = _null(0.52)  # MiniLM on Italian: unrelated text scores ~0.5
     # cosine 0.55 clears the absolute 0.45 floor, but not the scope's own null
     assert should_refuse([_hit(1, 0.55)], s, italian_null)
@@ -53,9 +53,35 @@ def test_calibrated_gate_refuses_a_flat_high_band_and_grounds_on_keywords():
     assert not should_refuse([_hit(1, 0.80)], s, italian_null)
 
 
-def test_explicit_refusal_similarity_overrides_the_calibration():
-    s = Settings(refusal_min_similarity=0.5)
+def test_the_absolute_refusal_rule_is_a_setting_not_a_threshold_given():
+    s = Settings(refusal_rule="absolute", refusal_min_similarity=0.5)
     assert not should_refuse([_hit(1, 0.55)], s, _null(0.52))
+    # a threshold set, even to its own default, leaves the calibrated gate on (issue 24)
+    for given in (Settings(refusal_min_similarity=0.45), Settings(refusal_min_similarity=0.5)):
+        assert given.refusal_rule == "calibrated"
+        assert should_refuse([_hit(1, 0.55)], given, _null(0.52))
+
+
+def test_the_rejected_rule_is_a_setting_not_a_threshold_given(monkeypatch):
+    from kb_retriever.errors import ConfigError
+    from kb_retriever.search.rejected_channel import decide_rejected, unit_vectors
+
+    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [1.0, 0.0],
+                          "project_key": "default", "linked_slugs": []}])
+
+    def rule(settings, calibration=None):
+        calibration = _null(0.2) if calibration is None else calibration
+        return decide_rejected(pool, [1.0, 0.0], [], calibration, settings).rule
+
+    assert rule(Settings()) == "calibrated"
+    assert rule(Settings(rejected_min_similarity=0.40)) == "calibrated"  # its own default
+    assert rule(Settings(rejected_rule="absolute")) == "absolute"
+    assert rule(Settings(), Calibration(())) == "absolute"  # a scope never calibrated
+    monkeypatch.setenv("KB_REJECTED_RULE", "absolute")
+    monkeypatch.setenv("KB_REFUSAL_RULE", "absolute")
+    assert Settings().rejected_rule == Settings().refusal_rule == "absolute"
+    with pytest.raises(ConfigError, match="'calibrated' or 'absolute'"):
+        Settings(rejected_rule="cosine")
 
 
 def test_rejected_evidence_combines_cosine_keyword_and_edges():

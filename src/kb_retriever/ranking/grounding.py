@@ -6,8 +6,8 @@ refusal_min_evidence`` (:func:`refuse_calibrated`), where the margin measures th
 against what unrelated text scores in the same scope
 (:class:`~kb_retriever.ranking.calibration.Calibration`). So an embedder that gives every
 Italian text 0.45, or E5 that gives everything 0.8, does not defeat the gate, and a query
-whose words the scope holds (an error code) is grounded by its keyword signal. An explicit
-``KB_REFUSAL_MIN_SIMILARITY``, or a scope never calibrated, uses the absolute rule below.
+whose words the scope holds (an error code) is grounded by its keyword signal.
+``KB_REFUSAL_RULE=absolute``, or a scope never calibrated, uses the absolute rule below.
 
 In the reference, min-max normalisation gives the top candidate a vector signal of 1.0, so its
 score is >= 0.55 and the 0.25 score threshold always passes: the gate degenerated into "one
@@ -50,8 +50,8 @@ def refuse_calibrated(hits: list[Hit], settings: Settings, calibration: Calibrat
 
 
 def _uses_calibration(settings: Settings, calibration: Calibration | None) -> bool:
-    return (calibration is not None and calibration.calibrated
-            and "refusal_min_similarity" not in settings.model_fields_set)
+    return (settings.refusal_rule == "calibrated" and calibration is not None
+            and calibration.calibrated)
 
 
 def evidence_score(hit: Hit, settings: Settings) -> float:

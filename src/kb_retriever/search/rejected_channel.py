@@ -3,17 +3,17 @@
 The scope's rejected-approach chunks come cached with their vectors (:class:`RejectedVectors`),
 so scoring them costs no round trip. On a calibrated scope the decision is
 :func:`~kb_retriever.ranking.rejected_evidence.correlate_rejected`'s evidence (decision 0009): correlated
-documents are injected unless the query is refused, the others leave every list. An explicit
-``KB_REJECTED_MIN_SIMILARITY``, or a scope never calibrated, keeps the absolute cosine rule;
-either way a rejected document that stands in ``primary`` or ``expanded`` is also injected, so
-it never shows as ordinary context without its warning.
+documents are injected unless the query is refused, the others leave every list.
+``KB_REJECTED_RULE=absolute``, or a scope never calibrated, keeps the absolute cosine rule
+(``KB_REJECTED_MIN_SIMILARITY``); either way a rejected document that stands in ``primary`` or
+``expanded`` is also injected, so it never shows as ordinary context without its warning.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -93,16 +93,18 @@ def _is_rejected_doc(doc: DocumentRef) -> bool:
 
 @dataclass(frozen=True)
 class RejectedChannel:
-    """The channel's decision for one query: ``legacy`` (the absolute cosine rule), else the
-    evidence per rejected document (best first) and the ids that correlate."""
+    """The channel's decision for one query: its ``rule`` (``"absolute"``: the cosine
+    threshold), and on ``"calibrated"`` the evidence per rejected document (best first) and the
+    ids that correlate."""
 
-    legacy: bool
+    rule: Literal["calibrated", "absolute"]
     evidence: tuple[RejectedEvidence, ...] = ()
     correlated: frozenset[int] = field(default_factory=frozenset)
 
     def keeps(self, doc: DocumentRef) -> bool:
         """Whether ``doc`` may stand in primary, runner-up or expanded."""
-        return self.legacy or not _is_rejected_doc(doc) or doc.id in self.correlated
+        return (self.rule == "absolute" or not _is_rejected_doc(doc)
+                or doc.id in self.correlated)
 
     def inject(self, vectors: RejectedVectors, qvec: Any, shown: Sequence[Hit], *,
                refused: bool, settings: Settings) -> list[Hit]:
@@ -118,7 +120,7 @@ class RejectedChannel:
         for h in reversed(shown):
             if _is_rejected_doc(h.document) and h.chunk_id in sims:
                 best[h.document.id] = (h.chunk_id, sims[h.chunk_id])
-        if self.legacy:
+        if self.rule == "absolute":
             ranked = [doc for doc, _, sim in _best_per_doc(vectors, qvec)
                       if sim >= settings.rejected_min_similarity]
         elif refused:
@@ -140,10 +142,10 @@ class RejectedChannel:
 def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored],
                     calibration: Calibration, settings: Settings) -> RejectedChannel:
     """Correlate the scope's rejected documents with the query (module docstring)."""
-    if "rejected_min_similarity" in settings.model_fields_set or not calibration.calibrated:
-        return RejectedChannel(legacy=True)
+    if settings.rejected_rule == "absolute" or not calibration.calibrated:
+        return RejectedChannel("absolute")
     if not vectors.ids:
-        return RejectedChannel(legacy=False)
+        return RejectedChannel("calibrated")
     keywords: dict[int, float] = {}
     seeds: list[tuple[str, str]] = []
     for s in ranked:
@@ -162,7 +164,7 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
         calibration=calibration, keyword_weight=settings.evidence_lexical_weight,
         edge_bonus=settings.rejected_edge_bonus)
     correlated = frozenset(e.doc_id for e in evidence if e.score >= settings.rejected_min_evidence)
-    return RejectedChannel(legacy=False, evidence=tuple(evidence), correlated=correlated)
+    return RejectedChannel("calibrated", evidence=tuple(evidence), correlated=correlated)
 
 
 def _cosines(vectors: RejectedVectors, qvec: Any) -> list[float]:
