@@ -24,6 +24,7 @@ from ..ranking.rejected_evidence import EDGE_SEEDS, RejectedEvidence, correlate_
 from ..ranking.rerank import Scored
 from ..settings import Settings
 from ..store.rows import document_from_row, vector_array
+from ..vocabulary import ACCEPTED, is_rejected_approach
 
 __all__ = ["RejectedChannel", "RejectedVectors", "best_rejected", "decide_rejected",
            "rejected_hit", "unit_vectors", "yield_to_accepted"]
@@ -86,11 +87,6 @@ def rejected_hit(row: Mapping[str, Any], sim: float) -> Hit:
     )
 
 
-def _is_rejected_doc(doc: DocumentRef) -> bool:
-    return bool(doc.is_canonical and doc.canonical_type == "rejected-approach"
-                and doc.canonical_status == "accepted")
-
-
 @dataclass(frozen=True)
 class RejectedChannel:
     """The channel's decision for one query: its ``rule`` (``"absolute"``: the cosine
@@ -103,7 +99,7 @@ class RejectedChannel:
 
     def keeps(self, doc: DocumentRef) -> bool:
         """Whether ``doc`` may stand in primary, runner-up or expanded."""
-        return (self.rule == "absolute" or not _is_rejected_doc(doc)
+        return (self.rule == "absolute" or not is_rejected_approach(doc)
                 or doc.id in self.correlated)
 
     def inject(self, vectors: RejectedVectors, qvec: Any, shown: Sequence[Hit], *,
@@ -114,11 +110,11 @@ class RejectedChannel:
         if not vectors.ids:
             return []
         best = {doc: (chunk, sim) for doc, chunk, sim in _best_per_doc(vectors, qvec)}
-        reached = [h.document.id for h in shown if _is_rejected_doc(h.document)]
+        reached = [h.document.id for h in shown if is_rejected_approach(h.document)]
         # a document the result shows is warned about with the chunk it shows
         sims = dict(zip((c for _, c in vectors.ids), _cosines(vectors, qvec), strict=True))
         for h in reversed(shown):
-            if _is_rejected_doc(h.document) and h.chunk_id in sims:
+            if is_rejected_approach(h.document) and h.chunk_id in sims:
                 best[h.document.id] = (h.chunk_id, sims[h.chunk_id])
         if self.rule == "absolute":
             ranked = [doc for doc, _, sim in _best_per_doc(vectors, qvec)
@@ -150,7 +146,7 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
     seeds: list[tuple[str, str]] = []
     for s in ranked:
         doc = s.document
-        if _is_rejected_doc(doc):
+        if is_rejected_approach(doc):
             keywords[doc.id] = max(keywords.get(doc.id, 0.0), s.terms["keyword"])
         elif doc.slug and len(seeds) < EDGE_SEEDS and (doc.project_key, doc.slug) not in seeds:
             seeds.append((doc.project_key, doc.slug))
@@ -198,7 +194,7 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
     while i < len(out):
         r = out[i]
         rdoc = r.document
-        if not _is_rejected_doc(rdoc) or rdoc.id in done:
+        if not is_rejected_approach(rdoc) or rdoc.id in done:
             i += 1
             continue
         done.add(rdoc.id)
@@ -210,7 +206,7 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
             if d.id in seen:
                 continue
             seen.add(d.id)
-            if (d.is_canonical and d.canonical_status == "accepted" and not _is_rejected_doc(d)
+            if (d.is_canonical and d.canonical_status == ACCEPTED and not is_rejected_approach(d)
                     and d.slug and (d.project_key, d.slug) in linked
                     and out[j].score >= ratio * r.score):
                 out.insert(i, between(out.pop(j), out[i - 1] if i > 0 else None, out[i]))
