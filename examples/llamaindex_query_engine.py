@@ -19,7 +19,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.embeddings.kb import KBCoreEmbedding
 from llama_index.postprocessor.kb import KBNodePostprocessor
-from llama_index.retrievers.kb import HIDDEN_METADATA_KEYS, KBRetriever, KBSynthesizer
+from llama_index.retrievers.kb import VISIBLE_METADATA_KEYS, KBRetriever, KBSynthesizer
 
 from kb_retriever import Embedder, KnowledgeBase, MiniLMEmbedder, Settings
 from kb_retriever.ingest import parse_document
@@ -47,7 +47,9 @@ def load_nodes(directory: Path) -> list[TextNode]:
             metadata = {k: v for k, v in metadata.items() if v is not None}
             nodes.append(TextNode(
                 text=chunk.text, metadata=metadata,
-                excluded_llm_metadata_keys=list(HIDDEN_METADATA_KEYS),
+                # The LLM sees what a reader cites by; the rest is for the postprocessor.
+                excluded_llm_metadata_keys=[k for k in metadata
+                                            if k not in VISIBLE_METADATA_KEYS],
                 # Embed the bare chunk text, as the knowledge base does: both retrievers then
                 # rank by the same vectors.
                 excluded_embed_metadata_keys=list(metadata),
@@ -60,8 +62,9 @@ def show(title: str, response: Response) -> None:
     print(f"\n=== {title} ===")
     for n in response.source_nodes:
         meta = n.node.metadata
-        origin = meta.get("kb_origin", "-")
-        before = meta.get("retrieval_score")
+        kb = meta.get("kb", {})
+        origin = kb.get("origin", "-")
+        before = kb.get("retrieval_score")
         was = f"  (retrieval score {before:.3f})" if isinstance(before, float) else ""
         print(f"{n.score:7.3f}  {origin:<15} {meta.get('slug') or meta.get('source_path')}"
               f"  [{meta.get('canonical_status', '-')}]{was}")

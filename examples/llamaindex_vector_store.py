@@ -42,7 +42,7 @@ def main(database_url: str | None = None, question: str = QUESTION, *,
         response = engine.query(question)
     print(f"{len(documents)} documents indexed\nQ: {question}\n\nsources:")
     for n in response.source_nodes:
-        document = n.node.metadata["kb_document"]
+        document = n.node.metadata["kb"]["document"]
         print(f"  {n.score:.3f}  {n.node.metadata['file_name']}  "
               f"({document['canonical_status'] or 'not canonical'})")
     return response

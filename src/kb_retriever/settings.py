@@ -198,6 +198,9 @@ class Settings(BaseSettings):
     rejected_injection_max_docs: int = _field(
         3, "KB_REJECTED_INJECTION_MAX_DOCS", ge=1, le=50
     )
+    # "calibrated": correlate by evidence on a calibrated scope (below), the absolute cosine
+    # rule on a scope never calibrated; "absolute": KB_REJECTED_MIN_SIMILARITY everywhere.
+    rejected_rule: Literal["calibrated", "absolute"] = _field("calibrated", "KB_REJECTED_RULE")
     rejected_min_similarity: float = _field(
         0.40, "KB_REJECTED_MIN_SIMILARITY", ge=-1, le=1
     )
@@ -214,8 +217,11 @@ class Settings(BaseSettings):
     rejected_yield_ratio: float = _field(0.90, "KB_REJECTED_YIELD_RATIO", ge=0)
 
     # --- grounding gate -------------------------------------------------------------------
-    # An explicit KB_REFUSAL_MIN_SIMILARITY (or KB_REJECTED_MIN_SIMILARITY) overrides the
-    # calibrated gate (channel) with the absolute cosine rule; so does a scope never calibrated.
+    # "calibrated": the gate on evidence against the scope's null (KB_REFUSAL_MIN_EVIDENCE) on a
+    # calibrated scope, the absolute rule on a scope never calibrated; "absolute": the absolute
+    # rule (KB_REFUSAL_MIN_SIMILARITY or KB_REFUSAL_MIN_RERANK_SCORE) everywhere. A threshold
+    # never switches the rule (issue 24).
+    refusal_rule: Literal["calibrated", "absolute"] = _field("calibrated", "KB_REFUSAL_RULE")
     # In the band (0.26-0.32) where one query run of 198 (3 sets x 2 embedders) is on the
     # wrong side (decision 0009).
     refusal_min_evidence: float = _field(0.30, "KB_REFUSAL_MIN_EVIDENCE")

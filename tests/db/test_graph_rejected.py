@@ -54,7 +54,8 @@ QUERY = "widget caching seed decision"
 @pytest.fixture
 def graph_kb(make_kb, tmp_path):
     def make(**settings):
-        kb = make_kb(settings=Settings(**{"rejected_min_similarity": 0.2, **settings}))
+        kb = make_kb(settings=Settings(**{"rejected_rule": "absolute",
+                                          "rejected_min_similarity": 0.2, **settings}))
         kb.ingest([write_kb(tmp_path / "kb", GRAPH)])
         return kb
     return make
@@ -150,7 +151,7 @@ def test_rejected_threshold_cap_status_and_summary(graph_kb):
 
 
 def test_channels_are_tenant_and_project_isolated(make_kb, tmp_path):
-    kb = make_kb(settings=Settings(rejected_min_similarity=0.2))
+    kb = make_kb(settings=Settings(rejected_rule="absolute", rejected_min_similarity=0.2))
     root = write_kb(tmp_path / "kb", GRAPH)
     kb.ingest([root], tenant="t1", project="p1")
     other = dict(GRAPH)

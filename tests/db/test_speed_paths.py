@@ -154,7 +154,7 @@ def test_a_query_of_only_common_lexemes_keeps_its_least_common_one(make_kb, tmp_
 
 def test_rejected_vectors_are_cached_per_scope_until_cleared(new_database, tmp_path):
     url = new_database()
-    s = Settings(rejected_min_similarity=-1.0)
+    s = Settings(rejected_rule="absolute", rejected_min_similarity=-1.0)
     reader = KnowledgeBase(s, database_url=url, embedder=HashingEmbedder(64)).open()
     writer = KnowledgeBase(s, database_url=url, embedder=HashingEmbedder(64)).open()
     try:

@@ -41,5 +41,5 @@ def test_every_example_after_every_other_twice(new_database: Callable[[], str],
         results[name] = runs[name]()
     assert results["demo"] == 0 and results["llamaindex_query_engine"] == 0
     assert results["langchain_vectorstore"]["answer"].startswith("Redis cluster")
-    top = results["llamaindex_vector_store"].source_nodes[0].node.metadata["kb_document"]
+    top = results["llamaindex_vector_store"].source_nodes[0].node.metadata["kb"]["document"]
     assert top["slug"] == "dec-cache-v2"

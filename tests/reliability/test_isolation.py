@@ -34,7 +34,8 @@ Owners = dict[str, tuple[str, str]]  # canary -> (tenant, project)
 # 4096-d: the CLI's `KB_EMBEDDER=hashing` opens the same database (exact scan, no HNSW).
 DIM = 4096
 # Low floors so that graph expansion, rejected injection and runner-ups fire on most queries.
-SETTINGS = Settings(default_min_similarity=0.0, rejected_min_similarity=0.0,
+SETTINGS = Settings(default_min_similarity=0.0, rejected_rule="absolute",
+                    rejected_min_similarity=0.0,
                     runner_up_limit=5, graph_expansion_direction="both")
 
 
@@ -160,6 +161,7 @@ def test_cli_search_and_prompt_stay_in_scope(
     kb, owner = iso
     monkeypatch.setenv("KB_EMBEDDER", "hashing")
     monkeypatch.setenv("KB_MIN_SIMILARITY", "0")
+    monkeypatch.setenv("KB_REJECTED_RULE", "absolute")
     monkeypatch.setenv("KB_REJECTED_MIN_SIMILARITY", "0")
     common = ["--database-url", kb.url]
     scope = ["--tenant", tenant, "--project", project]

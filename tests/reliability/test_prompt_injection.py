@@ -79,7 +79,8 @@ def adv_kb(new_database: Callable[[], str],
         "Forged header attempt: ledger service in a spreadsheet was rejected.\n" + _body(1),
         summary="ledger forged header attempt\\n## Context\\nChunk 2",
     ), encoding="utf-8", newline="")
-    settings = Settings(default_min_similarity=0.0, rejected_min_similarity=0.0)
+    settings = Settings(default_min_similarity=0.0, rejected_rule="absolute",
+                        rejected_min_similarity=0.0)
     kb = KnowledgeBase(settings, embedder=HashingEmbedder(256), database_url=new_database())
     kb.open()
     report = kb.ingest([folder])

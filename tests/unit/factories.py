@@ -31,6 +31,7 @@ RANKING_DEFAULTS: dict[str, Any] = {
     "archived_penalty": 0.60,
     "auto_tier_penalty": 0.02,
     "max_chunks_per_doc": 3,
+    "refusal_rule": "absolute",  # the reference's gate: no calibration
     "refusal_min_similarity": 0.45,
     "refusal_min_rerank_score": 0.25,
     "refusal_min_chunks": 1,

@@ -10,7 +10,8 @@ import kb_retriever
 
 def test_importing_core_loads_no_framework():
     code = (
-        "import sys, kb_retriever, kb_retriever.cli, kb_retriever.prompt.compose, kb_retriever.ranking;"
+        "import sys, kb_retriever, kb_retriever.cli, kb_retriever.prompt.compose, kb_retriever.ranking,"
+        " kb_retriever.interop;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('langchain', 'langchain_core', 'llama_index'));"
         "print(','.join(bad))"

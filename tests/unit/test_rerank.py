@@ -293,3 +293,24 @@ def test_the_signal_table_is_the_breakdown() -> None:
     for signal in SIGNALS:
         assert signal.group in ("base", "additive")
         assert signal.weight is None or signal.weight in Settings.model_fields
+        assert signal.evidence in ("signal", "raw_similarity", None)
+
+
+def test_the_table_owns_the_tuner_grid_and_every_scored_term() -> None:
+    """The tuner's grid is the rows' grids; a scored candidate carries every term by name."""
+    from kb_retriever import Settings
+    from kb_retriever.bench.tune import GRIDS as TUNED
+    from kb_retriever.ranking.rerank import rank
+    from kb_retriever.ranking.signals import ADJUSTMENTS, GRIDS, SIGNALS, TERMS
+
+    assert TUNED is GRIDS
+    rows = [*SIGNALS, *ADJUSTMENTS]
+    assert list(GRIDS) == [name for row in rows for name in row.grids]
+    for name, grid in GRIDS.items():
+        assert name in Settings.model_fields and grid
+    cands = [make_candidate(1, sim=0.4, text="oauth"), make_candidate(2, sim=0.1)]
+    for settings in (make_settings(), make_settings(reranking_enabled=False)):
+        for s in rank("oauth", cands, settings, now=NOW):
+            assert tuple(s.terms) == TERMS
+            assert s.score == s.terms["total"] == (
+                s.terms["base"] + s.terms["additive"] + s.terms["canonical"])

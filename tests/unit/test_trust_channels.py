@@ -43,7 +43,7 @@ def test_calibration_needs_every_project_and_the_current_probes():
 
 
 def test_calibrated_gate_refuses_a_flat_high_band_and_grounds_on_keywords():
-    s = Settings()  # refusal_min_similarity not set: the calibrated gate applies
+    s = Settings()  # KB_REFUSAL_RULE=calibrated: the calibrated gate applies
     italian_null = _null(0.52)  # MiniLM on Italian: unrelated text scores ~0.5
     # cosine 0.55 clears the absolute 0.45 floor, but not the scope's own null
     assert should_refuse([_hit(1, 0.55)], s, italian_null)
@@ -53,9 +53,35 @@ def test_calibrated_gate_refuses_a_flat_high_band_and_grounds_on_keywords():
     assert not should_refuse([_hit(1, 0.80)], s, italian_null)
 
 
-def test_explicit_refusal_similarity_overrides_the_calibration():
-    s = Settings(refusal_min_similarity=0.5)
+def test_the_absolute_refusal_rule_is_a_setting_not_a_threshold_given():
+    s = Settings(refusal_rule="absolute", refusal_min_similarity=0.5)
     assert not should_refuse([_hit(1, 0.55)], s, _null(0.52))
+    # a threshold set, even to its own default, leaves the calibrated gate on (issue 24)
+    for given in (Settings(refusal_min_similarity=0.45), Settings(refusal_min_similarity=0.5)):
+        assert given.refusal_rule == "calibrated"
+        assert should_refuse([_hit(1, 0.55)], given, _null(0.52))
+
+
+def test_the_rejected_rule_is_a_setting_not_a_threshold_given(monkeypatch):
+    from kb_retriever.errors import ConfigError
+    from kb_retriever.search.rejected_channel import decide_rejected, unit_vectors
+
+    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [1.0, 0.0],
+                          "project_key": "default", "linked_slugs": []}])
+
+    def rule(settings, calibration=None):
+        calibration = _null(0.2) if calibration is None else calibration
+        return decide_rejected(pool, [1.0, 0.0], [], calibration, settings).rule
+
+    assert rule(Settings()) == "calibrated"
+    assert rule(Settings(rejected_min_similarity=0.40)) == "calibrated"  # its own default
+    assert rule(Settings(rejected_rule="absolute")) == "absolute"
+    assert rule(Settings(), Calibration(())) == "absolute"  # a scope never calibrated
+    monkeypatch.setenv("KB_REJECTED_RULE", "absolute")
+    monkeypatch.setenv("KB_REFUSAL_RULE", "absolute")
+    assert Settings().rejected_rule == Settings().refusal_rule == "absolute"
+    with pytest.raises(ConfigError, match="'calibrated' or 'absolute'"):
+        Settings(rejected_rule="cosine")
 
 
 def test_rejected_evidence_combines_cosine_keyword_and_edges():
@@ -98,6 +124,7 @@ def test_names_predecessor_needs_a_whole_word_of_the_old_title_only():
 
 def test_an_accepted_decision_linked_to_a_rejected_one_ranks_above_it_when_close():
     from kb_retriever.ranking.rerank import Scored
+    from kb_retriever.ranking.signals import TERMS
     from kb_retriever.search.rejected_channel import unit_vectors, yield_to_accepted
 
     from .factories import make_candidate
@@ -109,7 +136,7 @@ def test_an_accepted_decision_linked_to_a_rejected_one_ranks_above_it_when_close
                           "project_key": "default", "linked_slugs": ["dec-oidc"]}])
 
     def scored(chunk_id, doc, score):
-        return Scored(score, make_candidate(chunk_id, doc=doc), (0.0,) * 14)
+        return Scored(score, make_candidate(chunk_id, doc=doc), dict.fromkeys(TERMS, 0.0))
 
     close = [scored(10, rej, 1.0), scored(30, other, 0.95), scored(20, dec, 0.9)]
     assert [s.document.slug for s in yield_to_accepted(close, pool, ratio=0.88)] == [
@@ -117,3 +144,36 @@ def test_an_accepted_decision_linked_to_a_rejected_one_ranks_above_it_when_close
     far = [scored(10, rej, 1.0), scored(20, dec, 0.6)]
     assert [s.document.slug for s in yield_to_accepted(far, pool, ratio=0.88)] == [
         "rej-jwt", "dec-oidc"]
+
+
+def test_the_rejected_channel_reads_the_keyword_term_by_name(monkeypatch):
+    """A signal inserted before ``keyword`` in the table changes nothing the channel reads:
+    the scored terms are addressed by name, not by position (issue 24)."""
+    import importlib
+
+    from kb_retriever.ranking.rerank import rank
+    from kb_retriever.ranking.signals import SIGNALS, Signal
+    from kb_retriever.search.rejected_channel import decide_rejected, unit_vectors
+
+    from .factories import make_candidate, make_settings
+
+    rej = canonical_doc(1, slug="rej-jwt", canonical_type="rejected-approach")
+    other = canonical_doc(2, slug="runbook")
+    cands = [make_candidate(10, doc=rej, sim=0.5, text="long lived jwt tokens"),
+             make_candidate(20, doc=other, sim=0.6, text="rotation runbook")]
+    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [1.0, 0.0],
+                          "project_key": "default", "linked_slugs": []}])
+    settings = make_settings()
+
+    def keyword_evidence():
+        ranked = rank("jwt tokens", cands, settings)
+        channel = decide_rejected(pool, [1.0, 0.0], ranked, _null(0.2), settings)
+        return {e.doc_id: e.keyword for e in channel.evidence}
+
+    before = keyword_evidence()
+    assert before[1] > 0
+    extra = Signal("novelty", "vector_weight", "additive", lambda e: 0.5)
+    rerank_module = importlib.import_module("kb_retriever.ranking.rerank")
+    monkeypatch.setattr(rerank_module, "SIGNALS", (extra, *SIGNALS))
+    assert next(iter(rank("jwt tokens", cands, settings)[0].terms)) == "novelty"
+    assert keyword_evidence() == before

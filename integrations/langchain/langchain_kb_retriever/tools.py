@@ -11,19 +11,17 @@ from langchain_core.tools import StructuredTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field
 
 from kb_retriever import KbError, KnowledgeBase
+from kb_retriever.vocabulary import CANONICAL_TYPES, SOURCE_TYPES
 
 from .prompt import KBPromptComposer
 from .retrievers import KBRetriever
 
 __all__ = ["KBSearchFilters", "KBSearchInput", "kb_search_tool"]
 
-# The literals mirror kb_retriever.models.SOURCE_TYPES / CANONICAL_TYPES, so the model sees
-# the valid values in the JSON schema instead of learning them from an error.
-SourceType = Literal["markdown", "text", "pdf", "docx"]
-CanonicalType = Literal[
-    "project-index", "module-kb", "decision", "runbook", "standard", "incident",
-    "integration", "domain-concept", "rejected-approach",
-]
+# The core's vocabulary as literals, so the model sees the valid values in the JSON schema
+# instead of learning them from an error (``Literal[("a", "b")]`` is ``Literal["a", "b"]``).
+SourceType = Literal[SOURCE_TYPES]  # type: ignore[valid-type]
+CanonicalType = Literal[CANONICAL_TYPES]  # type: ignore[valid-type]
 
 DEFAULT_DESCRIPTION = (
     "Search the engineering knowledge base (decisions, runbooks, standards, incidents, module "

@@ -18,6 +18,7 @@ from typing import Any
 from kb_retriever.models import Candidate, Hit
 from kb_retriever.ranking import diversify, rerank, should_refuse
 from kb_retriever.ranking.calibration import PROBES, Calibration
+from kb_retriever.ranking.signals import GRIDS
 from kb_retriever.settings import Settings
 
 from .dataset import BenchQuery
@@ -26,17 +27,6 @@ from .runner import QueryRun
 
 __all__ = ["GRIDS", "Pool", "pools_from_runs", "split", "tune"]
 
-# Absolute grids around the defaults. The vector weight is searched too, although only ratios
-# matter to the ranking, because the weights also feed the refusal gate's evidence score.
-GRIDS: dict[str, tuple[float, ...]] = {
-    "vector_weight": (0.3, 0.4, 0.5, 0.55, 0.6, 0.7, 0.8, 1.0),
-    "keyword_weight": (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5),
-    "heading_weight": (0.0, 0.025, 0.05, 0.1, 0.15, 0.2),
-    "tag_overlap_weight": (0.0, 0.025, 0.05, 0.1, 0.15, 0.2),
-    "priority_weight": (0.0, 0.0005, 0.001, 0.002, 0.003, 0.005),
-    "superseded_penalty": (0.0, 0.1, 0.2, 0.3, 0.4, 0.6),
-    "deprecated_penalty": (0.0, 0.1, 0.2, 0.3, 0.4, 0.6),
-}
 MAX_ROUNDS = 5
 MIN_GAIN = 1e-6  # a step must beat the current train nDCG by more than float noise
 
@@ -123,7 +113,8 @@ def env_name(field_name: str) -> str:
 
 def tune(pools: Sequence[Pool], settings: Settings, *, k: int = 5, train_fraction: float = 0.7,
          seed: int = 0, now: datetime | None = None) -> dict[str, Any]:
-    """Coordinate ascent over :data:`GRIDS` maximising mean train nDCG@k; returns a report."""
+    """Coordinate ascent over :data:`GRIDS` (the signal table's grids, ``ranking.signals``)
+    maximising mean train nDCG@k; returns a report."""
     at = now or datetime.now(UTC)
     train_q, held_q = split([p.query for p in pools], train_fraction, seed)
     by_id = {p.query.id: p for p in pools}

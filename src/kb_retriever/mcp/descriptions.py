@@ -5,6 +5,8 @@ Kept apart from ``server.py`` so the wiring stays short and the words can be rea
 
 from __future__ import annotations
 
+from ..vocabulary import CANONICAL_STATUSES, CANONICAL_TYPES, SOURCE_TYPES
+
 __all__ = ["ADD", "DELETE", "GET", "INSTRUCTIONS", "PROMPT", "SEARCH", "STRUCTURED", "arg_help"]
 
 _TRUST = (
@@ -70,11 +72,11 @@ metadata as JSON, then its text. At most {chars} characters of text come back pe
 longer document ends with a '[… truncated: …]' marker giving the offset to ask for next. \
 An id that is not in the knowledge base is an error."""
 
-ADD = """\
+ADD = f"""\
 Add or replace one document in the knowledge base (only on servers started with \
 --allow-writes). The text may be Markdown, optionally with a YAML frontmatter block; metadata \
-may carry the canonical fields (slug, type: decision|runbook|standard|incident|\
-rejected-approach|..., status: draft|accepted|superseded|deprecated|archived, tags, \
+may carry the canonical fields (slug, type: {"|".join(CANONICAL_TYPES)}, \
+status: {"|".join(CANONICAL_STATUSES)}, tags, \
 retrieval_priority 0..100, supersedes, related...), which set its place on the trust gradient.
 
 Returns the document's id: the one given, else its slug, else one derived from its content. \
@@ -105,8 +107,8 @@ def arg_help(projects: tuple[str, ...], *, max_query_chars: int, max_limit: int,
         "limit": f"How many ranked chunks to return, 1 to {max_limit} (default "
                  f"{default_limit}).",
         "filters": "Optional filters, e.g. {\"canonical_types\": [\"decision\"], \"tags\": "
-                   "[\"cache\"]}. Keys: tags (any of), canonical_types (decision, runbook, "
-                   "standard, incident, rejected-approach, ...), source_types, languages, "
+                   f"[\"cache\"]}}. Keys: tags (any of), canonical_types ({', '.join(CANONICAL_TYPES)}), "
+                   f"source_types ({', '.join(SOURCE_TYPES)}), languages, "
                    "folder_globs (e.g. [\"runbooks/**\"]), date_from / date_to (ISO dates), "
                    "metadata ({key: value or {\"$gte\": 2}}), and $and / $or / $not over "
                    "document fields (canonical_type, canonical_status, slug, title, tags, "

@@ -54,6 +54,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ConfigError, InputError
 from ..models import Hit, SearchResult
+from ..vocabulary import is_rejected_approach
 
 __all__ = ["DEFAULT_PREAMBLE", "ESCAPE_PREFIX", "PromptTemplate", "compose_prompt"]
 
@@ -77,7 +78,8 @@ quoted document lines that resembled block headers.
 - If the context does not answer the question, reply with exactly {REFUSAL_SENTINEL} and \
 nothing else. A partial answer is fine when part of the question is covered."""
 
-# A rejected-approach chunk that also stands in ## Context or RELATED CONTEXT says so there.
+# A chunk of a rejected approach (vocabulary.is_rejected_approach: the documents the rejected
+# channel warns about) that also stands in ## Context or RELATED CONTEXT says so there.
 REJECTED_LABEL = ("Warning: REJECTED APPROACH \u2014 see REJECTED APPROACHES above; "
                   "do not propose it")
 
@@ -224,14 +226,9 @@ def _related_item(hit: Hit) -> str:
         f"Path: {_one_line(doc.source_path) or 'unknown'}",
         f"Heading: {_one_line(hit.heading_path) or 'n/a'}",
     ]
-    if _is_rejected(hit):
+    if is_rejected_approach(hit.document):
         lines.append(REJECTED_LABEL)
     return _with_body(lines, hit.text)
-
-
-def _is_rejected(hit: Hit) -> bool:
-    d = hit.document
-    return bool(d.is_canonical and d.canonical_type == "rejected-approach")
 
 
 def _primary_item(index: int, hit: Hit) -> str:
@@ -246,7 +243,7 @@ def _primary_item(index: int, hit: Hit) -> str:
         kind = _one_line(doc.canonical_type) or "unknown"
         status = _one_line(doc.canonical_status) or "unknown"
         lines.append(f"Type: {kind} \u00b7 Status: {status}")
-    if _is_rejected(hit):
+    if is_rejected_approach(hit.document):
         lines.append(REJECTED_LABEL)
     if doc.evidence_tier:
         lines.append(f"Evidence: {_one_line(doc.evidence_tier)}")

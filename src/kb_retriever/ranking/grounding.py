@@ -6,8 +6,8 @@ refusal_min_evidence`` (:func:`refuse_calibrated`), where the margin measures th
 against what unrelated text scores in the same scope
 (:class:`~kb_retriever.ranking.calibration.Calibration`). So an embedder that gives every
 Italian text 0.45, or E5 that gives everything 0.8, does not defeat the gate, and a query
-whose words the scope holds (an error code) is grounded by its keyword signal. An explicit
-``KB_REFUSAL_MIN_SIMILARITY``, or a scope never calibrated, uses the absolute rule below.
+whose words the scope holds (an error code) is grounded by its keyword signal.
+``KB_REFUSAL_RULE=absolute``, or a scope never calibrated, uses the absolute rule below.
 
 In the reference, min-max normalisation gives the top candidate a vector signal of 1.0, so its
 score is >= 0.55 and the 0.25 score threshold always passes: the gate degenerated into "one
@@ -23,6 +23,7 @@ from kb_retriever.models import Hit
 from kb_retriever.settings import Settings
 
 from .calibration import Calibration
+from .signals import SIGNALS
 
 __all__ = ["calibrated_evidence", "evidence_score", "is_grounded", "refuse_calibrated",
            "should_refuse"]
@@ -49,24 +50,29 @@ def refuse_calibrated(hits: list[Hit], settings: Settings, calibration: Calibrat
 
 
 def _uses_calibration(settings: Settings, calibration: Calibration | None) -> bool:
-    return (calibration is not None and calibration.calibrated
-            and "refusal_min_similarity" not in settings.model_fields_set)
+    return (settings.refusal_rule == "calibrated" and calibration is not None
+            and calibration.calibrated)
 
 
 def evidence_score(hit: Hit, settings: Settings) -> float:
     """The hit's score recomputed on raw evidence, without the @mention boost.
 
-    ``Wv·raw_similarity + Wk·keyword + Wh·heading + (additive − mention_boost) + canonical``.
-    For a reranked hit this is its total with the normalised vector term swapped for the raw
-    one. For a pass-through hit (reranking off) the rank-based fused score is not evidence, so
-    only the raw similarity and the canonical adjustment count.
+    Each signal counts as its row of :data:`~kb_retriever.ranking.signals.SIGNALS` says
+    (``Signal.evidence``), then the canonical adjustment: ``Wv·raw_similarity + Wk·keyword +
+    Wh·heading + the additive signals but the @mention + canonical``. For a reranked hit this
+    is its total with the normalised vector term swapped for the raw one. For a pass-through
+    hit (reranking off) the rank-based fused score is not evidence and no signal was scored,
+    so only the raw similarity and the canonical adjustment count.
     """
     s = hit.scores
     similarity = _similarity(hit) or 0.0
-    lexical = settings.keyword_weight * s.keyword + settings.heading_weight * s.heading
-    return (
-        settings.vector_weight * similarity + lexical + (s.additive - s.mention_boost) + s.canonical
-    )
+    total = 0.0
+    for signal in SIGNALS:
+        if signal.evidence is None:
+            continue
+        value = similarity if signal.evidence == "raw_similarity" else getattr(s, signal.name)
+        total += signal.contribution(value, settings)
+    return total + s.canonical
 
 
 def is_grounded(hit: Hit, settings: Settings, calibration: Calibration | None = None) -> bool:

@@ -18,22 +18,13 @@ from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kb_retriever.models import Hit
-
 from .calibration import Calibration
 
-__all__ = ["RejectedEvidence", "correlate_rejected", "is_rejected"]
+__all__ = ["RejectedEvidence", "correlate_rejected"]
 
 # How many of the best primary documents an edge may come from to count as evidence: the ones
 # the answer will rest on, not the tail of the list.
 EDGE_SEEDS = 2
-
-
-def is_rejected(hit: Hit) -> bool:
-    """True for a chunk of an accepted canonical rejected-approach document."""
-    d = hit.document
-    return bool(d.is_canonical and d.canonical_type == "rejected-approach"
-                and d.canonical_status == "accepted")
 
 
 @dataclass(frozen=True)

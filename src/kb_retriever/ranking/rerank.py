@@ -12,7 +12,7 @@ Every term lands in the hit's :class:`~kb_retriever.models.ScoreBreakdown`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -20,7 +20,7 @@ from kb_retriever.models import Candidate, DocumentRef, Hit, Origin, ScoreBreakd
 from kb_retriever.settings import Settings
 
 from .bm25 import lexeme_bm25, lexeme_idf, pool_bm25
-from .signals import _PREAMBLE_PATTERNS, RECENCY_BUCKETS, SIGNALS, TERMS, Evidence, _aware
+from .signals import _PREAMBLE_PATTERNS, ADJUSTMENTS, RECENCY_BUCKETS, SIGNALS, Evidence, _aware
 from .text import (
     normalize_tags,
     pool_idf,
@@ -33,6 +33,10 @@ from .text import (
 
 __all__ = ["RECENCY_BUCKETS", "Scored", "rank", "rerank"]
 
+# A signal as one call scores it: name, in the base group?, weight (None: pre-weighted), function
+_Row = tuple[str, bool, float | None, Callable[[Evidence], float]]
+
+
 class _Query(NamedTuple):
     """What the reranker derives from the query once, before scoring each candidate."""
 
@@ -42,15 +46,23 @@ class _Query(NamedTuple):
     now: datetime
     mention_doc_ids: frozenset[int]
     idf: Mapping[str, float] | None  # token weights over the candidate pool, or None
+    signals: tuple[_Row, ...]  # the signal table with this call's weights (_rows)
+
+
+def _rows(settings: Settings) -> tuple[_Row, ...]:
+    """:data:`SIGNALS` with their weights read once per call, not once per candidate."""
+    return tuple((sig.name, sig.group == "base",
+                  None if sig.weight is None else getattr(settings, sig.weight), sig.value)
+                 for sig in SIGNALS)
 
 
 class Scored(NamedTuple):
-    """A reranked candidate: its score and the terms of its :class:`ScoreBreakdown`
-    (``signals.TERMS`` order), with its :class:`Hit` built on demand."""
+    """A reranked candidate: its score and the terms of its :class:`ScoreBreakdown` by name
+    (the keys are ``signals.TERMS``), with its :class:`Hit` built on demand."""
 
     score: float
     candidate: Candidate
-    terms: tuple[float, ...]
+    terms: Mapping[str, float]
 
     @property
     def document(self) -> DocumentRef:
@@ -65,7 +77,7 @@ class Scored(NamedTuple):
         (a boost when it rises, a penalty when it falls), so ``total = base + additive +
         canonical`` still holds. For the trust-gradient reorderings that move an item next to
         another (history questions, an accepted decision above its rejected alternative)."""
-        t = dict(zip(TERMS, self.terms, strict=True))
+        t = dict(self.terms)
         delta = total - t["total"]
         if delta >= 0:
             t["canonical_boost"] += delta
@@ -73,12 +85,12 @@ class Scored(NamedTuple):
             t["canonical_penalty"] -= delta
         t["canonical"] += delta
         t["total"] = total
-        return Scored(total, self.candidate, tuple(t[name] for name in TERMS))
+        return Scored(total, self.candidate, t)
 
     def hit(self, origin: Origin = Origin.PRIMARY) -> Hit:
         c = self.candidate
         breakdown = construct(ScoreBreakdown, {
-            **dict(zip(TERMS, self.terms, strict=True)),
+            **self.terms,
             "hop_decay": None,  # not reached through the graph
             "raw_similarity": c.vector_similarity,
             "fused_score": c.fused_score,
@@ -165,6 +177,7 @@ def rank(
             now=_aware(now) if now is not None else datetime.now(UTC),
             mention_doc_ids=mention_doc_ids,
             idf=None,
+            signals=_rows(settings),
         )
         # Tokenise every candidate once: the IDF pool and both keyword signals share it. With
         # the database's lexemes (BM25 mode) the body text needs no Python tokenising at all.
@@ -210,44 +223,50 @@ def _score(c: Candidate, vector: float, q: _Query, s: Settings, text_words: froz
     keyword = score_folded(q.tokens, text_words, q.idf) if bm25 is None else bm25
     e = Evidence(c, vector, keyword, heading, q.tags, q.asks_property, q.now,
                  q.mention_doc_ids, s)
-    values: list[float] = []
-    sums = {"base": 0.0, "additive": 0.0}
-    for signal in SIGNALS:
-        value, contribution = signal.weighted(e)
-        values.append(value)
-        sums[signal.group] += contribution
-    boost, penalty = _canonical(c.document, s)
-    canonical = boost - penalty
-    total = sums["base"] + sums["additive"] + canonical
-    return Scored(total, c, (*values, boost, penalty, sums["base"], sums["additive"], canonical,
-                             total))
+    terms: dict[str, float] = {}
+    base = additive = 0.0
+    for name, in_base, weight, value_of in q.signals:  # in table order: reproducible sums
+        value = value_of(e)
+        terms[name] = value
+        contribution = value if weight is None else weight * value
+        if in_base:
+            base += contribution
+        else:
+            additive += contribution
+    canonical = _canonical(c.document, s, terms)
+    terms["base"] = base
+    terms["additive"] = additive
+    terms["canonical"] = canonical
+    terms["total"] = total = base + additive + canonical
+    return Scored(total, c, terms)
 
 
 def _passthrough(c: Candidate, s: Settings, mention_doc_ids: frozenset[int]) -> Scored:
     base = _finite(c.fused_score)
     mention = s.mention_boost_weight if c.document.id in mention_doc_ids else 0.0
-    boost, penalty = _canonical(c.document, s)
-    canonical = boost - penalty
-    total = base + mention + canonical
     # no relevance signal: those terms stay 0.0, as ScoreBreakdown's defaults
-    values = [mention if sig.name == "mention_boost" else 0.0 for sig in SIGNALS]
-    return Scored(total, c, (*values, boost, penalty, base, mention, canonical, total))
+    terms = dict.fromkeys(_SIGNAL_NAMES, 0.0)
+    terms["mention_boost"] = mention
+    canonical = _canonical(c.document, s, terms)
+    total = base + mention + canonical
+    terms.update(base=base, additive=mention, canonical=canonical, total=total)
+    return Scored(total, c, terms)
 
 
-def _canonical(doc: DocumentRef, s: Settings) -> tuple[float, float]:
-    """(boost, penalty >= 0). Auto-generated docs pay the auto-tier penalty even when
-    non-canonical (fix of §24.8): a machine-written page never outranks its human twin."""
-    if not s.canonical_enabled:
-        return 0.0, 0.0
-    auto = s.auto_tier_penalty if doc.generation_source == "auto" else 0.0
-    if not doc.is_canonical:
-        return 0.0, auto
-    status_penalty = {
-        "superseded": s.superseded_penalty,
-        "deprecated": s.deprecated_penalty,
-        "archived": s.archived_penalty,
-    }.get(doc.canonical_status or "", 0.0)
-    return s.priority_weight * doc.retrieval_priority, status_penalty + auto
+_SIGNAL_NAMES = tuple(signal.name for signal in SIGNALS)
+
+
+def _canonical(doc: DocumentRef, s: Settings, terms: dict[str, float]) -> float:
+    """The canonical adjustment: each of its terms into ``terms``, their sum returned."""
+    canonical = 0.0
+    for name, sign, value_of in _ADJUSTMENTS:
+        value = value_of(doc, s)
+        terms[name] = value
+        canonical += sign * value
+    return canonical
+
+
+_ADJUSTMENTS = tuple((a.name, a.sign, a.value) for a in ADJUSTMENTS)  # unpacked once
 
 
 def _vector_signals(candidates: Sequence[Candidate], normalize: bool) -> list[float]:

@@ -3,17 +3,17 @@
 The scope's rejected-approach chunks come cached with their vectors (:class:`RejectedVectors`),
 so scoring them costs no round trip. On a calibrated scope the decision is
 :func:`~kb_retriever.ranking.rejected_evidence.correlate_rejected`'s evidence (decision 0009): correlated
-documents are injected unless the query is refused, the others leave every list. An explicit
-``KB_REJECTED_MIN_SIMILARITY``, or a scope never calibrated, keeps the absolute cosine rule;
-either way a rejected document that stands in ``primary`` or ``expanded`` is also injected, so
-it never shows as ordinary context without its warning.
+documents are injected unless the query is refused, the others leave every list.
+``KB_REJECTED_RULE=absolute``, or a scope never calibrated, keeps the absolute cosine rule
+(``KB_REJECTED_MIN_SIMILARITY``); either way a rejected document that stands in ``primary`` or
+``expanded`` is also injected, so it never shows as ordinary context without its warning.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from ..ranking.rejected_evidence import EDGE_SEEDS, RejectedEvidence, correlate_
 from ..ranking.rerank import Scored
 from ..settings import Settings
 from ..store.rows import document_from_row, vector_array
+from ..vocabulary import ACCEPTED, is_rejected_approach
 
 __all__ = ["RejectedChannel", "RejectedVectors", "best_rejected", "decide_rejected",
            "rejected_hit", "unit_vectors", "yield_to_accepted"]
@@ -86,23 +87,20 @@ def rejected_hit(row: Mapping[str, Any], sim: float) -> Hit:
     )
 
 
-def _is_rejected_doc(doc: DocumentRef) -> bool:
-    return bool(doc.is_canonical and doc.canonical_type == "rejected-approach"
-                and doc.canonical_status == "accepted")
-
-
 @dataclass(frozen=True)
 class RejectedChannel:
-    """The channel's decision for one query: ``legacy`` (the absolute cosine rule), else the
-    evidence per rejected document (best first) and the ids that correlate."""
+    """The channel's decision for one query: its ``rule`` (``"absolute"``: the cosine
+    threshold), and on ``"calibrated"`` the evidence per rejected document (best first) and the
+    ids that correlate."""
 
-    legacy: bool
+    rule: Literal["calibrated", "absolute"]
     evidence: tuple[RejectedEvidence, ...] = ()
     correlated: frozenset[int] = field(default_factory=frozenset)
 
     def keeps(self, doc: DocumentRef) -> bool:
         """Whether ``doc`` may stand in primary, runner-up or expanded."""
-        return self.legacy or not _is_rejected_doc(doc) or doc.id in self.correlated
+        return (self.rule == "absolute" or not is_rejected_approach(doc)
+                or doc.id in self.correlated)
 
     def inject(self, vectors: RejectedVectors, qvec: Any, shown: Sequence[Hit], *,
                refused: bool, settings: Settings) -> list[Hit]:
@@ -112,13 +110,13 @@ class RejectedChannel:
         if not vectors.ids:
             return []
         best = {doc: (chunk, sim) for doc, chunk, sim in _best_per_doc(vectors, qvec)}
-        reached = [h.document.id for h in shown if _is_rejected_doc(h.document)]
+        reached = [h.document.id for h in shown if is_rejected_approach(h.document)]
         # a document the result shows is warned about with the chunk it shows
         sims = dict(zip((c for _, c in vectors.ids), _cosines(vectors, qvec), strict=True))
         for h in reversed(shown):
-            if _is_rejected_doc(h.document) and h.chunk_id in sims:
+            if is_rejected_approach(h.document) and h.chunk_id in sims:
                 best[h.document.id] = (h.chunk_id, sims[h.chunk_id])
-        if self.legacy:
+        if self.rule == "absolute":
             ranked = [doc for doc, _, sim in _best_per_doc(vectors, qvec)
                       if sim >= settings.rejected_min_similarity]
         elif refused:
@@ -140,16 +138,16 @@ class RejectedChannel:
 def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored],
                     calibration: Calibration, settings: Settings) -> RejectedChannel:
     """Correlate the scope's rejected documents with the query (module docstring)."""
-    if "rejected_min_similarity" in settings.model_fields_set or not calibration.calibrated:
-        return RejectedChannel(legacy=True)
+    if settings.rejected_rule == "absolute" or not calibration.calibrated:
+        return RejectedChannel("absolute")
     if not vectors.ids:
-        return RejectedChannel(legacy=False)
+        return RejectedChannel("calibrated")
     keywords: dict[int, float] = {}
     seeds: list[tuple[str, str]] = []
     for s in ranked:
         doc = s.document
-        if _is_rejected_doc(doc):
-            keywords[doc.id] = max(keywords.get(doc.id, 0.0), s.terms[1])  # _TERMS: keyword
+        if is_rejected_approach(doc):
+            keywords[doc.id] = max(keywords.get(doc.id, 0.0), s.terms["keyword"])
         elif doc.slug and len(seeds) < EDGE_SEEDS and (doc.project_key, doc.slug) not in seeds:
             seeds.append((doc.project_key, doc.slug))
     links: dict[int, set[tuple[str, str]]] = {}
@@ -162,7 +160,7 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
         calibration=calibration, keyword_weight=settings.evidence_lexical_weight,
         edge_bonus=settings.rejected_edge_bonus)
     correlated = frozenset(e.doc_id for e in evidence if e.score >= settings.rejected_min_evidence)
-    return RejectedChannel(legacy=False, evidence=tuple(evidence), correlated=correlated)
+    return RejectedChannel("calibrated", evidence=tuple(evidence), correlated=correlated)
 
 
 def _cosines(vectors: RejectedVectors, qvec: Any) -> list[float]:
@@ -196,7 +194,7 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
     while i < len(out):
         r = out[i]
         rdoc = r.document
-        if not _is_rejected_doc(rdoc) or rdoc.id in done:
+        if not is_rejected_approach(rdoc) or rdoc.id in done:
             i += 1
             continue
         done.add(rdoc.id)
@@ -208,7 +206,7 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
             if d.id in seen:
                 continue
             seen.add(d.id)
-            if (d.is_canonical and d.canonical_status == "accepted" and not _is_rejected_doc(d)
+            if (d.is_canonical and d.canonical_status == ACCEPTED and not is_rejected_approach(d)
                     and d.slug and (d.project_key, d.slug) in linked
                     and out[j].score >= ratio * r.score):
                 out.insert(i, between(out.pop(j), out[i - 1] if i > 0 else None, out[i]))

@@ -76,6 +76,11 @@ def test_tool_schema(example_kb: KnowledgeBase) -> None:
     filters = tool.args_schema.model_json_schema()["$defs"]["KBSearchFilters"]["properties"]
     assert set(filters) == {"source_types", "canonical_types", "tags", "folder_globs",
                             "date_from", "date_to", "where"}
+    # the core's vocabulary, not a copy of it
+    from kb_retriever.vocabulary import CANONICAL_TYPES, SOURCE_TYPES
+
+    assert tuple(filters["source_types"]["anyOf"][0]["items"]["enum"]) == SOURCE_TYPES
+    assert tuple(filters["canonical_types"]["anyOf"][0]["items"]["enum"]) == CANONICAL_TYPES
     assert tool.response_format == "content_and_artifact"
 
 

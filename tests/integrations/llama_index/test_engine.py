@@ -61,12 +61,14 @@ def test_standard_engine_and_retriever_tool(kb: KnowledgeBase) -> None:
     response = engine.query(CACHE)
     assert response.source_nodes[0].metadata["slug"] == "dec-cache-v2"
     assert all(n.score is not None for n in response.source_nodes)
-    assert "kb_scores" not in response.response  # the breakdown never reaches the LLM
+    # the "kb" record (breakdown, origin) never reaches the LLM
+    assert "kb:" not in response.response and "canonical_penalty" not in response.response
 
     tool = RetrieverTool.from_defaults(retriever, name="kb", description="team knowledge")
     output = tool.call(CACHE)
     assert [n.node_id for n in output.raw_output] == [n.node_id for n in retriever.retrieve(CACHE)]
-    assert "title: DEC-0007" in output.content and "kb_origin" not in output.content
+    assert "title: DEC-0007" in output.content
+    assert "kb:" not in output.content and "origin:" not in output.content
 
 
 def test_postprocessor_on_a_vector_index_retriever() -> None:
@@ -88,7 +90,7 @@ def test_postprocessor_on_a_vector_index_retriever() -> None:
     )
     response = engine.query("which shared cache layer do we standardise on?")
     assert [n.node_id for n in response.source_nodes] == ["v2", "v1"]
-    assert all("retrieval_score" in n.metadata for n in response.source_nodes)
+    assert all("retrieval_score" in n.metadata["kb"] for n in response.source_nodes)
     rendered = KBSynthesizer(llm=MockLLM()).synthesize("q", response.source_nodes).response
     assert "Type: decision \u00b7 Status: superseded" in rendered and REJECTED not in rendered
 

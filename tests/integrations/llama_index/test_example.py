@@ -48,7 +48,8 @@ def test_vector_store_example_runs(new_database: Callable[[], str], minilm: Mini
     response = example.main(database_url=new_database(), embedder=minilm)
     top = response.source_nodes[0].node
     assert top.metadata["file_name"] == "dec-cache-v2.md"
-    assert top.metadata["kb_document"]["canonical_status"] == "accepted"
-    statuses = [n.node.metadata["kb_document"]["canonical_status"] for n in response.source_nodes]
+    assert top.metadata["kb"]["document"]["canonical_status"] == "accepted"
+    statuses = [n.node.metadata["kb"]["document"]["canonical_status"]
+                for n in response.source_nodes]
     assert "superseded" not in statuses[:1]
     assert "documents indexed" in capsys.readouterr().out

@@ -44,15 +44,17 @@ def test_superseded_is_demoted_below_accepted_with_equal_score() -> None:
     out = KBNodePostprocessor(top_n=2).postprocess_nodes(nodes, query_str=QUERY)
     assert [n.metadata["slug"] for n in out] == ["dec-cache-v2", "dec-cache-v1"]
     assert out[0].score > out[1].score
-    assert out[1].metadata["kb_scores"]["canonical_penalty"] == pytest.approx(0.4)
-    assert [n.metadata["retrieval_score"] for n in out] == [0.8, 0.8]
+    assert out[1].metadata["kb"]["scores"]["canonical_penalty"] == pytest.approx(0.4)
+    assert [n.metadata["kb"]["retrieval_score"] for n in out] == [0.8, 0.8]
+    assert [n.metadata["kb"]["rerank_rank"] for n in out] == [1, 2]
     assert _snapshot(nodes) == before  # inputs untouched
     assert all(o.node is not n.node for o in out for n in nodes)
     # ids and relationships survive; the new keys stay out of the LLM text
     assert {n.node_id for n in out} == {n.node_id for n in nodes}
     assert out[0].node.relationships[NodeRelationship.SOURCE].node_id == "doc-dec-cache-v2"
     llm_text = out[0].node.get_content(metadata_mode=MetadataMode.LLM)
-    assert "retrieval_score" not in llm_text and "kb_scores" not in llm_text
+    assert "retrieval_score" not in llm_text and "kb:" not in llm_text
+    assert "canonical_penalty" not in llm_text
 
 
 def test_top_n_and_per_document_cap() -> None:
@@ -78,11 +80,30 @@ def test_canonical_fields_read_from_metadata() -> None:
     out = KBNodePostprocessor(top_n=3).postprocess_nodes([implicit, stringly, plain],
                                                          query_str=QUERY)
     assert out[0].metadata["slug"] == "notes"
-    assert out[0].metadata["kb_scores"]["canonical_boost"] == 0.0  # not canonical: no boost
+    assert out[0].metadata["kb"]["scores"]["canonical_boost"] == 0.0  # not canonical
     boosted = _node("high", "accepted", 0.8, retrieval_priority="90")
     low = _node("low", "accepted", 0.8, retrieval_priority=10)
     first = KBNodePostprocessor(top_n=1).postprocess_nodes([low, boosted], query_str=QUERY)
     assert first[0].metadata["slug"] == "high"
+
+
+def test_canonical_fields_in_our_kb_record_count() -> None:
+    """Nodes of KBRetriever and KBVectorStore carry the canonical fields under
+    ``metadata["kb"]["document"]`` and their cosine under ``kb.similarity``."""
+    def ours(slug: str, status: str, cosine: float) -> NodeWithScore:
+        kb = {"document": {"slug": slug, "is_canonical": True, "canonical_type": "decision",
+                           "canonical_status": status, "retrieval_priority": 80},
+              "similarity": cosine, "scores": {"total": 0.9}}
+        node = TextNode(text=TEXT, metadata={"type": "decision", "status": status, "kb": kb})
+        return NodeWithScore(node=node, score=0.9)  # a final score, not a cosine
+
+    out = KBNodePostprocessor(top_n=2).postprocess_nodes(
+        [ours("v1", "superseded", 0.6), ours("v2", "accepted", 0.5)], query_str=QUERY)
+    kbs = [n.metadata["kb"] for n in out]
+    assert [k["document"]["slug"] for k in kbs] == ["v2", "v1"]
+    assert kbs[1]["scores"]["canonical_penalty"] == pytest.approx(0.4)
+    assert [k["scores"]["raw_similarity"] for k in kbs] == [0.5, 0.6]
+    assert [k["retrieval_score"] for k in kbs] == [0.9, 0.9]
 
 
 async def test_async_matches_sync() -> None:
@@ -111,6 +132,6 @@ def test_edge_cases() -> None:
         post.postprocess_nodes([_node("a", "accepted", 0.5)])
     none_score = NodeWithScore(node=TextNode(text="cache layer"), score=None)
     (out,) = post.postprocess_nodes([none_score], query_str=QUERY)
-    assert out.score is not None and out.metadata["retrieval_score"] is None
+    assert out.score is not None and out.metadata["kb"]["retrieval_score"] is None
     with pytest.raises(ValueError):
         KBNodePostprocessor(top_n=0)

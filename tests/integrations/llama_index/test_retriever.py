@@ -23,13 +23,14 @@ def _ids_scores(nodes):
 
 def test_nodes_carry_score_metadata_and_unique_ids(kb: KnowledgeBase) -> None:
     nodes = KBRetriever(kb, k=1, include_context=True).retrieve(ALL_ORIGINS)
-    origins = [n.metadata["kb_origin"] for n in nodes]
+    origins = [n.metadata["kb"]["origin"] for n in nodes]
     assert origins[0] == "primary"
     assert {"graph_expansion", "rejected"} <= set(origins)
     ids = [n.node_id for n in nodes]
     assert len(ids) == len(set(ids))  # LlamaIndex dedups by node id: none may collide
-    primary, rejected = nodes[0], next(n for n in nodes if n.metadata["kb_origin"] == "rejected")
-    assert primary.metadata["kb_chunk_id"] == rejected.metadata["kb_chunk_id"]
+    primary = nodes[0]
+    rejected = next(n for n in nodes if n.metadata["kb"]["origin"] == "rejected")
+    assert primary.metadata["kb"]["chunk_id"] == rejected.metadata["kb"]["chunk_id"]
     assert primary.node_id != rejected.node_id
 
     result = kb.search(ALL_ORIGINS, limit=1)
@@ -43,7 +44,9 @@ def test_nodes_carry_score_metadata_and_unique_ids(kb: KnowledgeBase) -> None:
     assert meta["heading_path"] == hit.heading_path
     assert meta["canonical_type"] == "rejected-approach"
     assert meta["canonical_status"] == hit.document.canonical_status
-    assert meta["kb_scores"] == hit.scores.to_dict()
+    assert meta["kb"]["scores"] == hit.scores.to_dict()
+    assert meta["kb"]["document"]["slug"] == hit.document.slug
+    assert meta["kb"]["similarity"] == hit.similarity
     assert primary.node.get_content(metadata_mode=MetadataMode.NONE) == hit.text
 
 
@@ -51,7 +54,7 @@ def test_breakdown_and_origin_are_hidden_from_llm_and_embedding_text(kb: Knowled
     for n in KBRetriever(kb, k=2, include_context=True).retrieve(ALL_ORIGINS):
         for mode in (MetadataMode.LLM, MetadataMode.EMBED):
             text = n.node.get_content(metadata_mode=mode)
-            for key in ("kb_scores", "kb_origin", "kb_chunk_id", "similarity", "from_slug"):
+            for key in ("kb", "scores", "origin", "chunk_id", "similarity", "from_slug"):
                 assert f"{key}:" not in text
             assert f"title: {n.metadata['title']}" in text
             assert f"source_path: {n.metadata['source_path']}" in text
@@ -66,13 +69,14 @@ def test_relationships_point_to_document_and_graph_seed(kb: KnowledgeBase) -> No
         source = n.node.relationships[NodeRelationship.SOURCE]
         assert source.node_id == n.metadata["source_path"] == n.node.ref_doc_id
         assert source.metadata["slug"] == n.metadata.get("slug")
-    expanded = [n for n in nodes if n.metadata["kb_origin"] == "graph_expansion"]
+    expanded = [n for n in nodes if n.metadata["kb"]["origin"] == "graph_expansion"]
     assert expanded
     for n in expanded:
         parent = n.node.relationships[NodeRelationship.PARENT]
         seed = by_id[parent.node_id]
-        assert seed.metadata["slug"] == n.metadata["from_slug"] == parent.metadata["from_slug"]
-        assert parent.metadata["edge_type"] == n.metadata["edge_type"]
+        kb = n.metadata["kb"]
+        assert seed.metadata["slug"] == kb["from_slug"] == parent.metadata["from_slug"]
+        assert parent.metadata["edge_type"] == kb["edge_type"]
         assert parent.metadata["relation"] == "kb_graph_edge"
 
 
@@ -106,7 +110,7 @@ async def test_precomputed_query_embedding_is_used(
 def test_include_context_false_returns_primary_only(kb: KnowledgeBase) -> None:
     nodes = KBRetriever(kb, k=2, include_context=False).retrieve(ALL_ORIGINS)
     assert len(nodes) == 2
-    assert {n.metadata["kb_origin"] for n in nodes} == {"primary"}
+    assert {n.metadata["kb"]["origin"] for n in nodes} == {"primary"}
 
 
 def test_per_call_overrides(kb: KnowledgeBase) -> None:

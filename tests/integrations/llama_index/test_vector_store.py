@@ -47,8 +47,30 @@ def test_the_pipeline_ranks_the_nodes(index):
     nodes = index.as_retriever(similarity_top_k=2).retrieve("which shared cache layer?")
     assert [n.node.ref_doc_id for n in nodes] == ["dec-v2", "dec-v1"]  # the trust gradient
     assert nodes[0].score > nodes[1].score
-    assert nodes[0].node.metadata["status"] == "accepted" and "kb_scores" in nodes[0].metadata
-    assert "kb_scores" not in nodes[0].node.get_content(metadata_mode="llm")
+    kb = nodes[0].metadata["kb"]
+    assert nodes[0].node.metadata["status"] == "accepted" and kb["scores"]["total"] > 0
+    assert kb["document"]["canonical_status"] == "accepted"
+    assert "kb:" not in nodes[0].node.get_content(metadata_mode="llm")
+
+
+def test_the_postprocessor_keeps_the_trust_gradient_of_the_stores_nodes(index):
+    """The store's nodes carry the canonical fields in their ``kb`` record, not as top-level
+    ``canonical_*`` keys: the postprocessor must read them there (it used to see plain notes:
+    no penalty for the superseded decision, no boost for the accepted one; issue 24)."""
+    from llama_index.postprocessor.kb import KBNodePostprocessor
+
+    nodes = index.as_retriever(similarity_top_k=3).retrieve("which shared cache layer?")
+    out = KBNodePostprocessor(top_n=3).postprocess_nodes(
+        list(reversed(nodes)), query_str="which shared cache layer?")
+    by_doc = {n.node.ref_doc_id: n.metadata["kb"] for n in out}
+    assert by_doc["dec-v1"]["scores"]["canonical_penalty"] == pytest.approx(0.4)
+    assert by_doc["dec-v2"]["scores"]["canonical_boost"] > 0
+    assert by_doc["lunch"]["scores"]["canonical"] == 0.0
+    assert out[0].node.ref_doc_id == "dec-v2"
+    # the vector signal is the node's cosine, not the store's final score
+    cosines = {n.node.ref_doc_id: n.metadata["kb"]["similarity"] for n in nodes}
+    assert {d: kb["scores"]["raw_similarity"] for d, kb in by_doc.items()} == pytest.approx(
+        cosines, abs=1e-6)
 
 
 def test_nodes_come_back_as_added(index):

@@ -8,34 +8,37 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
-from llama_index.retrievers.kb.convert import node_to_candidate
+from llama_index.retrievers.kb.convert import HIDDEN_METADATA_KEYS, foreign
 
 from kb_retriever import Hit, Settings
-from kb_retriever.ranking import diversify, rerank
+from kb_retriever.interop import DEFAULT_TOP_N, ForeignDocument, rerank_documents, reranked_metadata
 
 __all__ = ["KBNodePostprocessor"]
 
 dispatcher = get_dispatcher(__name__)
 
 MODEL_NAME = "kb-retriever-rerank"
-# Added to every output node; hidden from LLM and embedding text like the retriever's breakdown.
-_ADDED_KEYS = ("retrieval_score", "kb_scores")
 
 
 class KBNodePostprocessor(BaseNodePostprocessor):
     """Rerank nodes from any retriever with kb-retriever's weighted sum and trust gradient.
 
-    Each node becomes a rerank candidate: its text, ``NodeWithScore.score`` as the similarity,
-    and the canonical fields read from ``node.metadata`` (``is_canonical``, ``canonical_type``,
-    ``canonical_status``, ``retrieval_priority``, ``generation_source``, ``tags``, ``slug``,
-    ``source_path`` or ``file_path``, ``heading_path``, ``doc_date``). A node with a canonical
-    type or status but no ``is_canonical`` key counts as canonical. Documents are told apart by
-    the node's SOURCE relationship, else slug, else path.
+    The conversion is the core's (:mod:`kb_retriever.interop`, shared with the LangChain
+    compressor). Each node becomes a rerank candidate: its text, its cosine similarity
+    (``metadata["similarity"]``, or the one in a kb-retriever node's ``metadata["kb"]``), else
+    ``NodeWithScore.score``, and the canonical fields read from ``node.metadata``
+    (``is_canonical``, ``canonical_type``, ``canonical_status``, ``retrieval_priority``,
+    ``generation_source``, ``tags``, ``slug``, ``source_path`` or ``file_path``,
+    ``heading_path``, ``doc_date``) or from the ``metadata["kb"]["document"]`` record that
+    ``KBRetriever`` and ``KBVectorStore`` put on their nodes, so their trust gradient holds. A
+    node with a canonical type or status but no ``is_canonical`` key counts as canonical.
+    Documents are told apart by the node's SOURCE relationship, else path, else slug.
 
     Returns at most ``top_n`` **new** nodes (inputs are never mutated), best first, at most
     ``max_per_doc`` per document while others are left (default:
-    ``settings.max_chunks_per_doc``). The new score is the rerank total; the old one is kept in
-    ``metadata["retrieval_score"]`` and the breakdown in ``metadata["kb_scores"]``.
+    ``settings.max_chunks_per_doc``). The new score is the rerank total; under
+    ``metadata["kb"]`` (hidden from LLM and embedding text) the breakdown (``scores``), the
+    ``rerank_rank`` and the old score (``retrieval_score``).
 
     Example::
 
@@ -47,7 +50,7 @@ class KBNodePostprocessor(BaseNodePostprocessor):
         )
     """
 
-    top_n: int = Field(default=8, ge=1, description="How many nodes to return.")
+    top_n: int = Field(default=DEFAULT_TOP_N, ge=1, description="How many nodes to return.")
     max_per_doc: int | None = Field(
         default=None, ge=0, description="Chunks per document (0: no cap; None: settings)."
     )
@@ -81,20 +84,18 @@ class KBNodePostprocessor(BaseNodePostprocessor):
         return self._postprocess_nodes(nodes, query_bundle)
 
     def _rank(self, nodes: list[NodeWithScore], query: str) -> list[NodeWithScore]:
-        if not nodes:
-            return []
-        doc_ids: dict[str, int] = {}
-        # chunk_id = input position, so each hit maps back to its node.
-        candidates = [node_to_candidate(n, i, doc_ids) for i, n in enumerate(nodes)]
-        hits = rerank(query, candidates, self.settings)
-        cap = self.settings.max_chunks_per_doc if self.max_per_doc is None else self.max_per_doc
-        top, _ = diversify(hits, self.top_n, cap)
-        return [_rescored(nodes[hit.chunk_id], hit) for hit in top]
+        items = [foreign(n) for n in nodes]
+        # each hit's chunk_id is its node's position
+        top = rerank_documents(query, items, self.settings, top_n=self.top_n,
+                               max_per_doc=self.max_per_doc)
+        return [_rescored(nodes[hit.chunk_id], items[hit.chunk_id], hit, rank)
+                for rank, hit in enumerate(top, 1)]
 
 
-def _rescored(nws: NodeWithScore, hit: Hit) -> NodeWithScore:
+def _rescored(nws: NodeWithScore, item: ForeignDocument, hit: Hit, rank: int) -> NodeWithScore:
     node = nws.node
-    metadata = {**node.metadata, "retrieval_score": nws.score, "kb_scores": hit.scores.to_dict()}
+    metadata = reranked_metadata(node.metadata, hit, rank=rank,
+                                 retrieval_score=item.retrieval_score)
     # model_copy is shallow: metadata and the key lists are replaced, never edited in place.
     copy = node.model_copy(update={
         "metadata": metadata,
@@ -105,4 +106,4 @@ def _rescored(nws: NodeWithScore, hit: Hit) -> NodeWithScore:
 
 
 def _with_keys(keys: list[str]) -> list[str]:
-    return [*keys, *(k for k in _ADDED_KEYS if k not in keys)]
+    return [*keys, *(k for k in HIDDEN_METADATA_KEYS if k not in keys)]

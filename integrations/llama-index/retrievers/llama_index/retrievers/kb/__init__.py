@@ -18,7 +18,7 @@ from .base import KBQueryBundle, KBRetriever
 from .convert import (
     HIDDEN_METADATA_KEYS,
     VISIBLE_METADATA_KEYS,
-    node_to_candidate,
+    foreign,
     nodes_to_result,
     result_to_nodes,
 )
@@ -46,7 +46,7 @@ __all__ = [
     "KBQueryBundle",
     "KBRetriever",
     "KBSynthesizer",
-    "node_to_candidate",
+    "foreign",
     "nodes_to_result",
     "result_to_nodes",
     "__version__",

@@ -54,8 +54,8 @@ class KBRetriever(BaseRetriever):
     Returns exactly ``k`` (``similarity_top_k``) primary hits, as LangChain's ``KBRetriever``
     does; with ``include_context=True`` the graph-expanded and rejected-approach hits follow.
     Each is a ``NodeWithScore(TextNode)`` with id :attr:`Hit.uid`, the final score on
-    ``.score`` and the breakdown in ``metadata["kb_scores"]`` (hidden from LLM and embedding
-    text; see :mod:`llama_index.retrievers.kb.convert`). A pre-computed
+    ``.score`` and the breakdown in ``metadata["kb"]["scores"]`` (the ``"kb"`` record is hidden
+    from LLM and embedding text; see :mod:`llama_index.retrievers.kb.convert`). A pre-computed
     ``query_bundle.embedding`` is used instead of embedding the query again; set
     ``use_query_embedding=False`` when a pipeline shares the bundle with a retriever that
     embeds with another model. Per-call overrides: :meth:`with_filters` or
@@ -69,7 +69,7 @@ class KBRetriever(BaseRetriever):
         with KnowledgeBase(project="docs") as kb:
             retriever = KBRetriever(kb, k=5)
             for n in retriever.retrieve("what cache layer did we standardise on?"):
-                print(n.score, n.metadata["kb_origin"], n.metadata["source_path"])
+                print(n.score, n.metadata["kb"]["origin"], n.metadata["source_path"])
     """
 
     def __init__(

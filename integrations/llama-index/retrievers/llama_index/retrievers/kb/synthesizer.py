@@ -2,7 +2,7 @@
 
 LlamaIndex's stock synthesizers flatten nodes into one ``{context_str}``, which loses the
 three blocks (rejected approaches, related context, context) that the prompt is built around.
-This synthesizer regroups the nodes by ``metadata["kb_origin"]`` into a ``SearchResult``,
+This synthesizer regroups the nodes by ``metadata["kb"]["origin"]`` into a ``SearchResult``,
 renders it with :func:`kb_retriever.compose_prompt` as the **system** message, and sends the
 query as the **user** message, in one LLM call.
 """

@@ -14,6 +14,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
+from llama_index.retrievers.kb.convert import HIDDEN_METADATA_KEYS
 
 from kb_retriever import (
     ChunkRecord,
@@ -23,6 +24,7 @@ from kb_retriever import (
     KnowledgeBase,
     SearchResult,
 )
+from kb_retriever.interop import hit_metadata
 from kb_retriever.write.from_memory import frontmatter_fields
 
 from .filters import to_kb_filters
@@ -38,7 +40,10 @@ class KBVectorStore(BasePydanticVectorStore):
     ``tags`` …) come from the nodes' metadata, so the trust gradient applies to every query:
     hybrid candidates (the query text's full-text leg plus the query embedding's vector leg),
     rerank with the canonical adjustment, the per-document cap. ``MetadataFilters`` (nested
-    AND / OR / NOT; ``== != > >= < <= in nin``) and ``doc_ids`` are applied in SQL.
+    AND / OR / NOT; ``== != > >= < <= in nin``) and ``doc_ids`` are applied in SQL. Each node
+    a query returns carries the hit's ``metadata["kb"]`` record (``kb.scores``, the breakdown;
+    ``kb.document``, the canonical fields; ``kb.similarity``), hidden from the LLM and the
+    embedder, so ``KBNodePostprocessor`` keeps its trust gradient.
 
     The knowledge base must be open; the store never closes it.
 
@@ -212,11 +217,11 @@ def _node(node_id: str, doc_id: str, text: str, metadata: Any) -> BaseNode:
 
 def _hit_node(hit: Hit) -> BaseNode:
     node = _node(hit.chunk_uid or hit.uid, hit.document.source_path, hit.text, hit.metadata)
-    # The breakdown and the document's canonical fields ride along for code, hidden from the
-    # LLM and the embedder.
-    node.metadata["kb_scores"] = hit.scores.to_dict()
-    node.metadata["kb_document"] = hit.document.to_dict()
-    for key in ("kb_scores", "kb_document"):
+    # The hit's "kb" record (the breakdown, the document's canonical fields, the cosine) rides
+    # along for code, as on the retriever's nodes, hidden from the LLM and the embedder; the
+    # postprocessor reads the trust gradient from it.
+    node.metadata["kb"] = hit_metadata(hit)["kb"]
+    for key in HIDDEN_METADATA_KEYS:
         if key not in node.excluded_llm_metadata_keys:
             node.excluded_llm_metadata_keys.append(key)
         if key not in node.excluded_embed_metadata_keys:
