@@ -31,7 +31,7 @@ from .documents import (
     to_candidates,
 )
 from .hits import CITATION_KEYS, hit_metadata, reranked_metadata, result_from_documents
-from .rerank import DEFAULT_TOP_N, rerank_documents
+from .foreign import DEFAULT_TOP_N, rerank_documents
 
 __all__ = [
     "CITATION_KEYS", "DEFAULT_PROJECT", "DEFAULT_SOURCE_TYPE", "DEFAULT_TENANT", "DEFAULT_TOP_N",
