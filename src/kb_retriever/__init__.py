@@ -22,6 +22,7 @@ from .errors import (
     KbError,
     SchemaError,
     StoreError,
+    UnavailableError,
     WriteError,
 )
 
@@ -66,7 +67,7 @@ __all__ = [
     "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
     "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
     "SchemaError", "SearchFilters", "SearchMeta", "SearchResult", "Settings", "StoreError",
-    "WriteError",
+    "UnavailableError", "WriteError",
     "StoredChunk",
     "StoredDocument", "compose_prompt",
     "load_settings", "__version__",

@@ -7,6 +7,7 @@
     ├── InputError               bad caller input: empty/oversized query, unknown filter, bad limit
     │   └── FilterError          unknown filter key or malformed filter value
     ├── StoreError               the database failed or could not be reached (password redacted)
+    │   ├── UnavailableError     the server could not be reached (connection refused, lost, none free)
     │   └── SchemaError          schema/embedding-dimension mismatch, missing ``vector`` extension
     ├── EmbeddingError           the embedder failed or returned NaN/inf/wrong-dimension vectors
     └── IngestError              a file could not be read or parsed (the old version stays intact)
@@ -29,6 +30,7 @@ __all__ = [
     "KbError",
     "SchemaError",
     "StoreError",
+    "UnavailableError",
     "WriteError",
     "redact",
 ]
@@ -52,6 +54,11 @@ class FilterError(InputError):
 
 class StoreError(KbError):
     """The database failed or could not be reached."""
+
+
+class UnavailableError(StoreError):
+    """The server could not be reached: the connection was refused or lost, or none was free
+    in time. A read may go to another server; a write's outcome may be unknown."""
 
 
 class SchemaError(StoreError):

@@ -19,13 +19,14 @@ from .filters.dimensions import SearchFilters, parse_filters
 from .filters.expressions import is_row_id
 from .kb_documents import DocumentMethods, valid_name
 from .models import SearchResult
-from .search.pipeline import search_plan, validate_limit, validate_query
-from .search.plan import SearchRequest, arun_plan, run_plan
+from .search import drive
+from .search.pipeline import validate_limit, validate_query
+from .search.plan import SearchRequest
 from .settings import Settings, load_settings
 from .store import schema
 from .store.embedded import start_embedded
 from .store.pools import Pools
-from .store.reader import AsyncSearchSession, ReadCache, SearchSession
+from .store.reader import ReadCache
 from .store.sql import Scope
 from .write.from_files import IngestReport, Progress, as_paths, ingest_paths
 
@@ -76,6 +77,11 @@ class KnowledgeBase(DocumentMethods):
     ``kwargs``) and never closes it (``store/borrowed.py`` says what it sets on a borrowed
     connection).
 
+    ``replica_urls=`` (else ``KB_REPLICA_URLS``) names streaming replicas: searches and reads
+    go to them in turn, writes to the primary; a replica that is down or lags more than
+    ``KB_REPLICA_MAX_LAG_S`` is skipped, and with the primary down the knowledge base still
+    opens and searches (decision 0012).
+
     Example::
 
         from kb_retriever import KnowledgeBase, compose_prompt
@@ -92,11 +98,17 @@ class KnowledgeBase(DocumentMethods):
                  database_url: str | None = None, home: str | Path | None = None,
                  tenant: str = "default", project: str = "default",
                  pool: ConnectionPool | None = None,
-                 async_pool: AsyncConnectionPool | None = None) -> None:
+                 async_pool: AsyncConnectionPool | None = None,
+                 replica_urls: Sequence[str] | None = None) -> None:
         base = settings or load_settings()
         updates: dict[str, Any] = {}
         if database_url is not None:
             updates["database_url"] = database_url
+        if replica_urls is not None:
+            if isinstance(replica_urls, str) or not all(
+                    isinstance(u, str) and u.strip() for u in replica_urls):
+                raise ConfigError("replica_urls takes a list of connection strings")
+            updates["replica_urls"] = tuple(u.strip() for u in replica_urls)
         if home is not None:
             updates["home"] = Path(home)
         self.settings = base.model_copy(update=updates) if updates else base
@@ -268,55 +280,41 @@ class KnowledgeBase(DocumentMethods):
                filters: SearchFilters | Mapping[str, Any] | None = None,
                mention_doc_ids: Iterable[int] | None = None,
                query_embedding: Sequence[float] | None = None,
-               now: datetime | None = None) -> SearchResult:
+               now: datetime | None = None, consistent: bool = False) -> SearchResult:
         """Search and return a :class:`SearchResult` (primary, expanded, rejected, runner_up, meta).
 
         ``project`` may name several projects; ``filters`` is a mapping of the keys in
-        :data:`kb_retriever.filters.dimensions.VALID_KEYS` (unknown keys raise :class:`FilterError`).
+        :data:`kb_retriever.filters.VALID_KEYS` (unknown keys raise :class:`FilterError`). With
+        read replicas the search runs on one of them; ``consistent=True`` waits for nothing
+        but takes a replica only once it has this process's last write, else the primary.
         """
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
                             now=now)
-        session = SearchSession(self._pools.sync(), self._reads, self.settings,
-                                self._pools.executor, distributed=self._pools.distributed)
-
-        def embed(text: str) -> np.ndarray:
-            session.release()  # no connection sits idle while the model runs
-            return self._embed(text)
-
-        try:
-            return run_plan(search_plan(req, self.settings), session.fetch, embed,
-                            session.fetch_all)
-        finally:
-            session.release()
+        return drive.search(self._pools, self._reads, self.settings, req, self._embed,
+                            consistent=bool(consistent))
 
     async def asearch(self, query: str, *, limit: int | None = None,
                       project: str | Sequence[str] | None = None, tenant: str | None = None,
                       filters: SearchFilters | Mapping[str, Any] | None = None,
                       mention_doc_ids: Iterable[int] | None = None,
                       query_embedding: Sequence[float] | None = None,
-                      now: datetime | None = None) -> SearchResult:
+                      now: datetime | None = None, consistent: bool = False) -> SearchResult:
         """The async twin of :meth:`search` (the embedding runs in a worker thread)."""
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
                             now=now)
-        session = AsyncSearchSession(await self._pools.asynchronous(), self._reads, self.settings,
-                                     distributed=self._pools.distributed)
 
         async def embed(text: str) -> np.ndarray:
-            await session.release()
             return self._vector(await asyncio.to_thread(self._embed_raw, text))
 
-        try:
-            return await arun_plan(search_plan(req, self.settings), session.fetch, embed,
-                                   session.fetch_all)
-        finally:
-            await session.release()
+        return await drive.asearch(self._pools, self._reads, self.settings, req, embed,
+                                   consistent=bool(consistent))
 
     def search_sql(self, query: str, **kwargs: Any) -> str:
         """The statements :meth:`search` runs for ``query`` (same keyword arguments), in the
         order it runs them: the search runs, its reads recorded as they go to the database
-        (none answered from the cache), each printed with its stage and its values."""
+        (none answered from the cache), each printed with its stage and the values it binds."""
         req = self._request(query, limit=kwargs.pop("limit", None),
                             project=kwargs.pop("project", None),
                             tenant=kwargs.pop("tenant", None), filters=kwargs.pop("filters", None),
@@ -325,16 +323,4 @@ class KnowledgeBase(DocumentMethods):
                             now=kwargs.pop("now", None))
         if kwargs:
             raise InputError(f"search_sql got unknown argument(s) {sorted(kwargs)}")
-        session = SearchSession(self._pools.sync(), ReadCache(), self.settings,
-                                self._pools.executor, record=[],
-                                distributed=self._pools.distributed)
-
-        def embed(text: str) -> np.ndarray:
-            session.release()
-            return self._embed(text)
-
-        try:
-            run_plan(search_plan(req, self.settings), session.fetch, embed, session.fetch_all)
-            return session.rendered()
-        finally:
-            session.release()
+        return drive.search_sql(self._pools, self.settings, req, self._embed)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .checks import valid_name
 from .embedding import Embedder
-from .errors import InputError, WriteError
+from .errors import InputError, UnavailableError, WriteError
 from .filters.dimensions import SearchFilters, parse_filters
 from .models import StoredChunk, StoredDocument
 from .settings import Settings
@@ -143,14 +143,33 @@ class DocumentMethods:
         items = docs.as_records(documents)
         return await asyncio.to_thread(self.add_documents, items, project=project, tenant=tenant)
 
-    def _read(self, stmts: list[records.Statement]) -> list[list[dict[str, Any]]]:
-        """The rows of each statement, all read in one snapshot."""
-        with self._pools.session() as session:
-            return session.read(stmts)
+    def _read(self, stmts: list[records.Statement],
+              consistent: bool = False) -> list[list[dict[str, Any]]]:
+        """The rows of each statement, all read in one snapshot, on a read server (a replica
+        that is lost meanwhile gives way to the next)."""
+        for _ in range(len(self._pools.replicas) + 1):
+            target = self._pools.read_target(consistent)
+            try:
+                with self._pools.session(target) as session:
+                    return session.read(stmts)
+            except UnavailableError:
+                if target.replica is None:
+                    raise
+                self._pools.replicas.mark_down(target.replica)
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _aread(self, stmts: list[records.Statement]) -> list[list[dict[str, Any]]]:
-        async with self._pools.asession() as session:
-            return await session.read(stmts)
+    async def _aread(self, stmts: list[records.Statement],
+                     consistent: bool = False) -> list[list[dict[str, Any]]]:
+        for _ in range(len(self._pools.replicas) + 1):
+            target = await self._pools.aread_target(consistent)
+            try:
+                async with self._pools.asession(target) as session:
+                    return await session.read(stmts)
+            except UnavailableError:
+                if target.replica is None:
+                    raise
+                self._pools.replicas.mark_down(target.replica)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _write(self, batch: records.Batch, tenant: str, project: str) -> int:
         """Run ``batch`` in one transaction (again, if PostgreSQL aborts it as a deadlock victim);
@@ -173,40 +192,47 @@ class DocumentMethods:
         return count
 
     def get_by_ids(self, ids: Iterable[str], *, project: str | None = None,
-                   tenant: str | None = None, with_embeddings: bool = False
-                   ) -> list[StoredDocument]:
+                   tenant: str | None = None, with_embeddings: bool = False,
+                   consistent: bool = False) -> list[StoredDocument]:
         """The documents with these ids (a file's id is its path), in the order asked;
-        unknown ids are skipped. ``with_embeddings`` also reads each chunk's vector."""
+        unknown ids are skipped. ``with_embeddings`` also reads each chunk's vector. With read
+        replicas, ``consistent=True`` reads from one that has this process's writes (else the
+        primary), as :meth:`search` does."""
         wanted = docs.validate_ids(ids)
         found = records.documents_from_rows(*self._read(records.get_documents_sql(
-            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
+            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings),
+            bool(consistent)))
         return _in_order(found, wanted)
 
     async def aget_by_ids(self, ids: Iterable[str], *, project: str | None = None,
-                          tenant: str | None = None, with_embeddings: bool = False
-                          ) -> list[StoredDocument]:
+                          tenant: str | None = None, with_embeddings: bool = False,
+                          consistent: bool = False) -> list[StoredDocument]:
         wanted = docs.validate_ids(ids)
         found = records.documents_from_rows(*await self._aread(records.get_documents_sql(
-            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings)))
+            *self._scope(project, tenant), wanted, with_embeddings=with_embeddings),
+            bool(consistent)))
         return _in_order(found, wanted)
 
     def get_chunks(self, ids: Iterable[str] | None = None, *,
                    filters: SearchFilters | Mapping[str, Any] | None = None,
-                   project: str | None = None, tenant: str | None = None) -> list[StoredChunk]:
+                   project: str | None = None, tenant: str | None = None,
+                   consistent: bool = False) -> list[StoredChunk]:
         """The chunks with these stable ids (``Hit.chunk_uid``; in the order asked) and/or
         matching ``filters`` (the search's filters; in document order)."""
         wanted, parsed = _selection(ids, filters)
         found = records.chunks_from_rows(self._read(
-            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)])[0])
+            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)],
+            bool(consistent))[0])
         return found if wanted is None else _in_order(found, wanted)
 
     async def aget_chunks(self, ids: Iterable[str] | None = None, *,
                           filters: SearchFilters | Mapping[str, Any] | None = None,
-                          project: str | None = None, tenant: str | None = None
-                          ) -> list[StoredChunk]:
+                          project: str | None = None, tenant: str | None = None,
+                          consistent: bool = False) -> list[StoredChunk]:
         wanted, parsed = _selection(ids, filters)
         found = records.chunks_from_rows((await self._aread(
-            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)]))[0])
+            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)],
+            bool(consistent)))[0])
         return found if wanted is None else _in_order(found, wanted)
 
     def delete(self, ids: Iterable[str], *, project: str | None = None,

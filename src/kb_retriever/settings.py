@@ -69,6 +69,15 @@ class Settings(BaseSettings):
 
     # --- where the data lives -------------------------------------------------------------
     database_url: str | None = _field(None, "KB_DATABASE_URL")
+    # Streaming replicas that answer searches and reads (comma-separated in the environment);
+    # writes go to the primary (store/replicas.py, decision 0012).
+    replica_urls: CommaList = _field((), "KB_REPLICA_URLS")
+    # A replica further behind the primary than this is skipped until it catches up.
+    replica_max_lag_s: float = _field(30.0, "KB_REPLICA_MAX_LAG_S", gt=0)
+    # A replica that could not be reached is skipped for this long.
+    replica_retry_s: float = _field(10.0, "KB_REPLICA_RETRY_S", ge=0)
+    # How long a read waits for a replica's connection before it tries another server.
+    replica_connect_timeout_s: float = _field(2.0, "KB_REPLICA_CONNECT_TIMEOUT_S", gt=0)
     home: Path = _field(Path.home() / ".kb-retriever", "KB_HOME")
     embedder: Literal["minilm", "e5", "hashing"] = _field("minilm", "KB_EMBEDDER")
     # Two connections kept open: a search runs its vector and full-text legs at once.
@@ -287,6 +296,17 @@ class Settings(BaseSettings):
                     f"unknown edge type(s) {unknown}; valid: {', '.join(EDGE_TYPE_WEIGHTS)}"
                 )
             return items
+        return value
+
+    @field_validator("replica_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, (list, tuple)):
+            if not all(isinstance(v, str) for v in value):
+                raise ValueError("replica URLs must be strings")
+            return tuple(v.strip() for v in value if v.strip())
         return value
 
     @field_validator("fts_language")

@@ -60,7 +60,7 @@ async def test_streamable_http_serves_the_tools(http_server: str) -> None:
         names = {t.name for t in (await client.list_tools()).tools}
         assert "search_knowledge_base" in names and "add_document" not in names
         result = await client.call_tool("search_knowledge_base", {"query": "cache"})
-        assert result.isError and text_of(result).startswith("StoreError: ")
+        assert result.isError and text_of(result).startswith("UnavailableError: ")
         bad = await client.call_tool("search_knowledge_base", {"query": ""})
         assert bad.isError and text_of(bad) == "InputError: query is empty"
 

@@ -156,11 +156,11 @@ async def test_a_database_that_is_down_is_an_error_result() -> None:
                 result = await client.call_tool("search_knowledge_base", {"query": QUESTION})
                 assert result.isError
                 text = text_of(result)
-                assert text.startswith("StoreError: ") and "refused" in text and "\n" not in text
+                assert text.startswith("UnavailableError: ") and "refused" in text and "\n" not in text
             empty = await client.call_tool("search_knowledge_base", {"query": ""})
             assert text_of(empty) == "InputError: query is empty"  # checked before any I/O
             doc = await client.call_tool("get_document", {"id": "a.md"})
-            assert doc.isError and text_of(doc).startswith("StoreError: ")
+            assert doc.isError and text_of(doc).startswith("UnavailableError: ")
             assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS
     finally:
         await kb.aclose()
@@ -180,7 +180,7 @@ async def test_a_database_that_goes_away_is_an_error_result(new_database, pg_ser
                     sql.Identifier(conninfo_to_dict(url)["dbname"])))
             for _ in range(2):
                 gone = await client.call_tool("search_knowledge_base", {"query": "deploy freeze"})
-                assert gone.isError and text_of(gone).startswith("StoreError: ")
+                assert gone.isError and text_of(gone).startswith("UnavailableError: ")
             assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS
     finally:
         await kb.aclose()

@@ -66,7 +66,7 @@ async def test_stdio_server_with_its_database_down_answers_errors(tmp_path) -> N
     async with spawn(url, "--project", "a", "--project", "b", errlog=tmp_path / "err") as client:
         for _ in range(2):
             result = await client.call_tool("search_knowledge_base", {"query": "cache"})
-            assert result.isError and text_of(result).startswith("StoreError: ")
+            assert result.isError and text_of(result).startswith("UnavailableError: ")
         tools = (await client.list_tools()).tools
         project = tools[0].inputSchema["properties"]["project"]
         assert "one of a, b" in project["description"]

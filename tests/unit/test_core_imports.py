@@ -28,7 +28,8 @@ def test_public_surface_is_pinned():
         "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
         "SchemaError", "SearchFilters", "SearchMeta", "SearchResult", "Settings", "StoreError",
         "StoredChunk",
-        "StoredDocument", "WriteError", "compose_prompt", "load_settings", "__version__",
+        "StoredDocument", "UnavailableError", "WriteError", "compose_prompt", "load_settings",
+        "__version__",
     ])
     for name in kb_retriever.__all__:
         assert hasattr(kb_retriever, name)

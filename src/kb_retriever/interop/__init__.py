@@ -30,8 +30,8 @@ from .documents import (
     kb_record,
     to_candidates,
 )
-from .hits import CITATION_KEYS, hit_metadata, reranked_metadata, result_from_documents
 from .foreign import DEFAULT_TOP_N, rerank_documents
+from .hits import CITATION_KEYS, hit_metadata, reranked_metadata, result_from_documents
 
 __all__ = [
     "CITATION_KEYS", "DEFAULT_PROJECT", "DEFAULT_SOURCE_TYPE", "DEFAULT_TENANT", "DEFAULT_TOP_N",

@@ -85,6 +85,10 @@ class SearchMeta(Mapping[str, Any]):
     rejected_evidence: tuple[RejectedEvidence, ...] = ()
     # the scope's frequencies of the query's lexemes (the BM25 idf inputs), for --explain
     lexeme_stats: Mapping[str, Any] | None = None
+    # with read replicas: which server answered ("primary", "replica 2") and, for a replica,
+    # how far behind the primary it was when last measured (seconds); None without replicas
+    server: str | None = None
+    replica_lag_s: float | None = None
 
     @property
     def project_key(self) -> str | None:
@@ -110,6 +114,8 @@ class SearchMeta(Mapping[str, Any]):
             "history_promoted": list(self.history_promoted),
             "rejected_evidence": [e.to_dict() for e in self.rejected_evidence],
             "lexeme_stats": self.lexeme_stats,
+            **({"server": self.server, "replica_lag_s": self.replica_lag_s}
+               if self.server is not None else {}),
         }
 
     @cached_property

@@ -11,7 +11,7 @@ import psycopg
 from pgvector.psycopg import register_vector, register_vector_async
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from ..errors import InputError, KbError, SchemaError, StoreError, redact
+from ..errors import InputError, KbError, SchemaError, StoreError, UnavailableError, redact
 from ..settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,9 @@ def translate(exc: BaseException) -> KbError:
     if isinstance(exc, psycopg.errors.DataException):
         return InputError(f"the database rejected a value: {msg}")
     if isinstance(exc, PoolTimeout):
-        return StoreError(f"no database connection available: {msg}")
+        return UnavailableError(f"no database connection available: {msg}")
+    if isinstance(exc, psycopg.OperationalError | OSError):
+        return UnavailableError(f"the database could not be reached: {msg}")
     return StoreError(f"database error: {msg}")
 
 

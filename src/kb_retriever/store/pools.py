@@ -18,11 +18,12 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, StoreError, UnavailableError
 from ..settings import Settings
 from . import distribution, schema
 from .borrowed import BorrowedAsyncPool, BorrowedPool
 from .connection import atranslated, make_async_pool, make_pool, translated
+from .replicas import Replicas, Target, latest_lsn
 from .session import AsyncSession, Session
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ class Pools:
         self._apool_loop: asyncio.AbstractEventLoop | None = None
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
         self.distributed = False  # a Citus coordinator (known once open)
+        self.replicas = Replicas(settings.replica_urls, settings)
+        self.wrote_lsn: str | None = None  # the primary's WAL after this process's last write
         self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
 
     def borrowed_conninfo(self) -> str | None:
@@ -91,7 +94,24 @@ class Pools:
 
     def open(self, url: str, choices: schema.Choices) -> None:
         """Migrate the database at ``url`` and fix or check its ``choices`` (one connection),
-        then open the sync pool."""
+        then open the sync pool, and the replicas' pools. With the primary unreachable and
+        replicas configured, the knowledge base opens for reads: the schema is checked on a
+        replica, and the primary's pool connects when the primary comes back."""
+        try:
+            pool = self._open_primary(url, choices)
+        except UnavailableError:
+            if not self.replicas:
+                raise
+            logger.warning("the primary is unreachable: open for reads from the replicas")
+            with translated():
+                self.distributed = self.replicas.check_schema(choices, self._conn_kwargs)
+                pool = make_pool(url, self.settings, vector_ready=True,
+                                 conn_kwargs=self._conn_kwargs)
+                pool.open(wait=False)
+        self._url, self._pool = url, pool
+        self.replicas.open(self._conn_kwargs)
+
+    def _open_primary(self, url: str, choices: schema.Choices) -> Any:
         with translated():
             migrating = (self._given_pool.connection() if self._given_pool is not None else
                          psycopg.connect(url, autocommit=True, connect_timeout=10,
@@ -100,12 +120,34 @@ class Pools:
                 schema.prepare(conn, choices)
                 self.distributed = distribution.is_citus(conn)
             if self._given_pool is not None:
-                pool: Any = BorrowedPool(self._given_pool, self.settings)
-            else:
-                pool = make_pool(url, self.settings, vector_ready=True,
-                                 conn_kwargs=self._conn_kwargs)
-                pool.open(wait=True, timeout=30)
-        self._url, self._pool = url, pool
+                return BorrowedPool(self._given_pool, self.settings)
+            pool = make_pool(url, self.settings, vector_ready=True, conn_kwargs=self._conn_kwargs)
+            pool.open(wait=True, timeout=30)
+            return pool
+
+    def read_target(self, consistent: bool = False) -> Target:
+        """The server for a read: a healthy replica in turn (past this process's last write
+        when ``consistent``), else the primary."""
+        if self.replicas:
+            replica = self.replicas.pick(self.wrote_lsn if consistent else None)
+            if replica is not None:
+                return Target(replica.pool, replica.label, replica)
+        return Target(self.sync(), "primary" if self.replicas else None)
+
+    async def aread_target(self, consistent: bool = False) -> Target:
+        """The async twin of :meth:`read_target` (the replica's async pool)."""
+        if self.replicas:
+            replica = await asyncio.to_thread(self.replicas.pick,
+                                               self.wrote_lsn if consistent else None)
+            if replica is not None:
+                apool = await self.replicas.apool(replica, self._conn_kwargs)
+                return Target(apool, replica.label, replica)
+        return Target(await self.asynchronous(), "primary" if self.replicas else None)
+
+    def _wrote(self, conn: Any) -> None:
+        """Keep the primary's WAL position after a write (for ``consistent`` reads)."""
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        self.wrote_lsn = latest_lsn(self.wrote_lsn, str(row[0])) if row else self.wrote_lsn
 
     def sync(self) -> Any:
         """The sync pool (the knowledge base must be open)."""
@@ -123,15 +165,17 @@ class Pools:
         return pool
 
     @contextlib.contextmanager
-    def session(self) -> Iterator[Session]:
-        """A pooled connection's :class:`~kb_retriever.store.session.Session`, for reads."""
-        with translated(), self.sync().connection() as conn:
+    def session(self, target: Target | None = None) -> Iterator[Session]:
+        """A pooled connection's :class:`~kb_retriever.store.session.Session`, for reads (on
+        ``target``'s server, else the primary)."""
+        pool = self.sync() if target is None else target.pool
+        with translated(), pool.connection() as conn:
             yield Session(conn, distributed=self.distributed)
 
     @contextlib.asynccontextmanager
-    async def asession(self) -> AsyncIterator[AsyncSession]:
+    async def asession(self, target: Target | None = None) -> AsyncIterator[AsyncSession]:
         """The async twin of :meth:`session`."""
-        pool = await self.asynchronous()
+        pool = await self.asynchronous() if target is None else target.pool
         async with atranslated(), pool.connection() as conn:
             yield AsyncSession(conn, distributed=self.distributed)
 
@@ -148,6 +192,8 @@ class Pools:
             finally:
                 if not conn.broken:
                     _timeout(conn, self.settings.statement_timeout_ms)
+                    if self.replicas:
+                        self._wrote(conn)
 
     @contextlib.asynccontextmanager
     async def awriting(self) -> AsyncIterator[AsyncSession]:
@@ -160,6 +206,11 @@ class Pools:
             finally:
                 if not conn.broken:
                     await conn.execute(_TIMEOUT, [str(self.settings.statement_timeout_ms)])
+                    if self.replicas:
+                        row = await (await conn.execute(
+                            "SELECT pg_current_wal_lsn()::text")).fetchone()
+                        if row:
+                            self.wrote_lsn = latest_lsn(self.wrote_lsn, str(row[0]))
 
     async def asynchronous(self) -> Any:
         """The async pool of the running event loop, opened on first use."""
@@ -199,11 +250,13 @@ class Pools:
         if self._threads is not None:
             self._threads.shutdown(wait=True)
             self._threads = None
+        self.replicas.close()
 
     async def aclose(self) -> None:
         if self._apool is not None:
             await self._apool.close()
             self._apool = None
+        await self.replicas.aclose()
         self.close()
 
     def _close_async_pool(self) -> None:

@@ -73,6 +73,20 @@ def prepare(conn: psycopg.Connection, choices: Choices) -> None:
         distribution.distribute(conn)
 
 
+def check_current(conn: psycopg.Connection, choices: Choices) -> None:
+    """On a read-only server (a replica while the primary is down): the schema must be the
+    library's current one, with these choices; a :class:`SchemaError` says what differs."""
+    latest = max(v for v, _, _ in migration_files())
+    meta = read_meta(conn)
+    have = int(meta.get("schema_version", 0))
+    if have != latest:
+        raise SchemaError(f"this server holds schema version {have}, the library needs {latest}: "
+                          "open the knowledge base with its primary reachable to migrate it")
+    if meta.get("embedding_dimension") != str(choices.dimension):
+        raise SchemaError(f"this database stores {meta.get('embedding_dimension')}-d embeddings; "
+                          f"the embedder {choices.model_id!r} makes {choices.dimension}-d vectors")
+
+
 def migration_files() -> list[tuple[int, str, str]]:
     """(version, name, sql) of every packaged migration, in order."""
     files = []

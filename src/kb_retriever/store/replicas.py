@@ -1,0 +1,174 @@
+"""Read replicas: which server answers a read (decision 0012).
+
+Searches and reads go to a streaming replica, spread over several in turn; writes and schema
+work go to the primary. A replica that cannot be reached is skipped for
+``KB_REPLICA_RETRY_S`` seconds, one that lags more than ``KB_REPLICA_MAX_LAG_S`` behind is
+skipped until it catches up, and with no replica left the primary answers. A read that must see
+the caller's own writes (``consistent``) goes to a replica only once it has replayed the
+primary's WAL up to the end of those writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from ..settings import Settings
+from .connection import make_async_pool, make_pool
+
+__all__ = ["Replica", "Replicas", "Target", "latest_lsn"]
+
+logger = logging.getLogger(__name__)
+
+# Lag: none while the replica has replayed all it received (an idle primary sends nothing,
+# and the last replayed transaction's time would only grow), else the age of that transaction.
+_STATE = (
+    "SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS replayed, "
+    "CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0.0 "
+    "ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8 END AS lag")
+_CAUGHT_UP = "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn"
+# How long a measured lag is trusted before it is read again.
+_STATE_TTL_S = 1.0
+
+
+def _lsn(text: str) -> int:
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) | int(low or "0", 16)
+
+
+def latest_lsn(a: str | None, b: str) -> str:
+    """The later of two WAL positions (``pg_lsn`` text, ``16/B374D848``).
+
+    >>> latest_lsn("0/10", "0/9"), latest_lsn(None, "1/0"), latest_lsn("1/0", "0/FFFFFFFF")
+    ('0/10', '1/0', '1/0')
+    """
+    return b if a is None or _lsn(b) > _lsn(a) else a
+
+
+@dataclass
+class Replica:
+    """One replica: its pools, and what is known of its health."""
+
+    label: str
+    url: str
+    pool: Any
+    apool: Any = None
+    apool_loop: Any = None
+    down_until: float = 0.0
+    lag_s: float | None = None
+    checked_at: float = field(default=-1e9)
+
+
+class Target:
+    """The server chosen for one read: its pool and its label; ``lag_s`` when a replica."""
+
+    __slots__ = ("label", "lag_s", "pool", "replica")
+
+    def __init__(self, pool: Any, label: str | None, replica: Replica | None = None) -> None:
+        self.pool, self.label, self.replica = pool, label, replica
+        self.lag_s = replica.lag_s if replica is not None else None
+
+
+class Replicas:
+    """The replicas of one knowledge base (see the module docstring)."""
+
+    def __init__(self, urls: tuple[str, ...], settings: Settings) -> None:
+        self.settings = settings
+        self._replicas = [Replica(f"replica {i + 1}", url, None) for i, url in enumerate(urls)]
+        self._turn = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._replicas)
+
+    def open(self, conn_kwargs: dict[str, Any]) -> None:
+        """Open a pool per replica (a replica down now is skipped until it answers)."""
+        for r in self._replicas:
+            if r.pool is None:
+                r.pool = make_pool(r.url, self.settings, vector_ready=True,
+                                   conn_kwargs=conn_kwargs)
+                r.pool.open(wait=False)
+
+    async def apool(self, r: Replica, conn_kwargs: dict[str, Any]) -> Any:
+        """``r``'s async pool for the running event loop, opened on first use."""
+        loop = asyncio.get_running_loop()
+        if r.apool is None or r.apool_loop is not loop:
+            r.apool, r.apool_loop = make_async_pool(r.url, self.settings, conn_kwargs), loop
+            await r.apool.open(wait=False)
+        return r.apool
+
+    def check_schema(self, choices: Any, conn_kwargs: dict[str, Any]) -> bool:
+        """With the primary unreachable: the first replica that answers must hold this
+        version of the schema and these choices; whether the database is distributed."""
+        from . import distribution, schema
+
+        errors = []
+        for r in self._replicas:
+            try:
+                with psycopg.connect(r.url, autocommit=True, connect_timeout=10,
+                                     **conn_kwargs) as conn:
+                    schema.check_current(conn, choices)
+                    return distribution.is_citus(conn)
+            except psycopg.OperationalError as exc:
+                errors.append(f"{r.label}: {str(exc).strip().splitlines()[0]}")
+        raise psycopg.OperationalError("neither the primary nor a replica answers ("
+                                       + "; ".join(errors) + ")")
+
+    def close(self) -> None:
+        for r in self._replicas:
+            if r.pool is not None:
+                r.pool.close()
+                r.pool = None
+            if r.apool is not None:  # its loop may be gone: close its idle sockets
+                for conn in list(getattr(r.apool, "_pool", ())):
+                    conn.pgconn.finish()
+                r.apool = r.apool_loop = None
+
+    async def aclose(self) -> None:
+        for r in self._replicas:
+            if r.apool is not None and r.apool_loop is asyncio.get_running_loop():
+                await r.apool.close()
+                r.apool = r.apool_loop = None
+
+    def mark_down(self, replica: Replica) -> None:
+        replica.down_until = time.monotonic() + self.settings.replica_retry_s
+        logger.warning("%s (%s) is unreachable: skipped for %.0f s", replica.label,
+                       replica.url.split("@")[-1], self.settings.replica_retry_s)
+
+    def pick(self, wrote_lsn: str | None) -> Replica | None:
+        """The next healthy replica in turn (reachable, within the lag bound, and past
+        ``wrote_lsn`` when given), or None."""
+        with self._lock:
+            order = self._replicas[self._turn:] + self._replicas[:self._turn]
+            self._turn = (self._turn + 1) % max(len(self._replicas), 1)
+        now = time.monotonic()
+        for r in order:
+            if r.down_until <= now and r.pool is not None and self._fresh(r, now, wrote_lsn):
+                return r
+        return None
+
+    def _fresh(self, r: Replica, now: float, wrote_lsn: str | None) -> bool:
+        try:
+            with r.pool.connection(timeout=self.settings.replica_connect_timeout_s) as conn:
+                if now - r.checked_at > _STATE_TTL_S:
+                    row = conn.execute(_STATE).fetchone()
+                    r.checked_at = now
+                    r.lag_s = None if row is None or row[2] is None else round(float(row[2]), 3)
+                    if row is not None and not row[0]:
+                        logger.warning("%s is not a standby: it is used as one", r.label)
+                if r.lag_s is not None and r.lag_s > self.settings.replica_max_lag_s:
+                    return False
+                if wrote_lsn is not None:
+                    row = conn.execute(_CAUGHT_UP, [wrote_lsn]).fetchone()
+                    return bool(row and row[0])
+                return True
+        except (psycopg.Error, OSError) as exc:  # PoolTimeout is a psycopg.Error too
+            logger.debug("%s: %s", r.label, exc)
+            self.mark_down(r)
+            return False

@@ -1,0 +1,155 @@
+"""Read replicas on a real streaming replica: searches and reads go to it, writes to the
+primary, ``consistent`` reads see this process's writes, a replica that is down or lags is
+skipped, and with the primary down the knowledge base still opens and searches."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from kb_retriever import HashingEmbedder, KnowledgeBase, Settings, UnavailableError
+from kb_retriever.store.embedded import start_embedded
+
+from .standby import Standby, stop_primary
+
+pytestmark = [pytest.mark.db, pytest.mark.slow, pytest.mark.replica]
+
+DOCS = [{"id": f"d{i}", "text": f"# Note {i}\n\nredis cache layer note {i}"} for i in range(6)]
+
+
+class Pair:
+    def __init__(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="kb-primary-"))
+        self.server_url = start_embedded(self.home)
+        self.standby = Standby(self.home, self.server_url)
+
+    def database(self) -> tuple[str, str]:
+        """A new database on the primary, and its URL on the replica once it has arrived."""
+        name = f"kbrep_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(self.server_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        for _ in range(100):
+            try:
+                self.standby.sql(name, "SELECT 1")
+                break
+            except psycopg.OperationalError:
+                time.sleep(0.1)
+        return make_conninfo(self.server_url, dbname=name), self.standby.url(name)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[Pair]:
+    p = Pair()
+    yield p
+    try:
+        p.standby.stop()
+    finally:
+        shutil.rmtree(p.standby.data.parent, ignore_errors=True)
+
+
+def _kb(primary: str, replica: str, **settings: object) -> KnowledgeBase:
+    return KnowledgeBase(Settings(**settings), embedder=HashingEmbedder(32),
+                         database_url=primary, replica_urls=[replica])
+
+
+def _wait_for(replica: str, doc_id: str) -> None:
+    for _ in range(100):
+        with psycopg.connect(replica, autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM kb_documents WHERE source_path = %s",
+                            [doc_id]).fetchone():
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{doc_id} never reached the replica")
+
+
+def test_searches_and_reads_go_to_the_replica_writes_to_the_primary(pair: Pair) -> None:
+    primary, replica = pair.database()
+    with _kb(primary, replica) as kb:
+        kb.add_documents(DOCS)
+        _wait_for(replica, "d5")
+        kb.clear_caches()
+        result = kb.search("redis cache layer")
+        assert result.meta["server"] == "replica 1" and result.primary
+        assert result.meta["replica_lag_s"] is not None
+        assert asyncio.run(kb.asearch("redis cache layer")).meta["server"] == "replica 1"
+        assert [d.id for d in kb.get_by_ids(["d1"])] == ["d1"]
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            with psycopg.connect(replica, autocommit=True) as conn:
+                conn.execute("DELETE FROM kb_documents")
+
+
+def test_a_consistent_read_sees_this_processs_own_write(pair: Pair) -> None:
+    primary, replica = pair.database()
+    with _kb(primary, replica) as kb:
+        kb.add_documents(DOCS[:2])
+        pair.standby.sql("postgres", "SELECT pg_wal_replay_pause()")
+        try:
+            kb.add_documents([{"id": "fresh", "text": "# Fresh\n\nzebracorn deployment plan"}])
+            kb.clear_caches()
+            seen = kb.search("zebracorn deployment plan", consistent=True)
+            assert seen.meta["server"] == "primary"
+            assert seen.primary[0].document.source_path == "fresh"
+            assert [d.id for d in kb.get_by_ids(["fresh"], consistent=True)] == ["fresh"]
+        finally:
+            pair.standby.sql("postgres", "SELECT pg_wal_replay_resume()")
+        _wait_for(replica, "fresh")
+        kb.clear_caches()
+        caught_up = kb.search("zebracorn deployment plan", consistent=True)
+        assert caught_up.meta["server"] == "replica 1"
+
+
+def test_a_replica_that_lags_past_the_bound_is_skipped(pair: Pair) -> None:
+    primary, replica = pair.database()
+    with _kb(primary, replica, replica_max_lag_s=0.5) as kb:
+        kb.add_documents(DOCS[:2])
+        pair.standby.sql("postgres", "SELECT pg_wal_replay_pause()")
+        try:
+            kb.add_documents(DOCS[2:4])
+            time.sleep(1.5)
+            kb.clear_caches()
+            assert kb.search("redis cache").meta["server"] == "primary"
+        finally:
+            pair.standby.sql("postgres", "SELECT pg_wal_replay_resume()")
+
+
+def test_a_replica_that_is_down_is_skipped(pair: Pair) -> None:
+    primary, replica = pair.database()
+    with _kb(primary, replica, replica_connect_timeout_s=1.0) as kb:
+        kb.add_documents(DOCS)
+        _wait_for(replica, "d5")
+        pair.standby.stop()
+        try:
+            kb.clear_caches()
+            result = kb.search("redis cache layer")
+            assert result.meta["server"] == "primary" and result.primary
+        finally:
+            pair.standby.start()
+
+
+def test_searches_go_on_from_the_replica_with_the_primary_down() -> None:
+    """Last: it stops a primary of its own."""
+    p = Pair()
+    try:
+        primary, replica = p.database()
+        with _kb(primary, replica) as kb:
+            kb.add_documents(DOCS)
+        _wait_for(replica, "d5")
+        stop_primary(p.home)
+        with _kb(primary, replica, pool_timeout_s=2.0) as kb:  # opens with the primary down
+            result = kb.search("redis cache layer")
+            assert result.meta["server"] == "replica 1" and result.primary
+            with pytest.raises(UnavailableError):
+                kb.add_documents([{"id": "lost", "text": "# Lost\n\nnever written"}])
+    finally:
+        p.standby.stop()
+        shutil.rmtree(p.standby.data.parent, ignore_errors=True)
