@@ -35,8 +35,8 @@ PROJECTS = [f"p{t}" for t in range(10)]
 FLOOR_SQL = """
 WITH q AS (SELECT websearch_to_tsquery('english', %(text)s) AS query),
 vec AS MATERIALIZED (
-  SELECT id, embedding <=> %(qvec)b AS dist FROM kb_chunks
-  WHERE tenant_id = %(tenant)s {filt} ORDER BY dist LIMIT %(kc)s),
+  SELECT id, {vexpr} <=> %(qvec)b::{vtype} AS dist FROM kb_chunks
+  WHERE tenant_id = %(tenant)s AND model = {model} {filt} ORDER BY dist LIMIT %(kc)s),
 vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS r FROM vec),
 fts_m AS MATERIALIZED (
   SELECT c.id, c.tsv FROM kb_chunks c, q
@@ -81,6 +81,18 @@ def rss_mb() -> float:
 
 
 # ---------------------------------------------------------------- child: kb + floor
+def vector_space(url: str) -> dict[str, str]:
+    """The model's indexed expression (``kb_models``, decision 0013): a raw query must order by
+    ``(embedding::vector(d))`` (or ``::halfvec(d)``) and name the model to use its index."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        space_id, dim, kind = conn.execute(
+            "SELECT id, dimension, index_type FROM kb_models ORDER BY id LIMIT 1").fetchone()
+    vtype = f"{'vector' if kind == 'none' else kind}({dim})"
+    return {"vexpr": f"(embedding::{vtype})", "vtype": vtype, "model": str(space_id)}
+
+
 def child_kb(url: str, data: Path, warmup: int) -> dict[str, Any]:
     import psycopg
     from pgvector.psycopg import register_vector
@@ -99,7 +111,8 @@ def child_kb(url: str, data: Path, warmup: int) -> dict[str, Any]:
             conn.execute("SELECT set_config(%s, %s, false)", [k, str(v)])
         for name, filt in (("unfiltered", False), ("tenant", True)):
             sql = FLOOR_SQL.format(filt="AND project_key = %(p)s" if filt else "",
-                                   cfilt="AND c.project_key = %(p)s" if filt else "")
+                                   cfilt="AND c.project_key = %(p)s" if filt else "",
+                                   **vector_space(url))
 
             def floor(vec: np.ndarray, text: str, t: int, sql: str = sql) -> None:
                 conn.execute(sql, {"text": " or ".join(text.split()), "qvec": vec,
@@ -334,6 +347,7 @@ def filtered_recall(url: str, corpus: Any, qv: np.ndarray, tenants: np.ndarray) 
     from kb_retriever import Settings
 
     s = Settings()
+    space = vector_space(url)
     hits, rows_back = [], []
     with psycopg.connect(url, autocommit=True) as conn:
         register_vector(conn)
@@ -342,8 +356,9 @@ def filtered_recall(url: str, corpus: Any, qv: np.ndarray, tenants: np.ndarray) 
         for i in range(len(qv)):
             t = int(tenants[i])
             got = [r[0] for r in conn.execute(
-                "WITH v AS MATERIALIZED (SELECT metadata, embedding <=> %(q)b AS d FROM kb_chunks "
-                "WHERE tenant_id = %(ten)s AND project_key = %(p)s ORDER BY d LIMIT %(k)s) "
+                f"WITH v AS MATERIALIZED (SELECT metadata, {space['vexpr']} <=> "
+                f"%(q)b::{space['vtype']} AS d FROM kb_chunks WHERE tenant_id = %(ten)s "
+                f"AND model = {space['model']} AND project_key = %(p)s ORDER BY d LIMIT %(k)s) "
                 "SELECT (metadata->>'i')::int FROM v ORDER BY d + 0",
                 {"q": qv[i], "ten": TENANT, "p": PROJECTS[t], "k": K}).fetchall()]
             idx = np.flatnonzero(corpus.tenant == t)
@@ -351,7 +366,8 @@ def filtered_recall(url: str, corpus: Any, qv: np.ndarray, tenants: np.ndarray) 
             hits.append(len(set(got) & set(exact.tolist())) / K)
             rows_back.append(len(got))
     return {"recall_at_10": round(float(np.mean(hits)), 4), "rows_mean": float(np.mean(rows_back)),
-            "ef_search": s.hnsw_ef_search, "iterative_scan": "relaxed_order"}
+            "ef_search": s.hnsw_ef_search, "iterative_scan": "relaxed_order",
+            "index": space["vexpr"]}
 
 
 def sizes_mb(url: str) -> dict[str, float]:
@@ -361,7 +377,7 @@ def sizes_mb(url: str) -> dict[str, float]:
         rows = conn.execute(
             "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
-            "AND c.relname IN ('kb_chunks', 'kb_chunks_hnsw_ix', 'kb_chunks_tsv_ix', "
+            "AND c.relname IN ('kb_chunks', 'kb_chunks_hnsw_1', 'kb_chunks_tsv_ix', "
             "'lc_perf', 'data_perf')").fetchall()
     return {name: round(b / 2**20, 1) for name, b in rows}
 
@@ -479,6 +495,7 @@ def main() -> int:
                     help="search runs per system, taken in turn; figures are their medians")
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--out-dir", default=str(HERE / "results"))
+    ap.add_argument("--tag", default="", help="suffix of the result file (perf-<size><tag>.json)")
     ap.add_argument("--child", choices=sorted(CHILDREN))
     ap.add_argument("--url")
     ap.add_argument("--data")
@@ -493,7 +510,7 @@ def main() -> int:
         server_url = start_embedded(Path(home))
         for n in sizes:
             res = run_size(server_url, n, args)
-            out = Path(args.out_dir) / f"perf-{n}.json"
+            out = Path(args.out_dir) / f"perf-{n}{args.tag}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(res, indent=2) + "\n")
             print(json.dumps({k: res.get(k) for k in ("size", "ingest", "ratios_p95",

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .search.meta import SearchMeta
     from .settings import Settings, load_settings
     from .write.from_files import IngestReport
+    from .write.reembed import ReembedReport
 
 __version__ = "0.1.0"
 
@@ -58,14 +59,15 @@ _LAZY = {
     "PromptTemplate": ".prompt",
     "compose_prompt": ".prompt", "Settings": ".settings", "load_settings": ".settings",
     "ChunkRecord": ".models", "DocumentRecord": ".models", "StoredChunk": ".models",
-    "StoredDocument": ".models",
+    "StoredDocument": ".models", "ReembedReport": ".write.reembed",
 }
 
 __all__ = [
     "Candidate", "ChunkRecord", "ConfigError", "DocumentRecord", "DocumentRef", "Embedder",
     "EmbeddingError", "FilterError",
     "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
-    "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ScoreBreakdown",
+    "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ReembedReport",
+    "ScoreBreakdown",
     "SchemaError", "SearchFilters", "SearchMeta", "SearchResult", "Settings", "StoreError",
     "UnavailableError", "WriteError",
     "StoredChunk",

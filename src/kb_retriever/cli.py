@@ -134,6 +134,10 @@ def _doctor_parser(sub: Any) -> None:
     _scope(sp)
     sp.add_argument("--samples", type=int, default=20, help="queries to sample (default: 20)")
     sp.add_argument("--k", type=int, default=10, help="neighbours compared (default: 10)")
+    sp.add_argument("--reindex", action="store_true",
+                    help="first build the project's embedding model's HNSW index again with "
+                         "KB_HNSW_M, KB_HNSW_EF_CONSTRUCTION and KB_HNSW_TYPE (concurrently: "
+                         "searches and writes go on)")
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -275,7 +279,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import diagnose, format_report
 
     report = diagnose(database_url=args.database_url, home=Path(args.home) if args.home else None,
-                      tenant=args.tenant, project=args.project, samples=args.samples, k=args.k)
+                      tenant=args.tenant, project=args.project, samples=args.samples, k=args.k,
+                      reindex=args.reindex)
     print(json.dumps(asdict(report), indent=2) if args.json else format_report(report))
     return EXIT_OK  # whatever the recall: the report says what to do
 

@@ -3,7 +3,10 @@
 For ``samples`` chunk embeddings drawn from the scope, compare HNSW top-k (the library's
 GUCs: ``hnsw.ef_search``, ``iterative_scan = relaxed_order``) with exact top-k (a transaction
 with ``SET LOCAL enable_indexscan = off``, same tenant/project filter) — pgvector README,
-"Monitoring". Also reports index validity, sizes and the ef_search in force.
+"Monitoring". Also reports the scope's embedding model and the index its vector leg uses
+(as the planner picks it), index validity, sizes and the ef_search in force; ``--reindex``
+builds the model's index again with the settings' ``KB_HNSW_M``, ``KB_HNSW_EF_CONSTRUCTION``
+and ``KB_HNSW_TYPE`` first.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from .errors import InputError
 from .settings import Settings, load_settings
 from .store import diagnostics
 from .store.diagnostics import Diagnostics
+from .store.spaces import HNSW_MAX_HALFVEC, Space, index_type_for
 
 __all__ = ["DoctorReport", "check_index", "diagnose", "format_report"]
 
@@ -39,19 +43,55 @@ class DoctorReport:
     indexes: list[dict[str, Any]] = field(default_factory=list)
     sizes_mb: dict[str, float] = field(default_factory=dict)
     distribution: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    vector_index: str | None = None  # the index the scope's vector leg uses (None: exact scan)
+    reindexed: bool = False
     hints: list[str] = field(default_factory=list)
 
 
+def _model(store: Diagnostics, report: DoctorReport, space: Space | None,
+           settings: Settings | None) -> None:
+    """The scope's embedding model, its index, and whether the settings ask for another."""
+    if space is None:
+        return
+    report.model = {"model_id": space.model_id, "dimension": space.dimension,
+                    "index_type": space.index_type, "index_name": space.index_name,
+                    "hnsw_m": space.m, "hnsw_ef_construction": space.ef_construction}
+    if space.index_type == "none":
+        report.hints.append(f"{space.dimension}-d embeddings exceed HNSW's limit "
+                            f"({HNSW_MAX_HALFVEC} with halfvec): vector searches scan exactly")
+    if settings is not None:
+        wanted = (index_type_for(space.dimension, settings), settings.hnsw_m,
+                  settings.hnsw_ef_construction)
+        if wanted[0] != "none" and wanted != (space.index_type, space.m, space.ef_construction):
+            report.hints.append(
+                f"the settings ask for HNSW on {wanted[0]} with m={wanted[1]}, "
+                f"ef_construction={wanted[2]}; the index is {space.index_type} with "
+                f"m={space.m}, ef_construction={space.ef_construction}: run doctor --reindex")
+
+
 def check_index(store: Diagnostics, *, tenant: str, project: str, samples: int = 20,
-                k: int = 10, ef_search: int = 100) -> DoctorReport:
-    """Measure recall@k of HNSW against exact search on ``samples`` embeddings of the scope."""
+                k: int = 10, ef_search: int = 100, settings: Settings | None = None,
+                reindex: bool = False) -> DoctorReport:
+    """Measure recall@k of HNSW against exact search on ``samples`` embeddings of the scope.
+    With ``reindex``, first build the scope's model's index again with ``settings``."""
     if samples < 1 or k < 1:
         raise InputError("samples and k must be at least 1")
+    space = store.project_space(tenant, project)
+    reindexed = False
+    if reindex:
+        if space is None:
+            raise InputError(f"tenant {tenant!r}, project {project!r} holds no chunks: "
+                             "nothing to reindex")
+        space = store.rebuild_index(space, settings or Settings())
+        reindexed = True
     count = store.chunks_in_scope(tenant, project)
     dist = store.distribution()
     report = DoctorReport(tenant=tenant, project=project, k=k, samples=0, chunks_in_scope=count,
                           ef_search=ef_search, recall_at_k=None, min_recall=None,
-                          approx_rows_mean=None, approx_ms_p50=None, exact_ms_p50=None)
+                          approx_rows_mean=None, approx_ms_p50=None, exact_ms_p50=None,
+                          reindexed=reindexed)
+    _model(store, report, space, settings)
     report.distribution = {"citus": dist.citus, "workers": dist.workers,
                            "colocated": dist.colocated,
                            "tables": [{"table": t, "method": m, "shards": n}
@@ -68,14 +108,22 @@ def check_index(store: Diagnostics, *, tenant: str, project: str, samples: int =
         elif not methods[method]["valid"]:
             report.hints.append(f"{methods[method]['name']} is INVALID (a failed CREATE INDEX "
                                 f"CONCURRENTLY?): REINDEX INDEX {methods[method]['name']}")
-    if count == 0:
+    if count == 0 or space is None:
         report.hints.append(f"no chunks in tenant {tenant!r}, project {project!r}")
         return report
     recalls, rows, t_approx, t_exact = [], [], [], []
-    for qid, vec in store.sample(tenant, project, samples):
+    drawn = store.sample(tenant, project, samples)
+    if drawn:
+        report.vector_index = store.plan_index(tenant, project, space, drawn[0][1], k + 1)
+        if report.vector_index is None and space.index_name is not None:
+            report.hints.append(f"the planner scans this scope exactly instead of using "
+                                f"{space.index_name} (a small project, or stale statistics)")
+    for qid, vec in drawn:
         # k + 1 and drop the sample itself: it is trivially its own nearest neighbour.
-        approx, ta = store.nearest(tenant, project, vec, k + 1, exact=False, ef_search=ef_search)
-        exact, te = store.nearest(tenant, project, vec, k + 1, exact=True, ef_search=ef_search)
+        approx, ta = store.nearest(tenant, project, space, vec, k + 1, exact=False,
+                                   ef_search=ef_search)
+        exact, te = store.nearest(tenant, project, space, vec, k + 1, exact=True,
+                                  ef_search=ef_search)
         approx = [i for i in approx if i != qid][:k]
         exact = [i for i in exact if i != qid][:k]
         if exact:
@@ -112,6 +160,14 @@ def format_report(r: DoctorReport) -> str:
                      f"({', '.join(hashed)}); reference tables: {', '.join(reference)}")
     else:
         lines.append("one PostgreSQL server (not distributed)")
+    m = r.model
+    if m:
+        index = ("no approximate index" if m["index_type"] == "none" else
+                 f"HNSW on {m['index_type']}({m['dimension']}) {m['index_name']}, m={m['hnsw_m']}, "
+                 f"ef_construction={m['hnsw_ef_construction']}")
+        lines.append(f"embedding model: {m['model_id']} ({m['dimension']}-d); {index}"
+                     + (" (rebuilt now)" if r.reindexed else ""))
+        lines.append(f"the vector leg uses: {r.vector_index or 'an exact scan'}")
     if r.recall_at_k is not None:
         lines.append(
             f"recall@{r.k}: {r.recall_at_k:.3f} (min {r.min_recall:.3f}) over {r.samples} "
@@ -130,9 +186,9 @@ def format_report(r: DoctorReport) -> str:
 
 def diagnose(*, database_url: str | None = None, home: Path | None = None,
              tenant: str = "default", project: str = "default", samples: int = 20,
-             k: int = 10) -> DoctorReport:
+             k: int = 10, reindex: bool = False) -> DoctorReport:
     """Connect (by URL, ``KB_DATABASE_URL``, else the embedded server of ``home``/``KB_HOME``)
-    and :func:`check_index` the scope."""
+    and :func:`check_index` the scope (``reindex``: rebuild its model's index first)."""
     tenant, project = valid_name("tenant", tenant), valid_name("project", project)
     settings: Settings = load_settings()
     url = database_url or settings.database_url
@@ -142,4 +198,4 @@ def diagnose(*, database_url: str | None = None, home: Path | None = None,
         url = start_embedded(home or settings.home)
     with diagnostics.connect(url) as store:
         return check_index(store, tenant=tenant, project=project, samples=samples, k=k,
-                           ef_search=settings.hnsw_ef_search)
+                           ef_search=settings.hnsw_ef_search, settings=settings, reindex=reindex)

@@ -29,6 +29,7 @@ from .store.pools import Pools
 from .store.reader import ReadCache
 from .store.sql import Scope
 from .write.from_files import IngestReport, Progress, as_paths, ingest_paths
+from .write.reembed import ReembedReport, reembed_project
 
 if TYPE_CHECKING:  # the pools a caller may lend (store/pools.py checks them)
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -228,6 +229,30 @@ class KnowledgeBase(DocumentMethods):
         with self._pools.writing() as session:
             session.add_synonyms(*scope, *group)
 
+    def reembed(self, project: str | None = None, *, tenant: str | None = None) -> ReembedReport:
+        """Move a project to this knowledge base's embedding model: each chunk is embedded
+        again (the embedding cache first) and the project switches in one transaction, so
+        searches see the old model until then and this one after; then it is calibrated.
+        A project already on this model is left as it is.
+
+        Several models share a database: each project keeps the model it was first written
+        with, and a knowledge base whose embedder differs gets a :class:`SchemaError` on that
+        project's searches and writes until it is moved. Knowledge bases still opened with
+        the old embedder get that error after the move.
+        """
+        scope = (valid_name("tenant", self.tenant if tenant is None else tenant),
+                 valid_name("project", self.project if project is None else project))
+        try:
+            with self._pools.writing() as session:
+                return reembed_project(session, self.embedder, tenant=scope[0], project=scope[1])
+        finally:
+            self._reads.clear()
+
+    async def areembed(self, project: str | None = None, *,
+                       tenant: str | None = None) -> ReembedReport:
+        """The async twin of :meth:`reembed` (it runs in a worker thread)."""
+        return await asyncio.to_thread(self.reembed, project, tenant=tenant)
+
     def projects(self, *, tenant: str | None = None) -> dict[str, int]:
         """The tenant's projects that hold documents, with their document counts."""
         with self._pools.session() as session:
@@ -251,17 +276,16 @@ class KnowledgeBase(DocumentMethods):
         vec = None
         if query_embedding is not None:
             vec = self._vector(query_embedding)
+        text = validate_query(query, self.settings)
+        tenant_key = valid_name("tenant", self.tenant if tenant is None else tenant)
+        project_keys = tuple(dict.fromkeys(valid_name("project", p) for p in projects))
+        size = validate_limit(self.settings.default_limit if limit is None else limit,
+                              self.settings)
+        parsed, mentions, moment = parse_filters(filters), _doc_ids(mention_doc_ids), _moment(now)
         return SearchRequest(
-            query=validate_query(query, self.settings),
-            scope=Scope(tenant=valid_name("tenant", self.tenant if tenant is None else tenant),
-                        projects=tuple(dict.fromkeys(valid_name("project", p) for p in projects))),
-            limit=validate_limit(self.settings.default_limit if limit is None else limit,
-                                 self.settings),
-            filters=parse_filters(filters),
-            mention_doc_ids=_doc_ids(mention_doc_ids),
-            query_embedding=vec,
-            now=_moment(now),
-        )
+            query=text,
+            scope=Scope(tenant=tenant_key, projects=project_keys, space=self._pools.space),
+            limit=size, filters=parsed, mention_doc_ids=mentions, query_embedding=vec, now=moment)
 
     def _vector(self, values: Sequence[float]) -> np.ndarray:
         checked = check_vector(values, dimension=self.embedder.dimension,

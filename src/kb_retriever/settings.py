@@ -92,6 +92,13 @@ class Settings(BaseSettings):
         10_000, "KB_STATEMENT_TIMEOUT_MS", ge=0
     )
     hnsw_ef_search: int = _field(100, "KB_HNSW_EF_SEARCH", ge=1, le=1000)
+    # How an embedding model's approximate index is built (store/spaces.py), when the model is
+    # first used and by ``doctor --reindex``: pgvector's HNSW ``m`` and ``ef_construction``, and
+    # the indexed type: ``auto`` indexes ``vector`` up to 2,000 dimensions and ``halfvec`` up to
+    # 4,000 (half the index; pgvector's limits), ``halfvec`` always, ``vector`` only.
+    hnsw_m: int = _field(16, "KB_HNSW_M", ge=2, le=100)
+    hnsw_ef_construction: int = _field(64, "KB_HNSW_EF_CONSTRUCTION", ge=4, le=1000)
+    hnsw_type: Literal["auto", "vector", "halfvec"] = _field("auto", "KB_HNSW_TYPE")
 
     # --- search basics --------------------------------------------------------------------
     default_min_similarity: float = _field(
@@ -321,6 +328,9 @@ class Settings(BaseSettings):
     def _check_pool(self) -> Settings:
         if self.pool_min_size > self.pool_max_size:
             raise ValueError("pool_min_size must be <= pool_max_size")
+        if self.hnsw_ef_construction < 2 * self.hnsw_m:
+            raise ValueError("KB_HNSW_EF_CONSTRUCTION must be at least twice KB_HNSW_M "
+                             f"({self.hnsw_ef_construction} < 2 x {self.hnsw_m})")
         if self.default_limit > self.max_limit:
             raise ValueError(f"KB_DEFAULT_LIMIT ({self.default_limit}) must be <= KB_MAX_LIMIT "
                              f"({self.max_limit}): every search would fail")

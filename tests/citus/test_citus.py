@@ -44,7 +44,7 @@ def test_the_schema_distributes_itself_with_its_indexes_on_every_shard(citus: Cl
         assert described.citus and described.workers == 2 and described.colocated
         kinds = {t: m for t, m, _ in described.tables}
         assert kinds == {**dict.fromkeys(distribution.DISTRIBUTED, "hash by tenant_id"),
-                         "kb_meta": "reference"}
+                         "kb_meta": "reference", "kb_models": "reference"}
         shards = conn.execute("SELECT count(*) FROM pg_dist_shard "
                               "WHERE logicalrelid = 'kb_chunks'::regclass").fetchone()[0]
         per_shard = conn.execute(
@@ -189,3 +189,31 @@ def test_both_adapters_stores_on_one_shard(citus: Cluster) -> None:
             query_str="kafka event", query_embedding=kb.embedder.embed_query("kafka event"),
             similarity_top_k=2)))
         assert len(answer.nodes) == 2  # type: ignore[attr-defined]
+
+
+def test_two_models_and_a_reembed_on_citus(citus: Cluster, tmp_path: Path) -> None:
+    """Each model's partial index on every shard; a project's search stays on one shard, the
+    other model's project is refused by name, and a re-embed moves it."""
+    url = citus.new_database()
+    (tmp_path / "q.md").write_text("# Queues\n\nA durable queue for billing.", encoding="utf-8")
+    (tmp_path / "c.md").write_text("# Cache\n\nRedis with a short TTL.", encoding="utf-8")
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url,
+                       tenant="acme") as old, \
+            KnowledgeBase(Settings(), embedder=HashingEmbedder(48), database_url=url,
+                          tenant="acme") as new:
+        old.ingest([tmp_path], project="a")
+        new.ingest([tmp_path], project="b")
+        hit = _one_shard(url, lambda: new.search("redis cache", project="b"))
+        assert hit.primary[0].document.title == "Cache"  # type: ignore[attr-defined]
+        with pytest.raises(SchemaError, match="hashing-md5-32"):
+            new.search("redis cache", project="a")
+        assert new.reembed("a").chunks == 2
+        assert new.search("durable queue", project="a").primary[0].document.title == "Queues"
+        with pytest.raises(SchemaError, match="hashing-md5-48"):
+            old.search("durable queue", project="a")
+    with psycopg.connect(url, autocommit=True) as conn:
+        per_shard = conn.execute(
+            "SELECT result FROM run_command_on_shards('kb_chunks', $$SELECT count(*) FROM "
+            "pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam "
+            "WHERE i.indrelid = '%s'::regclass AND am.amname = 'hnsw'$$)").fetchall()
+    assert {r[0] for r in per_shard} == {"2"}

@@ -49,13 +49,13 @@ def _loaded(make_kb, n_docs: int = 60, **kw):
 def test_bulk_load_writes_documents_chunks_edges_and_rebuilds_indexes(make_kb):
     kb, report = _loaded(make_kb)
     assert (report.documents, report.chunks) == (60, 300)
-    assert {"kb_chunks_hnsw_ix", "kb_chunks_tsv_ix"} <= set(report.index_build_s)
+    assert {"kb_chunks_hnsw_1", "kb_chunks_tsv_ix"} <= set(report.index_build_s)
     with psycopg.connect(kb.url) as conn:
         assert conn.execute("SELECT count(*) FROM kb_chunks").fetchone()[0] == 300
         assert conn.execute("SELECT count(*) FROM kb_edges").fetchone()[0] == 1
         valid = conn.execute(
             "SELECT bool_and(i.indisvalid) FROM pg_index i JOIN pg_class c "
-            "ON c.oid = i.indexrelid WHERE c.relname IN ('kb_chunks_hnsw_ix', 'kb_chunks_tsv_ix')"
+            "ON c.oid = i.indexrelid WHERE c.relname IN ('kb_chunks_hnsw_1', 'kb_chunks_tsv_ix')"
         ).fetchone()[0]
         assert valid
     again = bulk_load(kb.url, _items(60), tenant="default")

@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from kb_retriever import HashingEmbedder, KnowledgeBase, SchemaError, Settings
+from kb_retriever import KnowledgeBase
 from kb_retriever.store import schema
 from tests.conftest import fk_lookups_by_path_index
 
@@ -57,22 +57,15 @@ def test_migrations_are_idempotent(make_kb):
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
         assert {"kb_documents", "kb_chunks", "kb_edges", "kb_synonyms"} <= tables
         # every tenant table's primary key starts with tenant_id
-        for table in ("kb_documents", "kb_chunks", "kb_edges", "kb_synonyms", "kb_embedding_cache"):
+        for table in ("kb_documents", "kb_chunks", "kb_edges", "kb_synonyms", "kb_embedding_cache",
+                          "kb_projects"):
             cols = conn.execute(
                 "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
                 "AND a.attnum = i.indkey[0] WHERE i.indrelid = %s::regclass AND i.indisprimary",
                 [table]).fetchone()
             assert cols[0] == "tenant_id", table
         indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
-        assert {"kb_chunks_hnsw_ix", "kb_chunks_tsv_ix"} <= indexes
-
-
-def test_reopen_with_other_dimension_is_a_clear_error(new_database):
-    url = new_database()
-    KnowledgeBase(Settings(), embedder=HashingEmbedder(64), database_url=url).open().close()
-    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url)
-    with pytest.raises(SchemaError, match="64-d embeddings"):
-        kb.open()
+        assert {"kb_chunks_hnsw_1", "kb_chunks_tsv_ix"} <= indexes
 
 
 def test_ingest_is_idempotent_and_replaces_changed_content(make_kb, tmp_path):

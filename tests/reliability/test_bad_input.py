@@ -122,10 +122,17 @@ def test_bad_query_embedding_argument(kb64: KnowledgeBase, vector: list[Any]) ->
         kb64.search("redis", query_embedding=vector)
 
 
-def test_other_dimension_on_existing_database(db64: str) -> None:
-    other = KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=db64)
-    with pytest.raises(SchemaError, match="64-d"):
-        other.open()
+def test_other_dimension_on_existing_database(db64: str, tmp_path: Path) -> None:
+    """Several models share a database (issue 28): another dimension opens, but the project
+    the 64-d model wrote refuses it, by name, and nothing is written."""
+    (tmp_path / "b.md").write_text("# B\n\nredis cache other model\n")
+    before = snapshot(db64)
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=db64) as other:
+        with pytest.raises(SchemaError, match="64-d"):
+            other.search("redis cache")
+        with pytest.raises(SchemaError, match="64-d"):
+            other.ingest([tmp_path])
+    assert snapshot(db64) == before
 
 
 @pytest.mark.parametrize("query", ["", "   ", "\n\t ", "x" * 51, 42, None, b"bytes"])

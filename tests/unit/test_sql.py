@@ -10,13 +10,15 @@ from kb_retriever.filters.dimensions import SearchFilters, parse_filters
 from kb_retriever.filters.expressions import MetaCond
 from kb_retriever.store import sql as q
 from kb_retriever.store.fulltext import tsvector as fts
+from kb_retriever.store.spaces import Space
 
 
 def render(composable: sql.Composable) -> str:
     return composable.as_string(None)
 
 
-SHAPE = q.LegShape(q.Scope("acme", ("api", "web")), kc=30, min_sim=0.3, fts_cap=300)
+SPACE = Space(1, "m", 384, "vector", "kb_chunks_hnsw_1", 16, 64)
+SHAPE = q.LegShape(q.Scope("acme", ("api", "web"), SPACE), kc=30, min_sim=0.3, fts_cap=300)
 
 
 def _legs(filters=None, shape=SHAPE, **kw):
@@ -68,14 +70,14 @@ def test_the_legs_scope_and_sizes_are_literals():
         assert "JOIN kb_chunks c ON c.tenant_id = 'acme' AND c.id = h.id" in text
         for name in ("tenant", "projects", "kc", "min_sim", "fts_cap"):
             assert f"%({name})s" not in text
-    other, _, _ = _legs(shape=q.LegShape(q.Scope("acme", ("api",)), kc=15, min_sim=0.3,
+    other, _, _ = _legs(shape=q.LegShape(q.Scope("acme", ("api",), SPACE), kc=15, min_sim=0.3,
                                          fts_cap=300))
     assert other != vec and "ANY('{api}'::text[])" in other and "LIMIT 15)" in other
 
 
 def test_hostile_scope_literals_are_quoted():
     hostile = "x'; DROP TABLE kb_chunks; --"
-    vec, fts, _ = _legs(shape=q.LegShape(q.Scope(hostile, (hostile, 'a,"b"{}')), kc=3))
+    vec, fts, _ = _legs(shape=q.LegShape(q.Scope(hostile, (hostile, 'a,"b"{}'), SPACE), kc=3))
     for text in (vec, fts):
         assert hostile not in text  # the quote is doubled inside the literal
         assert "c.tenant_id = 'x''; DROP TABLE kb_chunks; --'" in text
@@ -141,7 +143,7 @@ def test_leg_statements_are_remembered_per_arguments():
     none = parse_filters(None)
     first = q.vector_leg_sql(SHAPE, filters=none, with_doc_ids=False)
     assert q.vector_leg_sql(SHAPE, filters=parse_filters(None), with_doc_ids=False) is first
-    other = q.LegShape(q.Scope("acme", ("api",)), kc=30, min_sim=0.3, fts_cap=300)
+    other = q.LegShape(q.Scope("acme", ("api",), SPACE), kc=30, min_sim=0.3, fts_cap=300)
     assert q.vector_leg_sql(other, filters=none, with_doc_ids=False) is not first
     listed = SearchFilters(metadata=MetaCond("team", "$in", ["a", "b"]))  # parse_filters: tuples
     a = q.keyword_leg_sql(SHAPE, fts_mode="or", n_phrases=0, filters=listed, with_doc_ids=False)

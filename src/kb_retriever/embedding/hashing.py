@@ -18,8 +18,8 @@ class HashingEmbedder:
 
     tokens = lowercase split on ``[^a-z0-9]+``, length >= 2; bucket = first 8 hex digits of
     md5 mod ``dimension``; sign from the 9th hex digit; L2-normalised. The reference uses 4096
-    dimensions; pgvector's HNSW index takes at most 2000, so the store falls back to exact
-    search above that (fine at test sizes).
+    dimensions; pgvector's HNSW index takes at most 4000 (as halfvec), so the store searches
+    those exactly (fine at test sizes).
     """
 
     def __init__(self, dimension: int = 4096) -> None:

@@ -21,13 +21,15 @@ from .columns import DOCUMENT_COLUMNS
 from .connection import translated
 from .distribution import is_citus
 from .session import Session
+from .spaces import bind, matching
 from .stats import log_document_chunks
 from .writer import chunk_rows, copy_chunks, document_values, edge_rows, insert_edges
 
 __all__ = ["BulkSession", "connect"]
 
-# The two indexes whose maintenance dominates incremental inserts.
-_SEARCH_INDEXES = ("kb_chunks_hnsw_ix", "kb_chunks_tsv_ix")
+# The full-text index; with the loaded model's HNSW index, the two whose maintenance
+# dominates incremental inserts.
+_FTS_INDEX = "kb_chunks_tsv_ix"
 _DOC_COLS = ("tenant_id", "project_key", "source_path", *(c for c, _ in DOCUMENT_COLUMNS))
 _DOC_TYPES = ["text", "text", "text", *(t for _, t in DOCUMENT_COLUMNS)]
 _COPY_DOCS = f"COPY kb_documents ({', '.join(_DOC_COLS)}) FROM STDIN WITH (FORMAT BINARY)"
@@ -36,12 +38,14 @@ _IDS = ("SELECT source_path, id FROM kb_documents WHERE tenant_id = %s AND proje
 
 
 @contextlib.contextmanager
-def connect(url: str) -> Iterator[BulkSession]:
-    """A :class:`BulkSession` on a connection of its own to ``url``."""
+def connect(url: str, *, model_id: str | None, dimension: int) -> Iterator[BulkSession]:
+    """A :class:`BulkSession` on a connection of its own to ``url``, writing the embeddings of
+    ``model_id`` (None: the database's only model of ``dimension``, ``spaces.matching``)."""
     with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
         register_vector(conn)
         conn.execute("SET statement_timeout = 0")
-        yield BulkSession(conn, distributed=is_citus(conn))
+        yield BulkSession(conn, distributed=is_citus(conn),
+                          space=matching(conn, model_id, dimension))
 
 
 class BulkSession(Session):
@@ -60,6 +64,7 @@ class BulkSession(Session):
                        items: Sequence[tuple[DocumentDraft, Sequence[Any]]]) -> None:
         """COPY new documents (none of them stored yet), their chunks and edges, in the
         caller's transaction; their chunks are logged for the statistics."""
+        bind(self.conn, tenant, project, self.space)
         with self.conn.cursor() as cur, cur.copy(_COPY_DOCS) as copy:
             copy.set_types(_DOC_TYPES)
             for d, _ in items:
@@ -68,16 +73,18 @@ class BulkSession(Session):
             _IDS, [tenant, project, [d.source_path for d, _ in items]]).fetchall())
         copy_chunks(self.conn, (row for d, embs in items
                                 for row in chunk_rows(tenant, project, ids[d.source_path], d,
-                                                      embs)))
+                                                      embs, self.space)))
         log_document_chunks(self.conn, tenant, project, list(ids.values()))
         insert_edges(self.conn, [row for d, _ in items
                                  for row in edge_rows(tenant, project, ids[d.source_path], d)])
 
     def drop_search_indexes(self) -> list[tuple[str, str]]:
-        """Drop the HNSW and GIN indexes; their (name, definition), to build them again."""
+        """Drop the loaded model's HNSW index and the GIN index; their (name, definition), to
+        build them again."""
+        names = [n for n in (self.space.index_name, _FTS_INDEX) if n is not None]
         saved = [(str(n), str(d)) for n, d in self.conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-            "AND tablename = 'kb_chunks' AND indexname = ANY(%s)", [list(_SEARCH_INDEXES)])]
+            "AND tablename = 'kb_chunks' AND indexname = ANY(%s)", [names])]
         for name, _ in saved:  # name comes from the catalog and our allow-list
             self.conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
         return saved
@@ -96,8 +103,8 @@ class BulkSession(Session):
     def _maintenance_mem_mb(self) -> int:
         # The HNSW graph builds far faster when it fits (§3.2): ~2x the vector bytes, bounded.
         row = self.conn.execute(
-            "SELECT count(*), coalesce(max(vector_dims(embedding)), 0) FROM kb_chunks"
-        ).fetchone()
+            "SELECT count(*), coalesce(max(vector_dims(embedding)), 0) FROM kb_chunks "
+            "WHERE model = %s", [self.space.id]).fetchone()
         rows, dim = (int(row[0]), int(row[1])) if row else (0, 0)
         need = rows * (dim * 4 + 256) * 2 // (1024 * 1024)
         return max(64, min(need, 4096))

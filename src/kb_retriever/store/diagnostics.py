@@ -20,18 +20,28 @@ from ..errors import InputError
 from .connection import translated
 from .distribution import Distribution, describe, is_citus
 from .session import Session
+from .spaces import Space, project_space, rebuild_index
 
 __all__ = ["Diagnostics", "IndexState", "connect"]
 
-_APPROX = (
-    "WITH v AS MATERIALIZED (SELECT id, embedding <=> %(q)s AS d FROM kb_chunks "
-    "WHERE tenant_id = %(tenant)s AND project_key = %(project)s ORDER BY d LIMIT %(k)s) "
-    "SELECT id FROM v ORDER BY d + 0, id"
-)
-_EXACT = (
-    "SELECT id FROM kb_chunks WHERE tenant_id = %(tenant)s AND project_key = %(project)s "
-    "ORDER BY embedding <=> %(q)s, id LIMIT %(k)s"
-)
+
+
+def _approx(space: Space) -> sql.Composed:
+    """The scope's ``k`` nearest by the space's index, as the vector leg reads them."""
+    return sql.SQL(
+        "WITH v AS MATERIALIZED (SELECT id, {dist} AS d FROM kb_chunks "
+        "WHERE tenant_id = %(tenant)s AND project_key = %(project)s AND model = {id} "
+        "ORDER BY d LIMIT %(k)s) SELECT id FROM v ORDER BY d + 0, id"
+    ).format(dist=space.distance("embedding", "q"), id=space.literal)
+
+
+def _exact(space: Space) -> sql.Composed:
+    """The scope's ``k`` nearest by full-precision distance over every row."""
+    return sql.SQL(
+        "SELECT id FROM kb_chunks WHERE tenant_id = %(tenant)s AND project_key = %(project)s "
+        "AND model = {id} ORDER BY embedding <=> %(q)s, id LIMIT %(k)s").format(id=space.literal)
+
+
 _INDEXES = (
     "SELECT c.relname AS name, am.amname AS method, i.indisvalid AS valid, "
     "i.indisready AS ready, pg_relation_size(c.oid) AS bytes "
@@ -85,6 +95,36 @@ class Diagnostics(Session):
                                 [relation]).fetchone()
         return int(row[0]) if row else 0
 
+    def project_space(self, tenant: str, project: str) -> Space | None:
+        """The embedding model the project's chunks are of (None: it holds none)."""
+        return project_space(self.conn, tenant, project)
+
+    def rebuild_index(self, space: Space, settings: Any) -> Space:
+        """Build the space's index again with ``settings`` (``spaces.rebuild_index``)."""
+        return rebuild_index(self.conn, space, settings)
+
+    def plan_index(self, tenant: str, project: str, space: Space, vector: Any, k: int) -> str | None:
+        """The index the planner picks for the scope's approximate read (None: none, an exact
+        scan), as the vector leg would run it."""
+        explain = sql.SQL("EXPLAIN (FORMAT JSON) {}").format(_approx(space))
+        row = self.conn.execute(explain, {"tenant": tenant, "project": project, "q": vector,
+                                          "k": k}).fetchone()
+        names: list[str] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, dict):
+                if "Index Name" in node:
+                    names.append(str(node["Index Name"]))
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                for value in node:
+                    walk(value)
+
+        walk(row[0] if row else [])
+        hnsw = [n for n in names if n.startswith("kb_chunks_hnsw")]
+        return hnsw[0] if hnsw else None
+
     def sample(self, tenant: str, project: str, n: int) -> list[tuple[int, Any]]:
         """(chunk id, embedding) of ``n`` chunks of the scope, the same on every run."""
         self.conn.execute("SELECT setseed(0.42)")
@@ -93,8 +133,8 @@ class Diagnostics(Session):
             "AND project_key = %(project)s ORDER BY random() LIMIT %(n)s",
             {"tenant": tenant, "project": project, "n": n}).fetchall()]
 
-    def nearest(self, tenant: str, project: str, vector: Any, k: int, *, exact: bool,
-                ef_search: int) -> tuple[list[int], float]:
+    def nearest(self, tenant: str, project: str, space: Space, vector: Any, k: int, *,
+                exact: bool, ef_search: int) -> tuple[list[int], float]:
         """The ``k`` chunk ids nearest ``vector`` in the scope, by the HNSW index (with the
         library's settings) or by an exact scan, and the milliseconds it took."""
         local = ([("enable_indexscan", "off")] if exact else
@@ -108,5 +148,6 @@ class Diagnostics(Session):
             for name, value in local:  # SET LOCAL: gone when the transaction ends
                 self.conn.execute(sql.SQL("SET LOCAL {} = {}").format(
                     sql.SQL(name), sql.Literal(value)))  # names from the lists above
-            rows = self.conn.execute(_EXACT if exact else _APPROX, params).fetchall()
+            rows = self.conn.execute(_exact(space) if exact else _approx(space),
+                                     params).fetchall()
         return [int(r[0]) for r in rows], (time.perf_counter() - t) * 1000

@@ -3,8 +3,8 @@
 
 Every table that holds tenant data is distributed by ``tenant_id`` in one co-location group
 (``kb_documents`` first: the others' foreign keys point at it), so every statement of a one-tenant
-search, write or documents call runs on one shard; ``kb_meta``, which holds no tenant, is a
-reference table (a copy on every node). Nothing here runs on a database without Citus.
+search, write or documents call runs on one shard; ``kb_meta`` and ``kb_models``, which hold no
+tenant, are reference tables (a copy on every node). Nothing here runs on a database without Citus.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ logger = logging.getLogger(__name__)
 
 #: Distributed by tenant_id, co-located with the first.
 DISTRIBUTED = ("kb_documents", "kb_chunks", "kb_edges", "kb_synonyms", "kb_embedding_cache",
-               "kb_lexemes", "kb_lexeme_log", "kb_scope_stats")
+               "kb_lexemes", "kb_lexeme_log", "kb_scope_stats", "kb_projects")
 #: A copy on every node.
-REFERENCE = ("kb_meta",)
+REFERENCE = ("kb_meta", "kb_models")
 
 
 def citus_version(conn: psycopg.Connection[Any]) -> str | None:

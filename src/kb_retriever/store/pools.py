@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import ConfigError, StoreError, UnavailableError
 from ..settings import Settings
-from . import distribution, schema
+from . import distribution, schema, spaces
 from .borrowed import BorrowedAsyncPool, BorrowedPool
 from .connection import atranslated, make_async_pool, make_pool, translated
 from .replicas import Replicas, Target, latest_lsn
@@ -69,6 +69,7 @@ class Pools:
         self._apool_loop: asyncio.AbstractEventLoop | None = None
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
         self.distributed = False  # a Citus coordinator (known once open)
+        self._space: spaces.Space | None = None  # the embedder's (known once open)
         self.replicas = Replicas(settings.replica_urls, settings)
         self.wrote_lsn: str | None = None  # the primary's WAL after this process's last write
         self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
@@ -104,7 +105,8 @@ class Pools:
                 raise
             logger.warning("the primary is unreachable: open for reads from the replicas")
             with translated():
-                self.distributed = self.replicas.check_schema(choices, self._conn_kwargs)
+                self.distributed, self._space = self.replicas.check_schema(choices,
+                                                                           self._conn_kwargs)
                 pool = make_pool(url, self.settings, vector_ready=True,
                                  conn_kwargs=self._conn_kwargs)
                 pool.open(wait=False)
@@ -117,13 +119,20 @@ class Pools:
                          psycopg.connect(url, autocommit=True, connect_timeout=10,
                                          **self._conn_kwargs))
             with migrating as conn:
-                schema.prepare(conn, choices)
+                self._space = schema.prepare(conn, choices, self.settings)
                 self.distributed = distribution.is_citus(conn)
             if self._given_pool is not None:
                 return BorrowedPool(self._given_pool, self.settings)
             pool = make_pool(url, self.settings, vector_ready=True, conn_kwargs=self._conn_kwargs)
             pool.open(wait=True, timeout=30)
             return pool
+
+    @property
+    def space(self) -> spaces.Space:
+        """The embedder's space: its model's row and index (the knowledge base must be open)."""
+        if self._space is None:
+            raise StoreError("the knowledge base is not open; call open() or use `with`")
+        return self._space
 
     def read_target(self, consistent: bool = False) -> Target:
         """The server for a read: a healthy replica in turn (past this process's last write
@@ -170,7 +179,7 @@ class Pools:
         ``target``'s server, else the primary)."""
         pool = self.sync() if target is None else target.pool
         with translated(), pool.connection() as conn:
-            yield Session(conn, distributed=self.distributed)
+            yield Session(conn, distributed=self.distributed, space=self._space)
 
     @contextlib.asynccontextmanager
     async def asession(self, target: Target | None = None) -> AsyncIterator[AsyncSession]:
@@ -188,7 +197,7 @@ class Pools:
         with translated(), self.checked().connection() as conn:
             _timeout(conn, self.settings.ingest_statement_timeout_ms)
             try:
-                yield Session(conn, distributed=self.distributed)
+                yield Session(conn, distributed=self.distributed, space=self._space)
             finally:
                 if not conn.broken:
                     _timeout(conn, self.settings.statement_timeout_ms)

@@ -54,7 +54,8 @@ def _scoped(query: Any, scope: q.Scope, stage: str, ttl: float,
             parse: Callable[[Rows], Any] | None, **params: Any) -> Fetch:
     """A read of one scope, cached for ``ttl`` seconds per (stage, tenant, projects)."""
     return Fetch(query, {**q.scope_params(scope), **params}, stage, parse,
-                 cache_key=(stage, scope.tenant, scope.projects), cache_ttl=ttl)
+                 cache_key=(stage, scope.tenant, scope.projects, scope.space.id),
+                 cache_ttl=ttl)
 
 
 def _synonym_groups(rows: Rows) -> list[list[str]]:

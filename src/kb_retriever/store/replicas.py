@@ -103,9 +103,10 @@ class Replicas:
             await r.apool.open(wait=False)
         return r.apool
 
-    def check_schema(self, choices: Any, conn_kwargs: dict[str, Any]) -> bool:
+    def check_schema(self, choices: Any, conn_kwargs: dict[str, Any]) -> tuple[bool, Any]:
         """With the primary unreachable: the first replica that answers must hold this
-        version of the schema and these choices; whether the database is distributed."""
+        version of the schema and know the embedder's model; (whether the database is
+        distributed, the embedder's space)."""
         from . import distribution, schema
 
         errors = []
@@ -113,8 +114,8 @@ class Replicas:
             try:
                 with psycopg.connect(r.url, autocommit=True, connect_timeout=10,
                                      **conn_kwargs) as conn:
-                    schema.check_current(conn, choices)
-                    return distribution.is_citus(conn)
+                    space = schema.check_current(conn, choices)
+                    return distribution.is_citus(conn), space
             except psycopg.OperationalError as exc:
                 errors.append(f"{r.label}: {str(exc).strip().splitlines()[0]}")
         raise psycopg.OperationalError("neither the primary nor a replica answers ("

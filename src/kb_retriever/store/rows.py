@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import SchemaError
 from ..models import Candidate, DocumentRef, construct
 from ..models.legs import LegHit, LegResult, Neighbour
 from .columns import DOCUMENT_FIELDS
@@ -60,6 +61,11 @@ def leg_result(rows: Sequence[Mapping[str, Any]], *, rank: str) -> LegResult:
     if not rows:
         return LegResult((), 0)
     head = rows[0]
+    if head.get("foreign_projects"):
+        raise SchemaError(
+            f"{', '.join(head['foreign_projects'])}: embedded with another model than this "
+            "knowledge base's; open it with that embedder, or move the project with "
+            "KnowledgeBase.reembed()")
     hits = [LegHit(r[rank], r.get("fts_score"), bool(r.get("mention")), candidate_from_row(r))
             for r in rows if r["chunk_id"] is not None]
     # ranked hits by rank (1..n), then the @mentioned ones the leg joined without a rank

@@ -10,16 +10,14 @@ import psycopg
 from psycopg import sql
 
 from ..errors import SchemaError
-from ..settings import FTS_LANGUAGES
-from . import distribution
+from ..settings import FTS_LANGUAGES, Settings
+from . import distribution, spaces
 from .fulltext import ENGINE
 
 logger = logging.getLogger(__name__)
 
 # Serialises concurrent migrators (two processes opening a new database at once).
 _LOCK_KEY = 0x6B62_7265  # "kbre"
-# pgvector's HNSW index supports up to 2000 dimensions for `vector`.
-HNSW_MAX_DIM = 2000
 
 
 def add_tsv(conn: psycopg.Connection, default: str) -> None:
@@ -47,44 +45,99 @@ def _tsv_by_language(conn: psycopg.Connection) -> None:
     conn.execute("DROP FUNCTION IF EXISTS kb_fts_config(text)")
 
 
+def _stored_model(conn: psycopg.Connection) -> tuple[str, int] | None:
+    """(model id, dimension) of a database's embeddings before 0008: kb_meta's, else, for
+    chunks written without it, their dimension and an unknown model (a re-embed moves them)."""
+    meta = read_meta(conn)
+    if "embedding_dimension" in meta:
+        return meta.get("embedding_model", "unknown"), int(meta["embedding_dimension"])
+    row = conn.execute("SELECT min(vector_dims(embedding)), max(vector_dims(embedding)) "
+                       "FROM kb_chunks").fetchone()
+    if row is None or row[0] is None:
+        return None
+    if row[0] != row[1]:
+        raise SchemaError(f"kb_chunks holds embeddings of {row[0]} and {row[1]} dimensions "
+                          "and kb_meta names no model: the database cannot be migrated")
+    return "unknown", int(row[0])
+
+
+def _models(conn: psycopg.Connection) -> None:
+    """After 0008: ``kb_chunks.model`` and an untyped vector column; a database that had a
+    model gets it as space 1, with the index it had (pgvector's default ``m`` 16 and
+    ``ef_construction`` 64) rebuilt as that space's partial index, and its projects bound.
+    Idempotent, as the migrations' SQL."""
+    if _has_column(conn, "kb_chunks", "model"):
+        return
+    stored = _stored_model(conn)
+    conn.execute("DROP INDEX IF EXISTS kb_chunks_hnsw_ix")
+    for table in ("kb_chunks", "kb_embedding_cache"):
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN embedding TYPE vector").format(
+            sql.Identifier(table)))
+    if stored is None:
+        conn.execute("ALTER TABLE kb_chunks ADD COLUMN model smallint NOT NULL")
+        return
+    model_id, dim = stored
+    kind = "vector" if dim <= spaces.HNSW_MAX_VECTOR else "none"
+    space = spaces.Space(1, model_id, dim, kind,
+                         *(("kb_chunks_hnsw_1", 16, 64) if kind == "vector" else (None,) * 3))
+    conn.execute("INSERT INTO kb_models (id, model_id, dimension, index_type, index_name, hnsw_m, "
+                 "hnsw_ef_construction) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                 [space.id, space.model_id, dim, kind, space.index_name, space.m,
+                  space.ef_construction])
+    # a default on ADD COLUMN fills the existing rows without rewriting the table
+    conn.execute("ALTER TABLE kb_chunks ADD COLUMN model smallint NOT NULL DEFAULT 1")
+    conn.execute("ALTER TABLE kb_chunks ALTER COLUMN model DROP DEFAULT")
+    conn.execute("INSERT INTO kb_projects (tenant_id, project_key, model) "
+                 "SELECT DISTINCT tenant_id, project_key, 1 FROM kb_documents")
+    if space.index_name is not None:
+        conn.execute(spaces.index_ddl(space, space.index_name))
+    conn.execute("DELETE FROM kb_meta WHERE key IN ('embedding_dimension', 'embedding_model')")
+
+
 #: Steps in Python that follow a migration's SQL, in its transaction.
-_AFTER: dict[int, Any] = {7: _tsv_by_language}
+_AFTER: dict[int, Any] = {7: _tsv_by_language, 8: _models}
 
 
 class Choices(NamedTuple):
-    """What a knowledge base fixes in its database at first use: the embedder's dimension and
-    model, and the default full-text language."""
+    """What a knowledge base brings to its database: the embedder's model and dimension (its
+    space, created at first use: ``store/spaces.py``), and the default full-text language
+    (fixed at first use)."""
 
     dimension: int
     model_id: str
     fts_language: str
 
 
-def prepare(conn: psycopg.Connection, choices: Choices) -> None:
-    """Migrate, fix or check the database's choices (:func:`ensure_fixed_choices`), then
-    distribute the tables on a Citus coordinator (``store/distribution.py``): last, so that a
-    new database's tables are complete (typed vector column, tsv stored in the row, indexes)
-    when Citus copies their definition to the shards."""
+def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings) -> spaces.Space:
+    """Migrate, fix or check the full-text language (:func:`ensure_fixed_choices`), find or
+    create the embedder's space, then distribute the tables on a Citus coordinator
+    (``store/distribution.py``): last, so that a new database's tables are complete (tsv stored
+    in the row, indexes) when Citus copies their definition to the shards. The space."""
     migrate(conn)
-    ensure_fixed_choices(conn, dimension=choices.dimension, model_id=choices.model_id,
-                         fts_language=choices.fts_language)
+    ensure_fixed_choices(conn, fts_language=choices.fts_language)
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+        space = spaces.ensure(conn, choices.model_id, choices.dimension, settings)
         distribution.distribute(conn)
+    return space
 
 
-def check_current(conn: psycopg.Connection, choices: Choices) -> None:
+def check_current(conn: psycopg.Connection, choices: Choices) -> spaces.Space:
     """On a read-only server (a replica while the primary is down): the schema must be the
-    library's current one, with these choices; a :class:`SchemaError` says what differs."""
+    library's current one and know the embedder's model; a :class:`SchemaError` says what
+    differs. The embedder's space."""
     latest = max(v for v, _, _ in migration_files())
     meta = read_meta(conn)
     have = int(meta.get("schema_version", 0))
     if have != latest:
         raise SchemaError(f"this server holds schema version {have}, the library needs {latest}: "
                           "open the knowledge base with its primary reachable to migrate it")
-    if meta.get("embedding_dimension") != str(choices.dimension):
-        raise SchemaError(f"this database stores {meta.get('embedding_dimension')}-d embeddings; "
-                          f"the embedder {choices.model_id!r} makes {choices.dimension}-d vectors")
+    space = spaces.find(conn, choices.model_id, choices.dimension)
+    if space is None:
+        raise SchemaError(f"this database has never stored {choices.dimension}-d embeddings of "
+                          f"{choices.model_id!r}: open the knowledge base once with its primary "
+                          "reachable")
+    return space
 
 
 def migration_files() -> list[tuple[int, str, str]]:
@@ -131,57 +184,23 @@ def read_meta(conn: psycopg.Connection) -> dict[str, str]:
     return dict(conn.execute("SELECT key, value FROM kb_meta").fetchall())
 
 
-def ensure_fixed_choices(conn: psycopg.Connection, *, dimension: int, model_id: str,
-                         fts_language: str) -> None:
-    """Fix the embedding dimension and the default FTS language at first use; refuse a mismatch
-    later. Each chunk is indexed with its document's language's configuration
-    (``store.fulltext``), this default when it has none.
-
-    A different embedder on an existing database would corrupt similarity, so it is an error
-    that names both models, not a silent re-typing.
-    """
+def ensure_fixed_choices(conn: psycopg.Connection, *, fts_language: str) -> None:
+    """Fix the default full-text language at first use; refuse a mismatch later. Each chunk is
+    indexed with its document's language's configuration (``store.fulltext``), this default
+    when it has none. (The embedding model is no longer fixed per database: each project has
+    its own, ``store/spaces.py``.)"""
     if fts_language not in FTS_LANGUAGES:  # allow-list: it becomes an SQL literal below
         raise SchemaError(f"unknown FTS language {fts_language!r}")
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
-        meta = read_meta(conn)
-        if "embedding_dimension" in meta:
-            have = int(meta["embedding_dimension"])
-            if have != dimension:
+        have = read_meta(conn).get("fts_language")
+        if have is not None:
+            if have != fts_language:
                 raise SchemaError(
-                    f"this database stores {have}-d embeddings from model "
-                    f"{meta.get('embedding_model', '?')!r}; the configured embedder "
-                    f"{model_id!r} makes {dimension}-d vectors. Use the same embedder, or a new "
-                    "database/KB_HOME."
-                )
-            if meta.get("fts_language") != fts_language:
-                raise SchemaError(
-                    f"this database's full-text index uses {meta.get('fts_language')!r}; "
+                    f"this database's full-text index uses {have!r}; "
                     f"KB_FTS_LANGUAGE is {fts_language!r}. Set KB_FTS_LANGUAGE to match."
                 )
-            if meta.get("embedding_model") != model_id:
-                logger.warning(
-                    "embedder %r differs from %r that built this database (same dimension)",
-                    model_id, meta.get("embedding_model"),
-                )
             return
-        dim = sql.Literal(dimension)
-        for table in ("kb_chunks", "kb_embedding_cache"):
-            conn.execute(
-                sql.SQL("ALTER TABLE {} ALTER COLUMN embedding TYPE vector({})").format(
-                    sql.Identifier(table), dim
-                )
-            )
         add_tsv(conn, fts_language)
-        if dimension <= HNSW_MAX_DIM:
-            conn.execute(
-                "CREATE INDEX IF NOT EXISTS kb_chunks_hnsw_ix ON kb_chunks "
-                "USING hnsw (embedding vector_cosine_ops)"
-            )
-        else:
-            logger.warning("%d-d vectors exceed HNSW's limit; searches scan exactly", dimension)
-        conn.execute(
-            "INSERT INTO kb_meta (key, value) VALUES ('embedding_dimension', %s), "
-            "('embedding_model', %s), ('fts_language', %s)",
-            [str(dimension), model_id, fts_language],
-        )
+        conn.execute("INSERT INTO kb_meta (key, value) VALUES ('fts_language', %s)",
+                     [fts_language])

@@ -15,10 +15,12 @@ from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
+from ..errors import StoreError
 from ..models import DocumentDraft
-from . import by_id, stats, writer
+from . import by_id, spaces, stats, writer
 from .connection import atranslated, translated
 from .retry import aretried, retried
 
@@ -29,11 +31,16 @@ Rows = list[dict[str, Any]]
 # Reads of several statements see one snapshot (a document and its chunks, never a mix).
 _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
-_TOP1 = (
-    "SELECT 1 - (c.embedding <=> %(v)s) AS sim FROM kb_chunks c "
-    "WHERE c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
-    "ORDER BY c.embedding <=> %(v)s LIMIT 1"
-)
+
+
+def _top1(space: spaces.Space) -> sql.Composed:
+    """The cosine of the project's chunk nearest ``v``, through the space's index."""
+    return sql.SQL(
+        "SELECT 1 - (c.embedding <=> %(v)s) AS sim FROM kb_chunks c "
+        "WHERE c.tenant_id = %(tenant)s AND c.project_key = %(project)s AND c.model = {id} "
+        "ORDER BY {dist} LIMIT 1").format(id=space.literal, dist=space.distance("c.embedding", "v"))
+
+
 _SAVE_CALIBRATION = (
     "INSERT INTO kb_scope_stats AS s (tenant_id, project_key, probe_model, probe_version, "
     "probe_similarity, calibrated_at) VALUES (%(tenant)s, %(project)s, %(model)s, %(version)s, "
@@ -118,11 +125,19 @@ async def _acount(cur: Any) -> int:
 class Session:
     """A pooled connection's typed operations (see the module docstring)."""
 
-    def __init__(self, conn: psycopg.Connection[Any], *, distributed: bool = False) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], *, distributed: bool = False,
+                 space: spaces.Space | None = None) -> None:
         self.conn = conn
         # On Citus the coordinator's tables hold no rows and no statistics of their own: the
         # workers' autovacuum keeps the shards' (an ANALYZE here would touch every shard).
         self.distributed = distributed
+        self._space = space  # the embedder's: the model this session writes and probes
+
+    @property
+    def space(self) -> spaces.Space:
+        if self._space is None:
+            raise StoreError("this session has no embedding model (open the knowledge base)")
+        return self._space
 
     @property
     def broken(self) -> bool:
@@ -156,13 +171,37 @@ class Session:
     def write_document(self, tenant: str, project: str, draft: DocumentDraft,
                        embeddings: Sequence[Any], source_root: str | None = None) -> str:
         return writer.write_document(self.conn, tenant=tenant, project=project, draft=draft,
-                                     embeddings=embeddings, source_root=source_root)
+                                     embeddings=embeddings, space=self.space,
+                                     source_root=source_root)
 
     @_typed_errors
     def merge_chunks(self, tenant: str, project: str, draft: DocumentDraft,
                      embeddings: Sequence[Any]) -> list[str]:
         return writer.merge_chunks(self.conn, tenant=tenant, project=project, draft=draft,
-                                   embeddings=embeddings)
+                                   embeddings=embeddings, space=self.space)
+
+    # --- embedding models (store/spaces.py) ------------------------------------------------
+    @_typed_errors
+    def project_space(self, tenant: str, project: str) -> spaces.Space | None:
+        """The embedding model the project is bound to (None: it never held chunks)."""
+        return spaces.project_space(self.conn, tenant, project)
+
+    @_typed_errors
+    def project_chunks(self, tenant: str, project: str) -> list[tuple[int, str, str]]:
+        """(id, text hash, text) of every chunk of the project."""
+        return spaces.project_chunks(self.conn, tenant, project)
+
+    @_typed_errors
+    def move_project(self, tenant: str, project: str, vectors: dict[str, np.ndarray],
+                     embed: Callable[[Sequence[str]], Sequence[np.ndarray]]) -> int:
+        """Move the project to this session's model, atomically (``spaces.move_project``)."""
+        return spaces.move_project(self.conn, tenant, project, self.space, vectors, embed)
+
+    @_typed_errors
+    def check_project(self, tenant: str, project: str) -> None:
+        """A :class:`~kb_retriever.errors.SchemaError` before a write, when the project holds
+        chunks of another embedding model than this session's."""
+        spaces.check(self.conn, tenant, project, self.space)
 
     @_typed_errors
     def documents_under(self, tenant: str, project: str,
@@ -214,8 +253,8 @@ class Session:
     @_typed_errors
     def top1_similarity(self, tenant: str, project: str, vector: Any) -> float | None:
         """The cosine of the project's chunk nearest ``vector`` (None: no chunk)."""
-        row = self.conn.execute(_TOP1, {"v": vector, "tenant": tenant,
-                                        "project": project}).fetchone()
+        row = self.conn.execute(_top1(self.space), {"v": vector, "tenant": tenant,
+                                                    "project": project}).fetchone()
         return None if row is None else float(row[0])
 
     @_typed_errors

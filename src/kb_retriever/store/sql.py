@@ -21,6 +21,7 @@ from .columns import CHUNK_FIELDS, DOCUMENT_FIELDS
 from .filter_sql import doc_filter_sql, needs_doc_join
 from .fulltext import ENGINE, LexemeBudget
 from .literal import Literal
+from .spaces import Space
 
 Params = dict[str, Any]
 
@@ -33,14 +34,16 @@ DOC_JOIN = sql.SQL("JOIN kb_documents d ON d.tenant_id = c.tenant_id AND d.id = 
 
 @dataclass(frozen=True)
 class Scope:
-    """Tenant and projects: required on every query."""
+    """Tenant, projects and the embedding model's space (``store/spaces.py``): required on
+    every query. The projects' chunks must be of that model."""
 
     tenant: str
     projects: tuple[str, ...]
+    space: Space
 
 
 def scope_params(scope: Scope) -> Params:
-    return {"tenant": scope.tenant, "projects": list(scope.projects)}
+    return {"tenant": scope.tenant, "projects": list(scope.projects), "model": scope.space.id}
 
 
 class Statement(sql.Composable):
@@ -93,6 +96,7 @@ class LegShape:
     def literals(self) -> dict[str, sql.Composable]:
         return {"ql": ENGINE.query_lexemes(self.fts_configs), "tenant": Literal(self.scope.tenant),
                 "projects": Literal(list(self.scope.projects)),
+                "model": self.scope.space.literal,
                 "kc": Literal(int(self.kc)), "min_sim": Literal(float(self.min_sim)),
                 "fts_cap": Literal(int(self.fts_cap))}
 
@@ -105,6 +109,16 @@ _CANDIDATE_JOINS = sql.SQL(
     "JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = h.id {docjoin} {tf}")
 
 
+# The scope's projects whose chunks are of another embedding model than the search's (named
+# with that model): the search raises instead of finding nothing by vector (rows.leg_result).
+_FOREIGN_PROJECTS = sql.SQL(
+    ", (SELECT array_agg(p.project_key || ' (' || m.model_id || ', ' || m.dimension || '-d)' "
+    "ORDER BY p.project_key) FROM kb_projects p JOIN kb_models m ON m.id = p.model "
+    "WHERE p.tenant_id = {tenant} AND p.project_key = ANY({projects}::text[]) "
+    "AND p.model <> {model} AND EXISTS (SELECT 1 FROM kb_chunks x WHERE x.tenant_id = {tenant} "
+    "AND x.project_key = p.project_key)) AS foreign_projects")
+
+
 def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Composable], *,
          with_lexemes: bool = False) -> sql.Composed:
     """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
@@ -114,7 +128,10 @@ def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Compo
     ``with_lexemes`` (one leg is enough: the search reads them from the vector leg); an empty
     leg returns one row of NULLs carrying them.
     """
-    lexemes = sql.SQL(", (SELECT lexemes FROM ql) AS query_lexemes" if with_lexemes else "")
+    lexemes: sql.Composable = sql.SQL("")
+    if with_lexemes:
+        lexemes = sql.SQL(", (SELECT lexemes FROM ql) AS query_lexemes") + _FOREIGN_PROJECTS.format(
+            tenant=lit["tenant"], projects=lit["projects"], model=lit["model"])
     return sql.SQL(
         "WITH {ql}, {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
         "SELECT n.*, leg_rows.* FROM (SELECT count(*) AS n_pre{lexemes} FROM {counted}) n "
@@ -131,8 +148,9 @@ def _scope_and_filters(lit: dict[str, sql.Composable], filters: SearchFilters, w
                        ) -> tuple[sql.Composable, sql.Composable, sql.Composable, Params]:
     filt, p = doc_filter_sql(filters, with_doc_ids=with_doc_ids)
     join = DOC_JOIN if needs_doc_join(filters, with_doc_ids=with_doc_ids) else sql.SQL("")
-    scope = sql.SQL("c.tenant_id = {tenant} AND c.project_key = ANY({projects}::text[])").format(
-        tenant=lit["tenant"], projects=lit["projects"])
+    scope = sql.SQL("c.tenant_id = {tenant} AND c.project_key = ANY({projects}::text[]) "
+                    "AND c.model = {model}").format(tenant=lit["tenant"],
+                                                    projects=lit["projects"], model=lit["model"])
     return join, scope, filt, p
 
 
@@ -179,14 +197,16 @@ def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: boo
     """
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
-    # The bare distance operator in ORDER BY with LIMIT is the only form that uses the index;
+    # The bare distance operator in ORDER BY with LIMIT is the only form that uses the index
+    # (here over the space's indexed expression: its partial index, store/spaces.py);
     # MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
     ctes = sql.SQL(
-        "vec AS MATERIALIZED (SELECT c.id, c.embedding <=> %(qvec)s AS dist FROM kb_chunks c "
+        "vec AS MATERIALIZED (SELECT c.id, {dist} AS dist FROM kb_chunks c "
         "{join} WHERE {scope}{filt} ORDER BY dist LIMIT {kc}), "
         "vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS vector_rank, "
         "false AS mention FROM vec WHERE 1 - dist >= {min_sim})"
-    ).format(join=join, scope=scope, filt=filt, kc=lit["kc"], min_sim=lit["min_sim"])
+    ).format(dist=shape.scope.space.distance(), join=join, scope=scope, filt=filt, kc=lit["kc"],
+             min_sim=lit["min_sim"])
     hits = "vec_r"
     if with_mentions:
         ctes = ctes + sql.SQL(
@@ -225,7 +245,7 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
     """One hop of graph expansion from ``frontier`` (project, slug) pairs.
 
     Per neighbour document: the strongest edge, and its chunk most similar to the query.
-    Params to add: tenant, projects, fp, fs (frontier projects/slugs), visited, types, qvec,
+    Params to add: tenant, projects, model, fp, fs (frontier projects/slugs), visited, types, qvec,
     expandable (the statuses a neighbour may have).
     """
     filt, p = doc_filter_sql(filters, with_doc_ids=False)
@@ -255,6 +275,7 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
         "FROM edges e JOIN kb_documents d ON d.tenant_id = %(tenant)s "
         "AND d.project_key = e.project_key AND d.slug = e.nbr "
         "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
+        "AND c.model = %(model)s "
         "WHERE d.is_canonical AND d.canonical_status = ANY(%(expandable)s){filt} "
         "ORDER BY d.id, c.embedding <=> %(qvec)s, c.id"
     ).format(arms=sql.SQL(" UNION ALL ").join(sql.SQL(a) for a in arms), chunk=CHUNK_COLUMNS,
@@ -270,7 +291,7 @@ def rejected_chunks_sql() -> sql.Composed:
     Few rows, and they change only on ingest: the caller caches them and scores each query in
     memory (``kb_retriever.search.rejected_channel``), so the rejected channel costs no round
     trip per search. The subqueries name the tenant too, so Citus runs all of it on one shard.
-    Params: tenant, projects, rejected (the type), accepted (the status).
+    Params: tenant, projects, model, rejected (the type), accepted (the status).
     """
     return sql.SQL(
         "SELECT {chunk}, {doc}, c.embedding, ARRAY(SELECT e.to_slug FROM kb_edges e "
@@ -279,6 +300,7 @@ def rejected_chunks_sql() -> sql.Composed:
         "WHERE e.tenant_id = %(tenant)s AND e.project_key = d.project_key "
         "AND e.to_slug = d.slug) AS linked_slugs FROM kb_documents d "
         "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
+        "AND c.model = %(model)s "
         "WHERE d.tenant_id = %(tenant)s AND d.project_key = ANY(%(projects)s) AND d.is_canonical "
         "AND d.canonical_type = %(rejected)s AND d.canonical_status = %(accepted)s "
         "ORDER BY d.id, c.id"

@@ -23,6 +23,7 @@ from ..ranking.text import MAX_HEADING_CHARS, clip_words
 from ..settings import fts_language
 from .retry import retried
 from .rows import vector_array
+from .spaces import Space, bind
 from .stats import deleted_chunks_logged, log_document_chunks
 
 logger = logging.getLogger(__name__)
@@ -30,11 +31,11 @@ logger = logging.getLogger(__name__)
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 _COPY_CHUNKS = (
     "COPY kb_chunks (tenant_id, document_id, project_key, chunk_order, heading_path, text, "
-    "text_hash, search_prefix, metadata, embedding, chunk_uid, fts_lang) "
+    "text_hash, search_prefix, metadata, embedding, chunk_uid, fts_lang, model) "
     "FROM STDIN WITH (FORMAT BINARY)"
 )
 _COPY_TYPES = ["text", "int8", "text", "int4", "text", "text", "text", "text", "jsonb", "vector",
-               "text", "text"]
+               "text", "text", "int2"]
 # A document's chunks (all of them, or those of ``uids``) deleted, their lexemes logged as removed.
 _DELETE_CHUNKS = sql.SQL("WITH {} SELECT count(*) FROM gone").format(deleted_chunks_logged(sql.SQL(
     "x.tenant_id = %(tenant)s AND x.document_id = %(doc)s "
@@ -151,14 +152,15 @@ def document_values(draft: DocumentDraft) -> dict[str, Any]:
 
 
 def chunk_rows(tenant: str, project: str, doc_pk: int, draft: DocumentDraft,
-               embeddings: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
-    """The draft's kb_chunks rows, in ``_COPY_CHUNKS`` order."""
+               embeddings: Sequence[Any], space: Space) -> Iterator[tuple[Any, ...]]:
+    """The draft's kb_chunks rows, in ``_COPY_CHUNKS`` order, embedded in ``space``."""
     prefix = clip_words(draft.title, MAX_HEADING_CHARS)
     lang = fts_language(draft.language)
     for chunk, emb, uid in zip(draft.chunks, embeddings, chunk_uids(draft), strict=True):
         yield (tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
                text_hash(chunk.text), f"{prefix} {chunk.heading_path}".strip(),
-               Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid, lang)
+               Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid, lang,
+               space.id)
 
 
 def copy_chunks(conn: psycopg.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
@@ -190,23 +192,26 @@ def insert_edges(conn: psycopg.Connection, rows: Sequence[tuple[Any, ...]]) -> N
 
 
 def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
-                   embeddings: Sequence[Any], source_root: str | None = None) -> str:
+                   embeddings: Sequence[Any], space: Space, source_root: str | None = None
+                   ) -> str:
     """Insert or replace one document atomically. Returns ``added``/``updated``/``unchanged``.
 
     Concurrent writers of the same document are serialised by an advisory lock, and the hash
     is re-checked under it, so two processes ingesting one folder leave one version; the
     transaction runs again when PostgreSQL aborts it as a deadlock victim (store/retry.py).
-    ``source_root`` is the ingest root the file was found under (for prune).
+    ``source_root`` is the ingest root the file was found under (for prune); the embeddings
+    are of ``space``'s model, which the project must use (``spaces.bind``).
     """
     values = document_values(draft)
     if source_root is not None:
         values["source_root"] = source_root
     with _keys_taken(draft):
-        return retried(lambda: _write(conn, tenant, project, draft, embeddings, values))
+        return retried(lambda: _write(conn, tenant, project, draft, embeddings, values,
+                                      space))
 
 
 def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
-                 embeddings: Sequence[Any]) -> list[str]:
+                 embeddings: Sequence[Any], space: Space) -> list[str]:
     """Add the draft's chunks to its document, or replace the chunks of the same ids, leaving
     the document's other chunks as they are; the document is created from the draft's fields
     when missing, and takes them when it exists. The ids of the chunks written (a chunk whose
@@ -218,7 +223,8 @@ def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: 
     """
     values = document_values(draft)
     with _keys_taken(draft):
-        return retried(lambda: _merge(conn, tenant, project, draft, embeddings, values))
+        return retried(lambda: _merge(conn, tenant, project, draft, embeddings, values,
+                                      space))
 
 
 @contextlib.contextmanager
@@ -293,8 +299,9 @@ def _store_fields(conn: psycopg.Connection, tenant: str, project: str, draft: Do
 
 
 def _write(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
-           embeddings: Sequence[Any], values: dict[str, Any]) -> str:
+           embeddings: Sequence[Any], values: dict[str, Any], space: Space) -> str:
     with conn.transaction():
+        bind(conn, tenant, project, space)
         stored = _claim(conn, tenant, project, draft)
         if stored is not None and stored[1] == draft.content_hash:
             return "unchanged"
@@ -303,15 +310,16 @@ def _write(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
         if stored is not None:
             conn.execute(_DELETE_CHUNKS, {"tenant": tenant, "project": project, "doc": doc_pk,
                                           "uids": None})
-        copy_chunks(conn, chunk_rows(tenant, project, doc_pk, draft, embeddings))
+        copy_chunks(conn, chunk_rows(tenant, project, doc_pk, draft, embeddings, space))
         log_document_chunks(conn, tenant, project, doc_pk)
     return "added" if stored is None else "updated"
 
 
 def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
-           embeddings: Sequence[Any], values: dict[str, Any]) -> list[str]:
+           embeddings: Sequence[Any], values: dict[str, Any], space: Space) -> list[str]:
     uids = chunk_uids(draft)
     with conn.transaction():
+        bind(conn, tenant, project, space)
         stored = _claim(conn, tenant, project, draft)
         doc_pk = _store_fields(conn, tenant, project, draft, values,
                                None if stored is None else stored[0])
@@ -326,8 +334,8 @@ def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
         by_hash = {text_hash: uid for uid, (_, text_hash, _) in have.items()} if versioned else {}
         last = max((order for order, _, _ in have.values()), default=-1)
         rows, written, replaced = [], [], list(replaced_all)
-        for row, uid in zip(chunk_rows(tenant, project, doc_pk, draft, embeddings), uids,
-                            strict=True):
+        for row, uid in zip(chunk_rows(tenant, project, doc_pk, draft, embeddings, space),
+                            uids, strict=True):
             old = have.get(uid)
             twin = by_hash.pop(row[6], None) if old is None else None
             if old is not None and (old[1], old[2]) == (row[6], row[8].obj):

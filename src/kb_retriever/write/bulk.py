@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -86,11 +87,11 @@ def _write_batch(session: BulkSession, tenant: str, project: str,
             report.documents += len(fresh)
 
 
-def _writer(url: str, tenant: str, work: queue.Queue[Any], report: BulkReport,
-            errors: list[BaseException]) -> None:
+def _writer(url: str, tenant: str, model: tuple[str | None, int], work: queue.Queue[Any],
+            report: BulkReport, errors: list[BaseException]) -> None:
     """One COPY stream: its own connection, batches from ``work`` until a ``None``."""
     try:
-        with connect(url) as session:
+        with connect(url, model_id=model[0], dimension=model[1]) as session:
             fresh_stats = False
             while (groups := work.get()) is not None:
                 if errors:
@@ -107,13 +108,30 @@ def _writer(url: str, tenant: str, work: queue.Queue[Any], report: BulkReport,
             pass
 
 
+def _dimension(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]]
+               ) -> tuple[int | None, list[tuple[str, DocumentDraft, Sequence[Any]]],
+                          Iterator[tuple[str, DocumentDraft, Sequence[Any]]]]:
+    """The dimension of the items' first vector (None: no vector), the items read to find
+    it, and the items all the same."""
+    it = iter(items)
+    seen: list[tuple[str, DocumentDraft, Sequence[Any]]] = []
+    for item in it:
+        seen.append(item)
+        if len(item[2]):
+            return len(item[2][0]), seen, itertools.chain(seen, it)
+    return None, seen, iter(seen)
+
+
 def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], *,
               tenant: str, batch_docs: int = 500, defer_indexes: bool = False,
-              workers: int = 2, embedder: Embedder | None = None) -> BulkReport:
+              workers: int = 2, embedder: Embedder | None = None,
+              model_id: str | None = None) -> BulkReport:
     """Write ``(project, draft, chunk_vectors)`` items, ``batch_docs`` documents per transaction.
 
-    The database must have been opened once by :class:`KnowledgeBase` (schema and dimension
-    fixed). Documents already present go through the normal atomic replace path.
+    The database must have been opened once by :class:`KnowledgeBase` with the vectors' model
+    (schema migrated, the model's space made). The vectors are of ``embedder``'s model, else of
+    ``model_id``'s, else of the database's only model of their dimension (several: an
+    :class:`InputError`). Documents already present go through the normal atomic replace path.
     ``defer_indexes=True`` drops the HNSW and GIN indexes first and rebuilds them at the end
     (their build times are in ``index_build_s``): meanwhile searches scan exactly, so use it
     for first loads and maintenance windows, not on a live database. ``workers`` parallel
@@ -124,14 +142,25 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
     those channels use their absolute thresholds until the project's next ingest.
     """
     report = BulkReport()
-    with connect(url) as session:
+    model: tuple[str | None, int]
+    if embedder is not None:
+        model = (embedder.model_id, embedder.dimension)
+    else:
+        dimension, seen, items = _dimension(items)
+        if dimension is None and seen:
+            raise InputError("bulk_load: no item has a vector to tell its model by: pass "
+                             "embedder=")
+        if dimension is None:
+            return report
+        model = (model_id, dimension)
+    with connect(url, model_id=model[0], dimension=model[1]) as session:
         saved = session.drop_search_indexes() if defer_indexes else []
         t0 = time.perf_counter()
         n = max(1, workers)
         work: queue.Queue[Any] = queue.Queue(maxsize=2 * n)
         reports = [BulkReport() for _ in range(n)]
         errors: list[BaseException] = []
-        threads = [threading.Thread(target=_writer, args=(url, tenant, work, r, errors),
+        threads = [threading.Thread(target=_writer, args=(url, tenant, model, work, r, errors),
                                     daemon=True) for r in reports]
         for th in threads:
             th.start()

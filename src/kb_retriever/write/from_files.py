@@ -254,6 +254,7 @@ def ingest_paths(session: Session, embedder: Embedder, settings: Settings, *,
     """Ingest every supported file under ``paths`` into (tenant, project)."""
     report = IngestReport()
     roots = as_paths(paths)
+    session.check_project(tenant, project)  # another model's project: one error, not one per file
     files = find_files(roots, follow_symlinks=follow_symlinks, report=report)
     for i, found in enumerate(files):
         if progress:

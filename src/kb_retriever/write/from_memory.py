@@ -252,6 +252,8 @@ def write_records(session: Session, embedder: Embedder, *, tenant: str, project:
     """
     out = Written()
     pending = list(drafts)
+    if pending:
+        session.check_project(tenant, project)  # another model's project: before embedding
     for i, draft in enumerate(pending):
         try:
             out.chunks += _write_record(session, embedder, tenant, project, draft)
@@ -289,6 +291,7 @@ def write_chunks(session: Session, embedder: Embedder, *, tenant: str, project: 
     the chunks written."""
     for w in draft.canonical_warnings:
         logger.warning("%s: %s", draft.source_path, w)
+    session.check_project(tenant, project)
     vectors = _vectors(session, embedder, tenant, draft)
     session.prepare_writes()
     return session.merge_chunks(tenant, project, draft, vectors)
