@@ -165,6 +165,12 @@ class Settings(BaseSettings):
         3, "KB_DIVERSIFICATION_MAX_CHUNKS_PER_DOC", ge=0
     )
     runner_up_limit: int = _field(15, "KB_RUNNER_UP_LIMIT", ge=0, le=1000)
+    # The adaptive cutoff (issue 27; decision 0014): a primary document, and a graph neighbour
+    # that no strong edge brings, stays in the context only when its evidence reaches this share
+    # of the best primary hit's (measured against the scope's null when calibrated, like the
+    # refusal gate); the others become runner-ups. 0 turns it off: ``limit`` hits whatever
+    # they hold.
+    context_cutoff: float = _field(0.3, "KB_CONTEXT_CUTOFF", ge=0, le=1)
 
     # --- canonical trust gradient ---------------------------------------------------------
     canonical_enabled: bool = _field(True, "KB_CANONICAL_ENABLED")
@@ -192,11 +198,17 @@ class Settings(BaseSettings):
     graph_expansion_max_nodes: int = _field(
         20, "KB_GRAPH_EXPANSION_MAX_NODES", ge=1, le=500
     )
-    # Hubs (a project index links to everything) would flood the related block: each seed
-    # contributes at most this many neighbours, its best by score.
+    # Each seed contributes at most this many neighbours, its best by score (decision 0014).
     graph_expansion_max_per_seed: int = _field(
         3, "KB_GRAPH_EXPANSION_MAX_PER_SEED", ge=1, le=100
     )
+    # A hub (a project index, or a document with at least this many edges) is never shown as
+    # related context, and what it links to enters only on its own evidence (decision 0014).
+    graph_hub_min_degree: int = _field(10, "KB_GRAPH_HUB_MIN_DEGREE", ge=2)
+    # Edges at least this strong bring a neighbour without evidence of its own (with the default
+    # weights every typed edge but related_to, the generic link an index is made of); 0 lets
+    # every edge do so, above 1 none.
+    graph_strong_edge_weight: float = _field(0.8, "KB_GRAPH_STRONG_EDGE_WEIGHT", ge=0)
     graph_expansion_edge_types: CommaList = _field(
         DEFAULT_EDGE_TYPES, "KB_GRAPH_EXPANSION_EDGE_TYPES"
     )
@@ -229,8 +241,9 @@ class Settings(BaseSettings):
     rejected_edge_bonus: float = _field(0.20, "KB_REJECTED_EDGE_BONUS", ge=0)
     evidence_lexical_weight: float = _field(1.5, "KB_EVIDENCE_LEXICAL_WEIGHT", ge=0)
     # An accepted document linked to a rejected one ranks above it when it scores at least this
-    # share of the rejected one's score (rejected.yield_to_accepted; decision 0009).
-    rejected_yield_ratio: float = _field(0.90, "KB_REJECTED_YIELD_RATIO", ge=0)
+    # share of the rejected one's score (rejected.yield_to_accepted; decisions 0009 and 0014:
+    # 0, always, since issue 27).
+    rejected_yield_ratio: float = _field(0.0, "KB_REJECTED_YIELD_RATIO", ge=0)
 
     # --- grounding gate -------------------------------------------------------------------
     # "calibrated": the gate on evidence against the scope's null (KB_REFUSAL_MIN_EVIDENCE) on a

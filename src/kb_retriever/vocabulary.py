@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["ACCEPTED", "CANONICAL_STATUSES", "CANONICAL_TYPES", "CHUNKS_SOURCE_TYPE",
-           "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS", "EXPANDABLE_STATUSES", "REJECTED_APPROACH",
+           "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS", "EXPANDABLE_STATUSES", "PROJECT_INDEX",
+           "REJECTED_APPROACH",
            "SOURCE_TYPES", "is_rejected_approach"]
 
 CANONICAL_TYPES = (
@@ -27,6 +28,8 @@ SOURCE_TYPES = ("markdown", "text", "pdf", "docx", CHUNKS_SOURCE_TYPE)
 #: makes a canonical document binding.
 REJECTED_APPROACH = "rejected-approach"
 ACCEPTED = "accepted"
+#: The type of a project's index, a hub that links to everything (graph expansion skips it).
+PROJECT_INDEX = "project-index"
 #: The statuses of the canonical documents that graph expansion may show.
 EXPANDABLE_STATUSES = (ACCEPTED, "review")
 

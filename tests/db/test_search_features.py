@@ -76,7 +76,10 @@ def test_several_projects_really_search_all(make_kb, corpus, tmp_path):
     kb.ingest([other], project="b")
     assert "b-only" not in keys(kb.search("leave birthdays", project="a"))
     both = kb.search("leave birthdays", project=["a", "b"])
-    assert {"b-only", "leave"} <= set(keys(both))
+    # "leave" holds one of the two words: the adaptive cutoff may move it to the runner-ups,
+    # and the ranking still holds it
+    ranking = keys(both) + [h.document.doc_key for h in both.runner_up]
+    assert "b-only" in keys(both) and "leave" in ranking
     assert both.meta["projects"] == ["a", "b"]
 
 

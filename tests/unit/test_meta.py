@@ -7,7 +7,7 @@ import json
 from kb_retriever.search.meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
 
 KEYS = ["primary_count", "expanded_count", "rejected_count", "runner_up_count", "project_key",
-        "projects", "tenant", "retrieval_ms", "timings_ms", "search_strategy",
+        "filters_selected", "projects", "tenant", "retrieval_ms", "timings_ms", "search_strategy",
         "retrieval_stats", "should_refuse", "calibration", "history_promoted",
         "rejected_evidence", "lexeme_stats"]
 
@@ -32,6 +32,9 @@ def test_meta_is_typed_and_reads_as_its_json_mapping():
     assert meta["search_strategy"]["synonym_phrases"] == ["pto"]
     assert meta["search_strategy"]["candidate_fusion"] == "rrf"
     assert meta["calibration"] == {"calibrated": True, "null_ceiling": 0.1235}
+    assert meta["filters_selected"] == 1
+    assert set(meta["retrieval_stats"]) >= {"primary_count", "expanded_count", "rejected_count",
+                                             "cut_to_runner_up"}
     assert meta.get("missing") is None and "tenant" in meta
     assert json.loads(json.dumps(dict(meta))) == meta.to_dict()
 

@@ -139,10 +139,10 @@ def test_an_accepted_decision_linked_to_a_rejected_one_ranks_above_it_when_close
         return Scored(score, make_candidate(chunk_id, doc=doc), dict.fromkeys(TERMS, 0.0))
 
     close = [scored(10, rej, 1.0), scored(30, other, 0.95), scored(20, dec, 0.9)]
-    assert [s.document.slug for s in yield_to_accepted(close, pool, ratio=0.88)] == [
+    assert [s.document.slug for s in yield_to_accepted(close, pool, ratio=0.88)[0]] == [
         "dec-oidc", "rej-jwt", "runbook"]
     far = [scored(10, rej, 1.0), scored(20, dec, 0.6)]
-    assert [s.document.slug for s in yield_to_accepted(far, pool, ratio=0.88)] == [
+    assert [s.document.slug for s in yield_to_accepted(far, pool, ratio=0.88)[0]] == [
         "rej-jwt", "dec-oidc"]
 
 

@@ -19,12 +19,13 @@ GATES = {
 }
 
 
-def check_gates(aggregates: dict[str, float], settings: Settings) -> list[dict[str, Any]]:
+def check_gates(aggregates: dict[str, float | None], settings: Settings
+                ) -> list[dict[str, Any]]:
     """One entry per gate: ``{metric, value, threshold, passed}``."""
     out = []
     for metric, field_name in GATES.items():
         threshold = float(getattr(settings, field_name))
-        value = float(aggregates[metric])
+        value = float(aggregates[metric] or 0.0)
         out.append({"metric": metric, "value": value, "threshold": threshold,
                     "passed": value >= threshold})
     return out
@@ -76,9 +77,10 @@ def render_report(report: BenchReport, gates: list[dict[str, Any]] | None = None
         "recall_at_k": f"recall@{k}", "answer_containment_at_k": f"answer containment@{k}",
     }
     for key in AGGREGATE_KEYS:
-        unit = " ms" if key.endswith("_ms") else ""
-        lines.append(f"  {labels.get(key, key.replace('_', ' ')):<28} "
-                     f"{report.aggregates[key]:>8}{unit}")
+        value = report.aggregates[key]
+        unit = " ms" if key.endswith("_ms") and value is not None else ""
+        shown = "n/a" if value is None else value  # no query labels it
+        lines.append(f"  {labels.get(key, key.replace('_', ' ')):<28} {shown:>8}{unit}")
     if gates is not None:
         lines.append("")
         lines.append("Gates:")

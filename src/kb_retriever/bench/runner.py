@@ -11,18 +11,20 @@ from typing import Any
 from kb_retriever.errors import InputError
 from kb_retriever.kb import KnowledgeBase
 from kb_retriever.models import SearchResult
+from kb_retriever.search.pipeline import CUT
 from kb_retriever.write.from_files import IngestReport, discover
 
 from .dataset import BenchQuery
 from .metrics import answer_contained, mean_or_one, percentile, ranking_metrics, unique_keys
 
-__all__ = ["AGGREGATE_KEYS", "BenchReport", "QueryRun", "rejected_precision", "run_benchmark",
-           "score"]
+__all__ = ["AGGREGATE_KEYS", "BenchReport", "QueryRun", "context_scores", "rejected_precision",
+           "run_benchmark", "score"]
 
 AGGREGATE_KEYS = (
     "ndcg_at_k", "mrr", "precision_at_k", "recall_at_k", "answer_containment_at_k",
     "citation_precision", "refusal_accuracy", "graph_recall", "rejected_recall",
-    "rejected_precision", "latency_p50_ms", "latency_p95_ms",
+    "rejected_precision", "context_precision", "context_recall", "latency_p50_ms",
+    "latency_p95_ms",
 )
 Progress = Callable[[int, int, str], None]
 
@@ -37,6 +39,14 @@ class QueryRun:
 
     @property
     def ranked(self) -> list[str]:
+        """The ranking's top ``limit`` by document: primary and the hits the adaptive cutoff
+        moved to the runner-ups, by score (the cutoff trims the prompt, not the ranking)."""
+        top = [*self.result.primary, *(h for h in self.result.runner_up if h.metadata.get(CUT))]
+        return unique_keys(h.document.doc_key for h in sorted(top, key=lambda h: -h.score))
+
+    @property
+    def context(self) -> list[str]:
+        """The documents of the Context block (primary), in order."""
         return unique_keys(h.document.doc_key for h in self.result.primary)
 
     @property
@@ -57,7 +67,7 @@ class BenchReport:
     """Aggregates (the ``--json`` keys), per-query rows, and the ingest report."""
 
     k: int
-    aggregates: dict[str, float]
+    aggregates: dict[str, float | None]  # None: no query labels what the metric needs
     per_query: list[dict[str, Any]]
     runs: list[QueryRun] = field(repr=False)
     ingest: IngestReport | None = None
@@ -124,6 +134,10 @@ def score(runs: Sequence[QueryRun], k: int, ingest: IngestReport | None = None) 
     def share(key: str) -> float:
         return mean_or_one(float(row[key]) for row in rows if row[key] is not None)
 
+    def labelled_mean(key: str) -> float | None:
+        vals = [float(row[key]) for row in rows if row[key] is not None]
+        return round(sum(vals) / len(vals), 4) if vals else None
+
     def mean_of(key: str) -> float:
         vals = [float(row[key]) for row in rows if row[key] is not None]
         return round(sum(vals) / len(vals), 4) if vals else 0.0  # reference: 0 if none
@@ -134,12 +148,14 @@ def score(runs: Sequence[QueryRun], k: int, ingest: IngestReport | None = None) 
         "mrr": mean_of("rr"),
         "precision_at_k": mean_of("precision"),
         "recall_at_k": mean_of("recall"),
-        "answer_containment_at_k": share("answer_contained"),
+        "answer_containment_at_k": labelled_mean("answer_contained"),
         "citation_precision": share("citation_ok"),
         "refusal_accuracy": share("refusal_ok"),
         "graph_recall": share("related_ok"),
         "rejected_recall": share("rejected_ok"),
         "rejected_precision": rejected_precision(rows),
+        "context_precision": labelled_mean("context_precision"),
+        "context_recall": labelled_mean("context_recall"),
         "latency_p50_ms": percentile(latencies, 50),
         "latency_p95_ms": percentile(latencies, 95),
     }
@@ -148,12 +164,13 @@ def score(runs: Sequence[QueryRun], k: int, ingest: IngestReport | None = None) 
 
 def _row(r: QueryRun, rank: dict[str, float] | None, k: int) -> dict[str, Any]:
     q = r.query
-    cited = set(r.ranked) | set(r.expanded) | set(r.rejected)
-    context = set(r.ranked) | set(r.expanded)
+    cited = set(r.context) | set(r.expanded) | set(r.rejected)
+    context = set(r.context) | set(r.expanded)
     row: dict[str, Any] = {
         "id": q.id,
         "query": q.query,
         "ranked_doc_keys": r.ranked,
+        "context_doc_keys": r.context,
         "expanded_doc_keys": r.expanded,
         "rejected_doc_keys": r.rejected,
         "refused": r.refused,
@@ -173,17 +190,38 @@ def _row(r: QueryRun, rank: dict[str, float] | None, k: int) -> dict[str, Any]:
     row["rejected_ok"] = (
         None if not q.expect_rejected else any(d in r.rejected for d in q.expect_rejected)
     )
-    # An injected rejected approach is warranted when the query expects it or grades it
-    # relevant; on an off-topic query (relevance {}) every injection is a false alarm.
-    wanted = set(q.expect_rejected or ()) | {d for d, g in q.relevance.items() if g > 0}
-    row["rejected_false"] = [d for d in r.rejected if d not in wanted]
+    # An injected rejected approach is warranted when the query expects the warning; on an
+    # off-topic query every injection is a false alarm.
+    row["rejected_false"] = [d for d in r.rejected if d not in set(q.expect_rejected)]
+    row["context_precision"], row["context_recall"] = context_scores(r)
     row["latency_ms"] = round(r.latency_ms, 1)
     return row
 
 
+def context_scores(r: QueryRun) -> tuple[float | None, float | None]:
+    """``(precision, recall)`` of what the prompt carries, by document (issue 27).
+
+    Precision: the share of the documents in the Context and RELATED blocks (primary and
+    expanded) that the query grades relevant or expects (related or cited); None for an
+    off-topic query or an empty context. Recall: the share of the relevant and expected-related
+    documents that reach the prompt in any block, the ⚠ block included; None when the query
+    labels none.
+    """
+    q = r.query
+    wanted = q.relevant | set(q.expect_related)
+    context = unique_keys([*r.context, *r.expanded])
+    precision = None
+    if not q.expect_refusal and context:
+        good = wanted | ({q.expect_citation} if q.expect_citation else set())
+        precision = round(sum(d in good for d in context) / len(context), 4)
+    reached = set(context) | set(r.rejected)
+    recall = round(len(wanted & reached) / len(wanted), 4) if wanted else None
+    return precision, recall
+
+
 def rejected_precision(rows: Sequence[dict[str, Any]]) -> float:
-    """Share of injected rejected approaches that were warranted (expected, or graded
-    relevant), over all queries; 1.0 when nothing was injected.
+    """Share of injected rejected approaches that the query expects (``expect_rejected``),
+    over all queries; 1.0 when nothing was injected.
 
     >>> rejected_precision([{"rejected_doc_keys": ["a", "b"], "rejected_false": ["b"]},
     ...                     {"rejected_doc_keys": [], "rejected_false": []}])

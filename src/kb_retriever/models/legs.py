@@ -44,6 +44,7 @@ class Neighbour(NamedTuple):
     edge_weight: float
     from_slug: str
     direction: str
+    degree: int = 0  # the neighbour's edges, either way: a hub links to everything
 
 
 class RejectedChunk(NamedTuple):

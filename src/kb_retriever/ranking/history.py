@@ -58,9 +58,11 @@ def names_predecessor(query: str, predecessor_title: str, successor_title: str) 
 
 
 def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Key, Sequence[Key]],
-                         *, top: int) -> tuple[list[R], list[Key]]:
+                         *, top: int, chunks: int = 1) -> tuple[list[R], list[Key]]:
     """``ranked`` with each predecessor the query names moved to just after its successor,
     when the successor's best chunk is among the first ``top``; and the predecessors moved.
+    Up to ``chunks`` of the predecessor's chunks move, best first: for "why did we move off
+    X?" its own account of what went wrong is the answer, beside the successor.
 
     ``successors``: (project, successor slug) -> its predecessors' keys.
     """
@@ -83,10 +85,15 @@ def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Ke
                 continue
             if not names_predecessor(query, out[p_pos].document.title, s_title):
                 continue
-            item = out.pop(p_pos)
-            s_pos = next(i for i, it in enumerate(out) if it.document.slug
-                         and (it.document.project_key, it.document.slug) == s_key)
-            out.insert(s_pos + 1, between(item, out[s_pos], out[s_pos + 1]
-                                          if s_pos + 1 < len(out) else None))
+            picked = [i for i, it in enumerate(out) if it.document.slug and (
+                it.document.project_key, it.document.slug) == p_key][:max(chunks, 1)]
+            items = [out[i] for i in picked]
+            for i in reversed(picked):
+                out.pop(i)
+            at = next(i for i, it in enumerate(out) if it.document.slug
+                      and (it.document.project_key, it.document.slug) == s_key) + 1
+            for item in items:
+                out.insert(at, between(item, out[at - 1], out[at] if at < len(out) else None))
+                at += 1
             moved.append(p_key)
     return out, moved

@@ -54,6 +54,10 @@ class RetrievalStats:
     candidates_post_threshold: int
     min_score_used: float | None
     max_score_used: float | None
+    primary_count: int = 0
+    expanded_count: int = 0
+    rejected_count: int = 0
+    cut_to_runner_up: int = 0  # primary hits the adaptive cutoff moved to the runner-ups
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +65,10 @@ class RetrievalStats:
             "candidates_post_threshold": self.candidates_post_threshold,
             "min_score_used": self.min_score_used,
             "max_score_used": self.max_score_used,
+            "primary_count": self.primary_count,
+            "expanded_count": self.expanded_count,
+            "rejected_count": self.rejected_count,
+            "cut_to_runner_up": self.cut_to_runner_up,
         }
 
 
@@ -102,6 +110,7 @@ class SearchMeta(Mapping[str, Any]):
             "rejected_count": self.rejected_count,
             "runner_up_count": self.runner_up_count,
             "project_key": self.project_key,
+            "filters_selected": self.search_strategy.filters_applied,
             "projects": list(self.projects),
             "tenant": self.tenant,
             "retrieval_ms": self.retrieval_ms,

@@ -11,7 +11,8 @@ function of its own (a sub-generator when it reads); :func:`search_plan` only ca
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from ..checks import check_text
@@ -21,8 +22,10 @@ from ..ranking import diversify, expand_query_text, expansion_phrases, should_re
 from ..ranking.bm25 import CorpusLexemes
 from ..ranking.calibration import Calibration
 from ..ranking.fusion import fuse_legs
+from ..ranking.grounding import calibrated_evidence, evidence_score
 from ..ranking.history import promote_predecessors
-from ..ranking.rerank import rank
+from ..ranking.placement import cut_weak, place_rejected, successors_first
+from ..ranking.rerank import Scored, rank
 from ..settings import Settings
 from ..store import reads
 from ..store import sql as q
@@ -32,8 +35,13 @@ from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
 from .rejected_channel import RejectedChannel, decide_rejected, unit_vectors, yield_to_accepted
 
-__all__ = ["candidates", "leg_shape", "scope_catalog", "search_plan", "synonym_groups",
-           "validate_limit", "validate_query"]
+__all__ = ["CUT", "candidates", "context_evidence", "leg_shape", "neighbour_floor", "scope_catalog",
+           "search_plan", "synonym_groups", "validate_limit", "validate_query"]
+
+#: How many chunks of a superseded record a history question brings next to its successor.
+HISTORY_CHUNKS = 2
+#: ``Hit.metadata`` key of a runner-up that the adaptive cutoff moved out of the top ``limit``.
+CUT = "context_cutoff"
 
 
 def validate_query(query: Any, settings: Settings) -> str:
@@ -85,36 +93,91 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     with watch.lap("rerank"):
         ranked = rank(req.query, found.candidates, settings, mention_doc_ids=found.mentions,
                       now=req.now, lexeme_stats=found.lexeme_stats)
-        # History questions: a superseded decision the query names goes next to its successor.
+        # A superseded record never above its successor; for a history question (the query
+        # names the predecessor) the predecessor's best chunks go right after the successor.
         edges = yield reads.supersessions(req.scope, catalog.ttl)
-        ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit)
+        ranked = successors_first(ranked, edges)
+        ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit,
+                                                chunks=HISTORY_CHUNKS)
+    placed = Placed(promoted={s.candidate.chunk_id for s in ranked if s.document.slug and (
+        s.document.project_key, s.document.slug) in set(promoted)})
     channel = pool = None
     if settings.rejected_injection_enabled:
         with watch.lap("rejected"):
             pool = yield reads.rejected_chunks(req.scope, catalog.ttl, unit_vectors)
             channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings)
-            # a rejected idea that does not correlate is no context either (rejected.py)
-            ranked = yield_to_accepted([s for s in ranked if channel.keeps(s.document)], pool,
-                                       ratio=settings.rejected_yield_ratio)
+            # a rejected idea that does not correlate is no context either (rejected.py); one
+            # the ⚠ block warns about stands there, not in primary (placement.py)
+            warned = channel.warns(pool, qvec, settings)
+            ranked, placed.warned = place_rejected(
+                req.query, [s for s in ranked if channel.keeps(s.document)],
+                warned=lambda d: d.id in warned, top=req.limit)
+            ranked, placed.yielded = yield_to_accepted(ranked, pool,
+                                                       ratio=settings.rejected_yield_ratio)
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     top = [s.hit() for s in kept]  # hits for what the result keeps, not for every candidate
-    runner_up = tuple(s.hit(Origin.RUNNER_UP) for s in rest[: settings.runner_up_limit])
+    # what the question @mentions, or placement put there on purpose, is never cut
+    mentioned = {h.chunk_id for h in top if h.document.id in found.mentions}
+    top, cut = cut_weak(top, context_evidence(settings, catalog.calibration),
+                        ratio=settings.context_cutoff,
+                        keep=placed.promoted | placed.yielded | mentioned)
+    runner_up = tuple([*(replace(h, origin=Origin.RUNNER_UP,
+                                 metadata={**h.metadata, CUT: True}) for h in cut),
+                       *(s.hit(Origin.RUNNER_UP) for s in rest)][: settings.runner_up_limit])
     expanded: list[Hit] = []
     if settings.graph_expansion_enabled:
         with watch.lap("graph"):
-            expanded = yield from expand_graph(top, req, settings, qvec)
+            expanded = yield from expand_graph(
+                top, req, settings, qvec,
+                min_similarity=neighbour_floor(top, settings, catalog.calibration))
             if channel is not None:
                 expanded = [h for h in expanded if channel.keeps(h.document)]
     refuse = should_refuse(top, settings, catalog.calibration)
     rejected: list[Hit] = []
     if channel is not None and pool is not None:
-        rejected = channel.inject(pool, qvec, [*top, *expanded], refused=refuse,
-                                  settings=settings)
+        rejected = channel.inject(pool, qvec, [*top, *expanded,
+                                               *(s.hit(Origin.REJECTED) for s in placed.warned)],
+                                  refused=refuse, settings=settings)
+        # a rejected record the ⚠ block warns about is not related context as well
+        warned_ids = {h.document.id for h in rejected}
+        expanded = [h for h in expanded if h.document.id not in warned_ids]
     meta = search_meta(req, settings, watch, found=found, top=top, counts=(
         len(expanded), len(rejected), len(runner_up)), refuse=refuse, catalog=catalog,
-        promoted=promoted, channel=channel)
+        promoted=promoted, channel=channel, cut=len(cut))
     return SearchResult(primary=tuple(top), expanded=tuple(expanded), rejected=tuple(rejected),
                         runner_up=runner_up, meta=meta, query=req.query)
+
+
+@dataclass
+class Placed:
+    """What placement by role did (chunk ids the cutoff keeps, and the rejected records that
+    left primary for the ⚠ block)."""
+
+    promoted: set[int] = field(default_factory=set)  # a history question's predecessor
+    yielded: set[int] = field(default_factory=set)  # accepted decisions above their rejected
+    warned: list[Scored] = field(default_factory=list)
+
+
+def context_evidence(settings: Settings, calibration: Calibration) -> Callable[[Hit], float]:
+    """The evidence by which the adaptive cutoff compares hits: against the scope's null when
+    calibrated (as the refusal gate), else the score on raw evidence."""
+    if settings.refusal_rule == "calibrated" and calibration.calibrated:
+        return lambda h: calibrated_evidence(h, settings, calibration)
+    return lambda h: evidence_score(h, settings)
+
+
+def neighbour_floor(top: Sequence[Hit], settings: Settings, calibration: Calibration
+                    ) -> float | None:
+    """The similarity a graph neighbour needs without a strong edge: the cutoff's share of the
+    best primary similarity's margin over the null (of the similarity itself, uncalibrated)."""
+    sims = [h.similarity for h in top if h.similarity is not None]
+    if not sims or settings.context_cutoff <= 0:
+        return None
+    best, ratio = max(sims), settings.context_cutoff
+    if settings.refusal_rule == "calibrated" and calibration.calibrated:
+        ceiling = calibration.ceiling
+        return ceiling + ratio * (best - ceiling)
+    return ratio * best
 
 
 def synonym_groups(req: SearchRequest, settings: Settings,
@@ -194,7 +257,7 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
 def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, found: Found,
                 top: Sequence[Hit], counts: tuple[int, int, int], refuse: bool,
                 catalog: ScopeCatalog, promoted: Sequence[tuple[Any, str]],
-                channel: RejectedChannel | None) -> SearchMeta:
+                channel: RejectedChannel | None, cut: int = 0) -> SearchMeta:
     """The search's report (``counts``: expanded, rejected and runner-up hits)."""
     hybrid = settings.hybrid_search_enabled
     sims = [h.similarity for h in top if h.similarity is not None]
@@ -214,7 +277,9 @@ def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, fou
             candidates_pre_threshold=found.n_pre,
             candidates_post_threshold=len(found.candidates),
             min_score_used=min(sims) if sims else None,
-            max_score_used=max(sims) if sims else None),
+            max_score_used=max(sims) if sims else None,
+            primary_count=len(top), expanded_count=counts[0], rejected_count=counts[1],
+            cut_to_runner_up=cut),
         should_refuse=refuse, calibrated=catalog.calibration.calibrated,
         null_ceiling=catalog.calibration.ceiling,
         history_promoted=tuple(slug for _, slug in promoted),

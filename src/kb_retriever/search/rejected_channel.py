@@ -97,6 +97,16 @@ class RejectedChannel:
     evidence: tuple[RejectedEvidence, ...] = ()
     correlated: frozenset[int] = field(default_factory=frozenset)
 
+    def warns(self, vectors: RejectedVectors, qvec: Any, settings: Settings
+              ) -> frozenset[int]:
+        """The rejected documents the ``⚠`` block shows on their own evidence: the correlated
+        ones, or on the absolute rule those whose best chunk reaches
+        ``rejected_min_similarity``."""
+        if self.rule == "calibrated":
+            return self.correlated
+        return frozenset(doc for doc, _, sim in _best_per_doc(vectors, qvec)
+                         if sim >= settings.rejected_min_similarity)
+
     def keeps(self, doc: DocumentRef) -> bool:
         """Whether ``doc`` may stand in primary, runner-up or expanded."""
         return (self.rule == "absolute" or not is_rejected_approach(doc)
@@ -177,12 +187,14 @@ def _best_per_doc(vectors: RejectedVectors, qvec: Any) -> list[tuple[int, int, f
 
 
 def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
-                      ratio: float) -> list[Scored]:
+                      ratio: float) -> tuple[list[Scored], set[int]]:
     """``ranked`` with each accepted canonical document moved just above a rejected approach it
     is linked with (an edge either way) when its score is at least ``ratio`` times the rejected
-    one's: for "how long does the access token last?" the accepted decision answers, and the
-    rejected long-lived-token record beside it is the warning. A rejected record whose
-    evidence is clearly stronger ("can we use 90-day tokens?") keeps its place."""
+    one's, and the chunk ids moved: for "how long does the access token last?" and for "can we use
+    90-day tokens?" alike, the accepted decision answers and the rejected record beside it is
+    the warning. ``ratio`` 0 (the default, issue 27) moves every linked accepted decision the
+    candidates hold; a higher ratio lets a rejected record with clearly stronger evidence keep
+    its place."""
     links: dict[int, set[tuple[str, str]]] = {}
     for doc_id, chunk_id in vectors.ids:
         row = vectors.rows[chunk_id]
@@ -190,6 +202,7 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
             (row["project_key"], slug) for slug in row.get("linked_slugs") or ())
     out = list(ranked)
     done: set[int] = set()
+    moved_ids: set[int] = set()
     i = 0
     while i < len(out):
         r = out[i]
@@ -210,7 +223,8 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
                     and d.slug and (d.project_key, d.slug) in linked
                     and out[j].score >= ratio * r.score):
                 out.insert(i, between(out.pop(j), out[i - 1] if i > 0 else None, out[i]))
+                moved_ids.add(out[i].candidate.chunk_id)
                 moved = True
                 break
         i += 2 if moved else 1
-    return out
+    return out, moved_ids

@@ -76,7 +76,8 @@ def leg_result(rows: Sequence[Mapping[str, Any]], *, rank: str) -> LegResult:
 def neighbours_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Neighbour]:
     """The rows of a graph hop (``store.sql.neighbours_sql``) as :class:`Neighbour` s."""
     return [Neighbour(candidate_from_row(r), float(r["similarity"]), r["edge_type"],
-                      float(r["edge_weight"]), r["from_slug"], r["direction"]) for r in rows]
+                      float(r["edge_weight"]), r["from_slug"], r["direction"],
+                      int(r.get("degree") or 0)) for r in rows]
 
 
 def successor_map(rows: Sequence[Mapping[str, Any]]

@@ -244,7 +244,8 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
 def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Composed, Params]:
     """One hop of graph expansion from ``frontier`` (project, slug) pairs.
 
-    Per neighbour document: the strongest edge, and its chunk most similar to the query.
+    Per neighbour document: the strongest edge, its chunk most similar to the query, and its
+    degree (its edges either way: hubs are told apart by it).
     Params to add: tenant, projects, model, fp, fs (frontier projects/slugs), visited, types, qvec,
     expandable (the statuses a neighbour may have).
     """
@@ -271,7 +272,10 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
         "AND NOT (x.project_key || chr(31) || x.nbr) = ANY(%(visited)s) "
         "ORDER BY x.project_key, x.nbr, x.weight DESC, x.src) "
         "SELECT DISTINCT ON (d.id) {chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
-        "e.src AS from_slug, e.edge_type, e.weight AS edge_weight, e.direction "
+        "e.src AS from_slug, e.edge_type, e.weight AS edge_weight, e.direction, "
+        "(SELECT count(*) FROM kb_edges g WHERE g.tenant_id = %(tenant)s "
+        "AND g.project_key = d.project_key AND (g.from_slug = d.slug OR g.to_slug = d.slug)"
+        ") AS degree "
         "FROM edges e JOIN kb_documents d ON d.tenant_id = %(tenant)s "
         "AND d.project_key = e.project_key AND d.slug = e.nbr "
         "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "

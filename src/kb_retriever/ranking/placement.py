@@ -1,0 +1,139 @@
+"""Placement by role (issue 27; decision 0014): what each kind of record may do in the context.
+
+The reranker orders chunks by evidence and trust; these rules then give each role its place,
+so that the prompt spends its tokens on the answer:
+
+* :func:`place_rejected`: a rejected approach the result warns about stands once, in the
+  ``⚠`` block, and takes no primary slot for a question that is not about it; for a question
+  about it (it ranks first, or the question names it), one chunk at most.
+* :func:`successors_first`: a superseded record never ranks above its own successor (the
+  history rule, :mod:`.history`, then puts it right after the successor when the question
+  asks for it).
+* :func:`cut_weak`: ``limit`` is the most the primary context holds; hits whose evidence is
+  far below the best one's go to the runner-ups instead of padding the prompt.
+
+Pure functions of ranked items (:class:`~kb_retriever.ranking.rerank.Scored` or
+:class:`~kb_retriever.models.Hit`); they return new lists and never drop a candidate: what
+leaves the context is returned to the caller, which keeps it as a runner-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import TypeVar
+
+from ..models import DocumentRef, Hit
+from ..vocabulary import is_rejected_approach
+from .diversify import Ranked
+from .history import between
+from .text import tokenize_query, words
+
+__all__ = ["names_document", "place_rejected", "successors_first", "cut_weak"]
+
+R = TypeVar("R", bound=Ranked)
+Key = tuple[str, str]  # (project, slug)
+
+
+def names_document(query: str, title: str, others: Iterable[str]) -> bool:
+    """True when a word of ``query`` is in ``title`` and in none of ``others`` (whole words):
+    the question names this document rather than the ones it competes with.
+
+    >>> names_document("Should we switch the lake to Apache Hudi?", "Apache Hudi as the table "
+    ...                "format", ["Apache Iceberg as the table format"])
+    True
+    >>> names_document("Which table format do we use?", "Apache Hudi as the table format",
+    ...                ["Apache Iceberg as the table format"])
+    False
+    """
+    mine = set(words(title))
+    theirs = {w for other in others for w in words(other)}
+    return any(t in mine and t not in theirs for t in tokenize_query(query))
+
+
+def place_rejected(query: str, ranked: Sequence[R], *, warned: Callable[[DocumentRef], bool],
+                   top: int) -> tuple[list[R], list[R]]:
+    """``(ranked, moved)``: each rejected approach that ``warned`` says the ``⚠`` block shows
+    leaves the ranked list unless the question is about it, when only its best chunk stays.
+
+    The question is about a rejected record when its best chunk ranks first, or when the
+    question names it (:func:`names_document`, against the titles of the other documents in
+    the first ``top``). ``moved`` holds the best chunk of each rejected record that left, so
+    that the caller warns about it with that chunk, then the other chunks that left.
+    """
+    items = list(ranked)
+    head_titles = {i.document.id: i.document.title for i in items[:top]}
+    out: list[R] = []
+    moved: list[R] = []
+    extra: list[R] = []
+    seen: set[int] = set()
+    for pos, item in enumerate(items):
+        doc = item.document
+        if not is_rejected_approach(doc) or not warned(doc):
+            out.append(item)
+            continue
+        if doc.id in seen:
+            extra.append(item)  # one chunk at most
+            continue
+        seen.add(doc.id)
+        others = [t for d, t in head_titles.items() if d != doc.id]
+        if pos == 0 or names_document(query, doc.title, others):
+            out.append(item)
+        else:
+            moved.append(item)
+    return out, moved + extra
+
+
+def successors_first(ranked: Sequence[R], successors: Mapping[Key, Sequence[Key]]
+                     ) -> list[R]:
+    """``ranked`` with the best chunk of each successor moved just above its predecessor
+    wherever the predecessor ranked higher. ``successors``: (project, successor slug) -> its
+    predecessors' keys (``store.rows.successor_map``)."""
+    out = list(ranked)
+    for s_key, preds in successors.items():
+        for p_key in preds:
+            p_pos = _first(out, p_key)
+            s_pos = _first(out, s_key)
+            if p_pos is None or s_pos is None or s_pos < p_pos:
+                continue
+            item = out.pop(s_pos)
+            out.insert(p_pos, between(item, out[p_pos - 1] if p_pos > 0 else None, out[p_pos]))
+    return out
+
+
+def _first(items: Sequence[Ranked], key: Key) -> int | None:
+    return next((i for i, it in enumerate(items) if it.document.slug
+                 and (it.document.project_key, it.document.slug) == key), None)
+
+
+def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: float,
+             keep: Collection[int] = ()) -> tuple[list[Hit], list[Hit]]:
+    """``(kept, cut)`` by document: a document stays when its best hit's ``evidence``
+    reaches ``ratio`` times the best hit's, with all its hits (the prompt is judged by the
+    documents it carries); order is kept. The first hit's document and the hits whose chunk
+    ids are in ``keep`` always stay. Nothing is cut when ``ratio`` is 0 or the best evidence
+    is not positive (a refused query: the gate decides).
+
+    >>> from types import SimpleNamespace as H
+    >>> hits = [H(chunk_id=1, document=H(id=7), e=0.9), H(chunk_id=2, document=H(id=8), e=0.2),
+    ...         H(chunk_id=3, document=H(id=7), e=0.1), H(chunk_id=4, document=H(id=9), e=0.6)]
+    >>> kept, cut = cut_weak(hits, lambda h: h.e, ratio=0.5)
+    >>> [h.chunk_id for h in kept], [h.chunk_id for h in cut]
+    ([1, 3, 4], [2])
+    """
+    if not hits or ratio <= 0:
+        return list(hits), []
+    best_of: dict[int, float] = {}
+    for h in hits:
+        e = evidence(h)
+        best_of[h.document.id] = max(best_of.get(h.document.id, e), e)
+    best = max(best_of.values())
+    if best <= 0:
+        return list(hits), []
+    first = hits[0].document.id
+    kept: list[Hit] = []
+    cut: list[Hit] = []
+    for h in hits:
+        doc = h.document.id
+        stays = doc == first or h.chunk_id in keep or best_of[doc] >= ratio * best
+        (kept if stays else cut).append(h)
+    return kept, cut
