@@ -7,33 +7,19 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from kb_retriever import (
-    ConfigError,
-    FilterError,
-    Hit,
-    InputError,
-    KnowledgeBase,
-    SearchResult,
-    Settings,
-)
-from kb_retriever.ranking.mmr import mmr_order
+from kb_retriever import ConfigError, InputError, KnowledgeBase, Settings
 from kb_retriever.search.modes import Legs
 from kb_retriever.settings import load_settings
 
-from . import _units
+from . import _ranked, _units
 from .embeddings import LangChainEmbedder
 from .retrievers import KBRetriever
 
 __all__ = ["KBVectorStore"]
-
-# A search asks for this many chunks per document it returns: the per-document cap keeps up to
-# a few chunks of one document in the top-k, and the store returns each document once.
-_CHUNKS_PER_DOCUMENT = 3
 
 
 def _listed(name: str, values: Any) -> list[Any]:
@@ -41,13 +27,6 @@ def _listed(name: str, values: Any) -> list[Any]:
     if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
         raise InputError(f"{name} must be a list, got {type(values).__name__}")
     return list(values)
-
-
-def _filter(name: str, value: Any) -> Mapping[str, Any] | None:
-    """``value`` if it is a mapping or None (no filter), else :class:`FilterError`."""
-    if value is not None and not isinstance(value, Mapping):
-        raise FilterError(f"{name} must be a mapping, got {type(value).__name__}")
-    return value
 
 
 def _documents(documents: Any) -> list[Document]:
@@ -229,47 +208,24 @@ class KBVectorStore(VectorStore):
 
     def _search_args(self, k: int, filter: Mapping[str, Any] | None,
                      filters: Mapping[str, Any] | None) -> dict[str, Any]:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError(f"k must be a positive integer, got {k!r}")
-        merged = dict(_filter("filters", filters) or {})
-        filter = _filter("filter", filter)
-        if filter:
-            merged["metadata"] = {**merged.get("metadata", {}), **filter}
-        limit = min(k * _CHUNKS_PER_DOCUMENT, self.kb.settings.max_limit)
-        return {"limit": limit, "filters": merged or None, "legs": self._legs, **self._scope()}
-
-    @staticmethod
-    def _best_hits(result: SearchResult, k: int) -> list[Hit]:
-        """The best chunk of each of the first ``k`` documents (or parts): the primary hits,
-        then the runner-ups, so the store returns k when k exist (a search keeps its weakest
-        hits as runner-ups)."""
-        best: dict[str, Hit] = {}
-        for hit in (*result.primary, *result.runner_up):
-            best.setdefault(_units.unit_id(hit), hit)
-        return list(best.values())[:k]
-
-    @staticmethod
-    def _with_scores(hits: Sequence[Hit], stored: list[Document]) -> list[tuple[Document, float]]:
-        by_id = {d.id: d for d in stored}
-        pairs = ((_units.unit_id(h), h.score) for h in hits)
-        return [(by_id[i], score) for i, score in pairs if i in by_id]
+        return {**_ranked.search_args(self.kb, k, filter, filters, self._legs), **self._scope()}
 
     def _scored(self, query: str | None, embedding: Sequence[float] | None, k: int,
                 filter: Mapping[str, Any] | None,
                 filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
         kb = self._open()
-        hits = self._best_hits(kb.search(query, query_embedding=embedding,
+        hits = _ranked.best_hits(kb.search(query, query_embedding=embedding,
                                          **self._search_args(k, filter, filters)), k)
-        return self._with_scores(hits, _units.fetch(kb, [_units.unit_id(h) for h in hits],
+        return _ranked.with_scores(hits, _units.fetch(kb, [_units.unit_id(h) for h in hits],
                                                      self._scope()))
 
     async def _ascored(self, query: str | None, embedding: Sequence[float] | None, k: int,
                        filter: Mapping[str, Any] | None,
                        filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
         kb = await self._aopen()
-        hits = self._best_hits(await kb.asearch(query, query_embedding=embedding,
+        hits = _ranked.best_hits(await kb.asearch(query, query_embedding=embedding,
                                                 **self._search_args(k, filter, filters)), k)
-        return self._with_scores(hits, await _units.afetch(
+        return _ranked.with_scores(hits, await _units.afetch(
             kb, [_units.unit_id(h) for h in hits], self._scope()))
 
     def similarity_search_with_score(self, query: str, k: int = 4,
@@ -327,35 +283,19 @@ class KBVectorStore(VectorStore):
     def _mmr_args(self, k: int, fetch_k: int, lambda_mult: float,
                   filter: Mapping[str, Any] | None,
                   filters: Mapping[str, Any] | None) -> dict[str, Any]:
-        if isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1:
-            raise ConfigError(f"fetch_k must be a positive integer, got {fetch_k!r}")
-        if isinstance(lambda_mult, bool) or not isinstance(lambda_mult, int | float) \
-                or not 0.0 <= lambda_mult <= 1.0:
-            raise ConfigError(f"lambda_mult must be between 0 and 1, got {lambda_mult!r}")
+        _ranked.check_mmr(fetch_k, lambda_mult)
         self._search_args(k, filter, filters)  # k checked as for a similarity search
         return self._search_args(max(k, fetch_k), filter, filters)
-
-    def _mmr(self, kb: KnowledgeBase, result: SearchResult, k: int, fetch_k: int,
-             lambda_mult: float) -> list[Hit]:
-        """``k`` of the first ``fetch_k`` documents in MMR order: relevance is the pipeline's
-        final score, similarity the cosine between the documents' best chunks (embedded
-        again, as LangChain's stores do with their stored vectors)."""
-        hits = self._best_hits(result, fetch_k)
-        if not hits:
-            return []
-        vectors = np.asarray(kb.embedder.embed_documents([h.text for h in hits]),
-                             dtype=np.float32)
-        return [hits[i] for i in mmr_order([h.score for h in hits], vectors, k, lambda_mult)]
 
     def _mmr_search(self, query: str | None, embedding: Sequence[float] | None, k: int,
                     fetch_k: int, lambda_mult: float, filter: Mapping[str, Any] | None,
                     filters: Mapping[str, Any] | None) -> list[Document]:
         kb = self._open()
         args = self._mmr_args(k, fetch_k, lambda_mult, filter, filters)
-        hits = self._mmr(kb, kb.search(query, query_embedding=embedding, **args), k, fetch_k,
-                         lambda_mult)
+        result = kb.search(query, query_embedding=embedding, **args)
+        hits = _ranked.mmr_hits(kb, result, k, fetch_k, lambda_mult)
         stored = _units.fetch(kb, [_units.unit_id(h) for h in hits], self._scope())
-        return [d for d, _ in self._with_scores(hits, stored)]
+        return [d for d, _ in _ranked.with_scores(hits, stored)]
 
     async def _ammr_search(self, query: str | None, embedding: Sequence[float] | None, k: int,
                            fetch_k: int, lambda_mult: float, filter: Mapping[str, Any] | None,
@@ -364,9 +304,9 @@ class KBVectorStore(VectorStore):
         args = self._mmr_args(k, fetch_k, lambda_mult, filter, filters)
         result = await kb.asearch(query, query_embedding=embedding, **args)
         # the embedder is synchronous: keep the loop free
-        hits = await asyncio.to_thread(self._mmr, kb, result, k, fetch_k, lambda_mult)
+        hits = await asyncio.to_thread(_ranked.mmr_hits, kb, result, k, fetch_k, lambda_mult)
         stored = await _units.afetch(kb, [_units.unit_id(h) for h in hits], self._scope())
-        return [d for d, _ in self._with_scores(hits, stored)]
+        return [d for d, _ in _ranked.with_scores(hits, stored)]
 
     def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20,
                                       lambda_mult: float = 0.5,
@@ -409,8 +349,8 @@ class KBVectorStore(VectorStore):
         and ``search_kwargs`` as in ``VectorStore.as_retriever``; here ``filter`` is over the
         documents' metadata, as in :meth:`similarity_search`."""
         search = dict(kwargs.get("search_kwargs") or {})
-        filters = dict(_filter("filters", search.pop("filters", None)) or {})
-        if _filter("filter", search.get("filter")):
+        filters = dict(_ranked.filter_arg("filters", search.pop("filters", None)) or {})
+        if _ranked.filter_arg("filter", search.get("filter")):
             filters["metadata"] = {**filters.get("metadata", {}), **search.pop("filter")}
         search.pop("filter", None)
         return KBRetriever(kb=self._open(), k=search.pop("k", 4), filters=filters or None,
