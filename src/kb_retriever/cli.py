@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from . import cli_listing
 from .errors import KbError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -25,6 +26,8 @@ EPILOG = ("examples:\n"
           "  kb-retriever ingest examples/kb --project demo\n"
           "  kb-retriever search \"what cache layer did we standardise on?\" --project demo\n"
           "  kb-retriever prompt \"how do we roll back a deploy?\" --project demo\n"
+          "  kb-retriever projects                        # projects, sizes, models\n"
+          "  kb-retriever documents --project demo\n"
           "  kb-retriever mcp --project demo              # MCP tools over stdio, for agents")
 
 
@@ -75,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_ingest_parser, _query_parsers, _bench_parser, _doctor_parser, _mcp_parser):
         add(sub)
+    cli_listing.add_parsers(sub, _scope)
     return p
 
 
@@ -110,7 +114,10 @@ def _query_parsers(sub: Any) -> None:
             sp.add_argument("--sql", action="store_true", help="print the candidate SQL")
         else:
             sp.add_argument("--max-chars", type=_positive_int, default=None, metavar="N",
-                            help="budget of the prompt in characters")
+                            help="soft budget of the prompt in characters: related items, "
+                                 "then context chunks are dropped to fit, but one context "
+                                 "chunk and every rejected approach stay, so a prompt may "
+                                 "still be longer")
 
 
 def _bench_parser(sub: Any) -> None:
@@ -301,10 +308,38 @@ COMMANDS = {"ingest": cmd_ingest, "search": cmd_search, "prompt": cmd_prompt,
             "bench": cmd_bench, "doctor": cmd_doctor, "mcp": cmd_mcp}
 
 
+def _check_global_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """An unknown option before the command is reported as such: argparse would take its
+    value for the command (``--databse-url x search`` gave "invalid choice: 'x'")."""
+    known = parser._option_string_actions  # the parser's own table of its options
+    tokens = iter(argv)
+    for token in tokens:
+        if not token.startswith("-") or token == "--":
+            return  # the command: the rest is its own
+        name = token.split("=", 1)[0]
+        # argparse takes a unique prefix of a long option (--data for --database-url)
+        prefixed = [o for o in known if o.startswith("--") and o.startswith(name)]
+        action = known.get(name) or (known[prefixed[0]] if len(prefixed) == 1
+                                     and name.startswith("--") else None)
+        if action is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, [o for o in known if o.startswith("--")],
+                                              n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            parser.error(f"unknown option {name!r} before the command{hint}")
+        elif action.nargs != 0 and "=" not in token:
+            next(tokens, None)  # its value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _check_global_options(parser, sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(argv)
     _setup_logging(args.verbose)
     try:
+        if args.command in cli_listing.COMMANDS:
+            return cli_listing.COMMANDS[args.command](args, _kb, printable)
         return COMMANDS[args.command](args)
     except KbError as exc:
         print(f"kb-retriever: {printable(str(exc))}", file=sys.stderr)

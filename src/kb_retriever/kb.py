@@ -20,6 +20,7 @@ from .filters.expressions import is_row_id
 from .kb_documents import DocumentMethods, valid_name
 from .models import SearchResult
 from .search import drive
+from .search.modes import Legs
 from .search.pipeline import validate_limit, validate_query
 from .search.plan import SearchRequest
 from .settings import Settings, load_settings
@@ -261,7 +262,8 @@ class KnowledgeBase(DocumentMethods):
     def _request(self, query: Any, *, limit: int | None, project: str | Sequence[str] | None,
                  tenant: str | None, filters: SearchFilters | Mapping[str, Any] | None,
                  mention_doc_ids: Iterable[int] | None,
-                 query_embedding: Sequence[float] | None, now: datetime | None) -> SearchRequest:
+                 query_embedding: Sequence[float] | None, now: datetime | None,
+                 legs: Legs | None = None) -> SearchRequest:
         projects: Sequence[str]
         if project is None:
             projects = [self.project]
@@ -276,7 +278,10 @@ class KnowledgeBase(DocumentMethods):
         vec = None
         if query_embedding is not None:
             vec = self._vector(query_embedding)
-        text = validate_query(query, self.settings)
+        if legs is not None and not isinstance(legs, Legs):
+            raise ConfigError(f"legs takes a kb_retriever.search.Legs, not {type(legs).__name__}")
+        legs = legs or Legs()
+        text = self._query_text(query, by_vector=vec is not None, legs=legs)
         tenant_key = valid_name("tenant", self.tenant if tenant is None else tenant)
         project_keys = tuple(dict.fromkeys(valid_name("project", p) for p in projects))
         size = validate_limit(self.settings.default_limit if limit is None else limit,
@@ -285,7 +290,17 @@ class KnowledgeBase(DocumentMethods):
         return SearchRequest(
             query=text,
             scope=Scope(tenant=tenant_key, projects=project_keys, space=self._pools.space),
-            limit=size, filters=parsed, mention_doc_ids=mentions, query_embedding=vec, now=moment)
+            limit=size, filters=parsed, mention_doc_ids=mentions, query_embedding=vec, now=moment,
+            legs=legs)
+
+    def _query_text(self, query: Any, *, by_vector: bool, legs: Legs) -> str:
+        """The query's text; "" for a search by its embedding alone (no text, or only
+        whitespace, next to ``query_embedding``), which runs the vector leg alone."""
+        if by_vector and (query is None or (isinstance(query, str) and not query.strip())):
+            if legs.vector_weight == 0:
+                raise InputError("a search with vector_weight=0 (full-text only) needs query text")
+            return ""
+        return validate_query(query, self.settings)
 
     def _vector(self, values: Sequence[float]) -> np.ndarray:
         checked = check_vector(values, dimension=self.embedder.dimension,
@@ -299,35 +314,42 @@ class KnowledgeBase(DocumentMethods):
         with embedder_errors():
             return self.embedder.embed_query(text)
 
-    def search(self, query: str, *, limit: int | None = None,
+    def search(self, query: str | None, *, limit: int | None = None,
                project: str | Sequence[str] | None = None, tenant: str | None = None,
                filters: SearchFilters | Mapping[str, Any] | None = None,
                mention_doc_ids: Iterable[int] | None = None,
                query_embedding: Sequence[float] | None = None,
-               now: datetime | None = None, consistent: bool = False) -> SearchResult:
+               now: datetime | None = None, consistent: bool = False,
+               legs: Legs | None = None) -> SearchResult:
         """Search and return a :class:`SearchResult` (primary, expanded, rejected, runner_up, meta).
 
         ``project`` may name several projects; ``filters`` is a mapping of the keys in
         :data:`kb_retriever.filters.VALID_KEYS` (unknown keys raise :class:`FilterError`). With
         read replicas the search runs on one of them; ``consistent=True`` waits for nothing
         but takes a replica only once it has this process's last write, else the primary.
+
+        ``query_embedding`` replaces the query's embedding; with it, ``query`` may be None or
+        "" (a search by the vector alone: the vector leg only, no text signals). ``legs``
+        (:class:`kb_retriever.search.modes.Legs`) sets this search's leg weights and similarity
+        floor.
         """
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
-                            now=now)
+                            now=now, legs=legs)
         return drive.search(self._pools, self._reads, self.settings, req, self._embed,
                             consistent=bool(consistent))
 
-    async def asearch(self, query: str, *, limit: int | None = None,
+    async def asearch(self, query: str | None, *, limit: int | None = None,
                       project: str | Sequence[str] | None = None, tenant: str | None = None,
                       filters: SearchFilters | Mapping[str, Any] | None = None,
                       mention_doc_ids: Iterable[int] | None = None,
                       query_embedding: Sequence[float] | None = None,
-                      now: datetime | None = None, consistent: bool = False) -> SearchResult:
+                      now: datetime | None = None, consistent: bool = False,
+                      legs: Legs | None = None) -> SearchResult:
         """The async twin of :meth:`search` (the embedding runs in a worker thread)."""
         req = self._request(query, limit=limit, project=project, tenant=tenant, filters=filters,
                             mention_doc_ids=mention_doc_ids, query_embedding=query_embedding,
-                            now=now)
+                            now=now, legs=legs)
 
         async def embed(text: str) -> np.ndarray:
             return self._vector(await asyncio.to_thread(self._embed_raw, text))
@@ -335,7 +357,7 @@ class KnowledgeBase(DocumentMethods):
         return await drive.asearch(self._pools, self._reads, self.settings, req, embed,
                                    consistent=bool(consistent))
 
-    def search_sql(self, query: str, **kwargs: Any) -> str:
+    def search_sql(self, query: str | None, **kwargs: Any) -> str:
         """The statements :meth:`search` runs for ``query`` (same keyword arguments), in the
         order it runs them: the search runs, its reads recorded as they go to the database
         (none answered from the cache), each printed with its stage and the values it binds."""
@@ -344,7 +366,7 @@ class KnowledgeBase(DocumentMethods):
                             tenant=kwargs.pop("tenant", None), filters=kwargs.pop("filters", None),
                             mention_doc_ids=kwargs.pop("mention_doc_ids", None),
                             query_embedding=kwargs.pop("query_embedding", None),
-                            now=kwargs.pop("now", None))
+                            now=kwargs.pop("now", None), legs=kwargs.pop("legs", None))
         if kwargs:
             raise InputError(f"search_sql got unknown argument(s) {sorted(kwargs)}")
         return drive.search_sql(self._pools, self.settings, req, self._embed)

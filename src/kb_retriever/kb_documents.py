@@ -1,4 +1,4 @@
-"""The knowledge base's documents by id: add from memory, get, delete, clear.
+"""The knowledge base's documents by id: add from memory, get, list, delete, clear.
 
 :class:`DocumentMethods` is the part of :class:`~kb_retriever.kb.KnowledgeBase` that reads and
 writes whole documents and chunks by id (the logic is ``write.from_memory``'s, the SQL
@@ -15,7 +15,7 @@ from .checks import valid_name
 from .embedding import Embedder
 from .errors import InputError, UnavailableError, WriteError
 from .filters.dimensions import SearchFilters, parse_filters
-from .models import StoredChunk, StoredDocument
+from .models import DocumentSummary, ProjectSummary, StoredChunk, StoredDocument
 from .settings import Settings
 from .store import by_id as records
 from .store.pools import Pools
@@ -271,3 +271,19 @@ class DocumentMethods:
     async def aclear(self, *, project: str | None = None, tenant: str | None = None) -> int:
         scope = self._scope(project, tenant)
         return await self._awrite(records.clear_sql(*scope), *scope)
+
+    # --- listings ------------------------------------------------------------------------
+    def list_projects(self, *, tenant: str | None = None) -> list[ProjectSummary]:
+        """The tenant's projects that hold documents, by name: their document and chunk
+        counts and the embedding model each is bound to (``kb-retriever projects``)."""
+        with self._pools.session() as session:
+            return session.project_summaries(
+                valid_name("tenant", self.tenant if tenant is None else tenant))
+
+    def list_documents(self, *, project: str | None = None,
+                       tenant: str | None = None) -> list[DocumentSummary]:
+        """The project's documents in brief, by id: id, doc key, slug, title, source type,
+        canonical type and status, chunk count (``kb-retriever documents``)."""
+        scope = self._scope(project, tenant)
+        with self._pools.session() as session:
+            return session.document_summaries(*scope)

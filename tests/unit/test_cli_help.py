@@ -12,7 +12,8 @@ import pytest
 from kb_retriever.cli import build_parser, main
 from kb_retriever.write.progress import Progress
 
-COMMANDS = ("ingest", "search", "prompt", "bench", "doctor", "mcp")
+COMMANDS = ("ingest", "search", "prompt", "bench", "doctor", "mcp", "projects", "documents",
+            "delete")
 
 
 def _help(*argv: str) -> str:
@@ -63,3 +64,36 @@ def test_progress_without_a_terminal_prints_plain_periodic_lines() -> None:
         slow(i, 50, "x")
     slow(50, 50, "")
     assert len(quiet.getvalue().splitlines()) == 2  # the start and the end
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--databse-url", "x", "search", "foo"],
+     "unknown option '--databse-url' before the command; did you mean --database-url?"),
+    (["--hme=/tmp/x", "search", "foo"], "unknown option '--hme' before the command; did you "
+                                         "mean --home?"),
+    (["--zzz", "search", "foo"], "unknown option '--zzz' before the command ("),
+])
+def test_a_misspelt_global_option_is_named(argv: list[str], expected: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``--databse-url x search foo`` reported "invalid choice: 'x'"."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and "invalid choice" not in err and len(err.splitlines()) == 1
+
+
+def test_known_global_options_and_their_prefixes_still_parse() -> None:
+    from kb_retriever.cli import _check_global_options
+
+    parser = build_parser()
+    for argv in (["--database-url", "u", "-v", "search", "q"], ["--database-url=u", "search"],
+                 ["--data", "u", "--home", "h", "projects"], ["search", "--zzz"]):
+        _check_global_options(parser, argv)  # no SystemExit
+    args = parser.parse_args(["--data", "u", "projects", "--json"])
+    assert args.database_url == "u" and args.command == "projects" and args.json
+
+
+def test_prompt_max_chars_says_it_is_a_soft_budget() -> None:
+    text = " ".join(_help("prompt").split())
+    assert "soft budget" in text and "may still be longer" in text

@@ -7,32 +7,19 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from kb_retriever import (
-    ConfigError,
-    FilterError,
-    Hit,
-    InputError,
-    KnowledgeBase,
-    SearchResult,
-    Settings,
-)
-from kb_retriever.ranking.mmr import mmr_order
+from kb_retriever import ConfigError, InputError, KnowledgeBase, Settings
+from kb_retriever.search.modes import Legs
 from kb_retriever.settings import load_settings
 
-from . import _units
+from . import _ranked, _units
 from .embeddings import LangChainEmbedder
 from .retrievers import KBRetriever
 
 __all__ = ["KBVectorStore"]
-
-# A search asks for this many chunks per document it returns: the per-document cap keeps up to
-# a few chunks of one document in the top-k, and the store returns each document once.
-_CHUNKS_PER_DOCUMENT = 3
 
 
 def _listed(name: str, values: Any) -> list[Any]:
@@ -40,13 +27,6 @@ def _listed(name: str, values: Any) -> list[Any]:
     if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
         raise InputError(f"{name} must be a list, got {type(values).__name__}")
     return list(values)
-
-
-def _filter(name: str, value: Any) -> Mapping[str, Any] | None:
-    """``value`` if it is a mapping or None (no filter), else :class:`FilterError`."""
-    if value is not None and not isinstance(value, Mapping):
-        raise FilterError(f"{name} must be a mapping, got {type(value).__name__}")
-    return value
 
 
 def _documents(documents: Any) -> list[Document]:
@@ -76,8 +56,20 @@ class KBVectorStore(VectorStore):
 
     Without ``kb``, the store opens a :class:`KnowledgeBase` (embedded PostgreSQL unless
     ``database_url``) on first use, with ``embedding`` as its embedder (else the default
-    MiniLM) and no similarity floor, as vector stores have none; :meth:`close` closes it. A
-    ``kb`` you pass is used as it is configured and never closed.
+    MiniLM); :meth:`close` closes it. A ``kb`` you pass is never closed.
+
+    **k when k exist.** A search returns ``k`` documents whenever the scope holds ``k``
+    (after filters), however dissimilar, as vector stores do: the store searches without the
+    knowledge base's similarity floor (``KB_MIN_SIMILARITY``) and fills up from the search's
+    runner-ups. ``min_similarity=0.3`` applies a cosine floor again; the retriever of
+    :meth:`as_retriever` keeps the knowledge base's floor and its refusal gate.
+
+    Where it differs from langchain-postgres' ``PGVectorStore``, on purpose: a score is the
+    pipeline's final relevance (higher is better, not a distance; the relevance function is
+    the identity); each stored document (or canonical part) comes back once, with its best
+    chunk's score, not once per chunk; ``*_by_vector`` searches run the vector leg alone (there
+    is no text for the full-text leg) and keep the rerank and trust gradient; MMR's relevance is
+    the pipeline's score and its similarity the cosine between the documents' best chunks.
 
     Example::
 
@@ -93,18 +85,19 @@ class KBVectorStore(VectorStore):
 
     def __init__(self, embedding: Embeddings | None = None, *, kb: KnowledgeBase | None = None,
                  tenant: str | None = None, project: str | None = None,
-                 database_url: str | None = None, settings: Settings | None = None) -> None:
+                 database_url: str | None = None, settings: Settings | None = None,
+                 min_similarity: float | None = None) -> None:
         if kb is not None and (embedding is not None or database_url is not None
                                or settings is not None):
             raise ConfigError("pass embedding, database_url and settings to the KnowledgeBase "
                               "(KnowledgeBase(embedder=LangChainEmbedder(embedding), ...)), not "
                               "next to kb=")
+        # A vector store returns its k nearest however far (-1: no floor); a floor is opt-in.
+        self._legs = Legs(min_similarity=-1.0 if min_similarity is None else min_similarity)
         self._owned = kb is None
         if kb is None:
-            base = settings or load_settings()
-            if settings is None:  # a vector store returns the top k, however dissimilar
-                base = base.model_copy(update={"default_min_similarity": -1.0})
-            kb = KnowledgeBase(base, embedder=LangChainEmbedder(embedding) if embedding else None,
+            kb = KnowledgeBase(settings or load_settings(),
+                               embedder=LangChainEmbedder(embedding) if embedding else None,
                                database_url=database_url)
         self.kb = kb
         self.tenant, self.project = tenant, project
@@ -215,47 +208,38 @@ class KBVectorStore(VectorStore):
 
     def _search_args(self, k: int, filter: Mapping[str, Any] | None,
                      filters: Mapping[str, Any] | None) -> dict[str, Any]:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError(f"k must be a positive integer, got {k!r}")
-        merged = dict(_filter("filters", filters) or {})
-        filter = _filter("filter", filter)
-        if filter:
-            merged["metadata"] = {**merged.get("metadata", {}), **filter}
-        limit = min(k * _CHUNKS_PER_DOCUMENT, self.kb.settings.max_limit)
-        return {"limit": limit, "filters": merged or None, **self._scope()}
+        return {**_ranked.search_args(self.kb, k, filter, filters, self._legs), **self._scope()}
 
-    @staticmethod
-    def _best_documents(result: SearchResult, k: int) -> list[tuple[str, float]]:
-        """(id, its best chunk's score) for the first ``k`` documents (or parts) of the result."""
-        best: dict[str, float] = {}
-        for hit in result.primary:
-            best.setdefault(_units.unit_id(hit), hit.score)
-        return list(best.items())[:k]
+    def _scored(self, query: str | None, embedding: Sequence[float] | None, k: int,
+                filter: Mapping[str, Any] | None,
+                filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
+        kb = self._open()
+        hits = _ranked.best_hits(kb.search(query, query_embedding=embedding,
+                                         **self._search_args(k, filter, filters)), k)
+        return _ranked.with_scores(hits, _units.fetch(kb, [_units.unit_id(h) for h in hits],
+                                                     self._scope()))
 
-    @staticmethod
-    def _with_scores(ranked: list[tuple[str, float]],
-                     stored: list[Document]) -> list[tuple[Document, float]]:
-        by_id = {d.id: d for d in stored}
-        return [(by_id[i], score) for i, score in ranked if i in by_id]
+    async def _ascored(self, query: str | None, embedding: Sequence[float] | None, k: int,
+                       filter: Mapping[str, Any] | None,
+                       filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
+        kb = await self._aopen()
+        hits = _ranked.best_hits(await kb.asearch(query, query_embedding=embedding,
+                                                **self._search_args(k, filter, filters)), k)
+        return _ranked.with_scores(hits, await _units.afetch(
+            kb, [_units.unit_id(h) for h in hits], self._scope()))
 
     def similarity_search_with_score(self, query: str, k: int = 4,
                                      filter: dict[str, Any] | None = None, *,
                                      filters: dict[str, Any] | None = None,
                                      **kwargs: Any) -> list[tuple[Document, float]]:
         """The top ``k`` documents with their best chunk's final score (higher is better)."""
-        kb = self._open()
-        ranked = self._best_documents(kb.search(query, **self._search_args(k, filter, filters)), k)
-        return self._with_scores(ranked, _units.fetch(kb, [i for i, _ in ranked], self._scope()))
+        return self._scored(query, None, k, filter, filters)
 
     async def asimilarity_search_with_score(self, query: str, k: int = 4,
                                             filter: dict[str, Any] | None = None, *,
                                             filters: dict[str, Any] | None = None,
                                             **kwargs: Any) -> list[tuple[Document, float]]:
-        kb = await self._aopen()
-        result = await kb.asearch(query, **self._search_args(k, filter, filters))
-        ranked = self._best_documents(result, k)
-        stored = await _units.afetch(kb, [i for i, _ in ranked], self._scope())
-        return self._with_scores(ranked, stored)
+        return await self._ascored(query, None, k, filter, filters)
 
     def similarity_search(self, query: str, k: int = 4, filter: dict[str, Any] | None = None,
                           **kwargs: Any) -> list[Document]:
@@ -267,32 +251,62 @@ class KBVectorStore(VectorStore):
         pairs = await self.asimilarity_search_with_score(query, k, filter, **kwargs)
         return [d for d, _ in pairs]
 
-    def _mmr_ranked(self, kb: KnowledgeBase, result: SearchResult, k: int, fetch_k: int,
-                    lambda_mult: float) -> list[tuple[str, float]]:
-        """(document id, score) of ``k`` of the first ``fetch_k`` documents in MMR order:
-        relevance is the pipeline's final score, similarity the cosine between the documents'
-        best chunks (embedded again, as LangChain's stores do with their stored vectors)."""
-        best: dict[str, Hit] = {}
-        for hit in result.primary:
-            best.setdefault(_units.unit_id(hit), hit)
-        hits = list(best.values())[:fetch_k]
-        if not hits:
-            return []
-        vectors = np.asarray(kb.embedder.embed_documents([h.text for h in hits]),
-                             dtype=np.float32)
-        order = mmr_order([h.score for h in hits], vectors, k, lambda_mult)
-        return [(_units.unit_id(hits[i]), hits[i].score) for i in order]
+    def similarity_search_with_score_by_vector(
+            self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None, *,
+            filters: dict[str, Any] | None = None,
+            **kwargs: Any) -> list[tuple[Document, float]]:
+        """The top ``k`` documents for a query vector (of the knowledge base's embedding
+        model): the vector leg alone, then the rerank and trust gradient; no text signals, as
+        there is no query text. Scores as in :meth:`similarity_search_with_score`."""
+        return self._scored(None, embedding, k, filter, filters)
 
+    async def asimilarity_search_with_score_by_vector(
+            self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None, *,
+            filters: dict[str, Any] | None = None,
+            **kwargs: Any) -> list[tuple[Document, float]]:
+        return await self._ascored(None, embedding, k, filter, filters)
+
+    def similarity_search_by_vector(self, embedding: list[float], k: int = 4,
+                                    filter: dict[str, Any] | None = None,
+                                    **kwargs: Any) -> list[Document]:
+        pairs = self.similarity_search_with_score_by_vector(embedding, k, filter, **kwargs)
+        return [d for d, _ in pairs]
+
+    async def asimilarity_search_by_vector(self, embedding: list[float], k: int = 4,
+                                           filter: dict[str, Any] | None = None,
+                                           **kwargs: Any) -> list[Document]:
+        pairs = await self.asimilarity_search_with_score_by_vector(embedding, k, filter,
+                                                                   **kwargs)
+        return [d for d, _ in pairs]
+
+    # --- maximal marginal relevance -------------------------------------------------------
     def _mmr_args(self, k: int, fetch_k: int, lambda_mult: float,
                   filter: Mapping[str, Any] | None,
                   filters: Mapping[str, Any] | None) -> dict[str, Any]:
-        if isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1:
-            raise ConfigError(f"fetch_k must be a positive integer, got {fetch_k!r}")
-        if isinstance(lambda_mult, bool) or not isinstance(lambda_mult, int | float) \
-                or not 0.0 <= lambda_mult <= 1.0:
-            raise ConfigError(f"lambda_mult must be between 0 and 1, got {lambda_mult!r}")
+        _ranked.check_mmr(fetch_k, lambda_mult)
         self._search_args(k, filter, filters)  # k checked as for a similarity search
         return self._search_args(max(k, fetch_k), filter, filters)
+
+    def _mmr_search(self, query: str | None, embedding: Sequence[float] | None, k: int,
+                    fetch_k: int, lambda_mult: float, filter: Mapping[str, Any] | None,
+                    filters: Mapping[str, Any] | None) -> list[Document]:
+        kb = self._open()
+        args = self._mmr_args(k, fetch_k, lambda_mult, filter, filters)
+        result = kb.search(query, query_embedding=embedding, **args)
+        hits = _ranked.mmr_hits(kb, result, k, fetch_k, lambda_mult)
+        stored = _units.fetch(kb, [_units.unit_id(h) for h in hits], self._scope())
+        return [d for d, _ in _ranked.with_scores(hits, stored)]
+
+    async def _ammr_search(self, query: str | None, embedding: Sequence[float] | None, k: int,
+                           fetch_k: int, lambda_mult: float, filter: Mapping[str, Any] | None,
+                           filters: Mapping[str, Any] | None) -> list[Document]:
+        kb = await self._aopen()
+        args = self._mmr_args(k, fetch_k, lambda_mult, filter, filters)
+        result = await kb.asearch(query, query_embedding=embedding, **args)
+        # the embedder is synchronous: keep the loop free
+        hits = await asyncio.to_thread(_ranked.mmr_hits, kb, result, k, fetch_k, lambda_mult)
+        stored = await _units.afetch(kb, [_units.unit_id(h) for h in hits], self._scope())
+        return [d for d, _ in _ranked.with_scores(hits, stored)]
 
     def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20,
                                       lambda_mult: float = 0.5,
@@ -301,24 +315,29 @@ class KBVectorStore(VectorStore):
                                       **kwargs: Any) -> list[Document]:
         """``k`` documents chosen by maximal marginal relevance among the ``fetch_k`` best of
         the pipeline (``lambda_mult`` 1: relevance only, 0: diversity only)."""
-        kb = self._open()
-        result = kb.search(query, **self._mmr_args(k, fetch_k, lambda_mult, filter, filters))
-        ranked = self._mmr_ranked(kb, result, k, fetch_k, lambda_mult)
-        stored = _units.fetch(kb, [i for i, _ in ranked], self._scope())
-        return [d for d, _ in self._with_scores(ranked, stored)]
+        return self._mmr_search(query, None, k, fetch_k, lambda_mult, filter, filters)
 
     async def amax_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20,
                                              lambda_mult: float = 0.5,
                                              filter: dict[str, Any] | None = None, *,
                                              filters: dict[str, Any] | None = None,
                                              **kwargs: Any) -> list[Document]:
-        kb = await self._aopen()
-        result = await kb.asearch(query, **self._mmr_args(k, fetch_k, lambda_mult, filter,
-                                                            filters))
-        # the embedder is synchronous: keep the loop free
-        ranked = await asyncio.to_thread(self._mmr_ranked, kb, result, k, fetch_k, lambda_mult)
-        stored = await _units.afetch(kb, [i for i, _ in ranked], self._scope())
-        return [d for d, _ in self._with_scores(ranked, stored)]
+        return await self._ammr_search(query, None, k, fetch_k, lambda_mult, filter, filters)
+
+    def max_marginal_relevance_search_by_vector(self, embedding: list[float], k: int = 4,
+                                                fetch_k: int = 20, lambda_mult: float = 0.5,
+                                                filter: dict[str, Any] | None = None, *,
+                                                filters: dict[str, Any] | None = None,
+                                                **kwargs: Any) -> list[Document]:
+        """:meth:`max_marginal_relevance_search` for a query vector (the vector leg alone)."""
+        return self._mmr_search(None, embedding, k, fetch_k, lambda_mult, filter, filters)
+
+    async def amax_marginal_relevance_search_by_vector(
+            self, embedding: list[float], k: int = 4, fetch_k: int = 20,
+            lambda_mult: float = 0.5, filter: dict[str, Any] | None = None, *,
+            filters: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+        return await self._ammr_search(None, embedding, k, fetch_k, lambda_mult, filter,
+                                       filters)
 
     def _select_relevance_score_fn(self) -> Any:
         # Final scores are relevance already (higher is better); they are not distances.
@@ -330,8 +349,8 @@ class KBVectorStore(VectorStore):
         and ``search_kwargs`` as in ``VectorStore.as_retriever``; here ``filter`` is over the
         documents' metadata, as in :meth:`similarity_search`."""
         search = dict(kwargs.get("search_kwargs") or {})
-        filters = dict(_filter("filters", search.pop("filters", None)) or {})
-        if _filter("filter", search.get("filter")):
+        filters = dict(_ranked.filter_arg("filters", search.pop("filters", None)) or {})
+        if _ranked.filter_arg("filter", search.get("filter")):
             filters["metadata"] = {**filters.get("metadata", {}), **search.pop("filter")}
         search.pop("filter", None)
         return KBRetriever(kb=self._open(), k=search.pop("k", 4), filters=filters or None,

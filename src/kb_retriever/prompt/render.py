@@ -28,7 +28,26 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def _legs(vector_rank: int | None, fts_rank: int | None, fts_ran: bool) -> str:
+    """Where the candidate legs ranked the chunk. The ``keyword`` signal is the rerank's own
+    word match on the chunk, so a chunk the full-text leg did not return can still score it.
+
+    >>> _legs(3, None, True)
+    'vector leg #3, full-text leg: not returned'
+    >>> _legs(None, 1, True), _legs(2, None, False)
+    ('vector leg: not returned, full-text leg #1', 'vector leg #2, full-text leg: off')
+    """
+    vec = "vector leg: not returned" if vector_rank is None else f"vector leg #{vector_rank}"
+    if not fts_ran:
+        fts = "full-text leg: off"
+    else:
+        fts = "full-text leg: not returned" if fts_rank is None else f"full-text leg #{fts_rank}"
+    return f"{vec}, {fts}"
+
+
 def render_result(result: SearchResult, *, explain: bool = False) -> str:
+    strategy = result.meta.get("search_strategy") or {}
+    fts_ran = bool(strategy.get("fts_enabled", True))
     header = (f"  #    score     sim  {'document':<34}  {'type/status':<28}  heading")
     lines = [f"query: {result.query}", "", header]
     for i, hit in enumerate(result.primary, 1):
@@ -39,8 +58,8 @@ def render_result(result: SearchResult, *, explain: bool = False) -> str:
             lines.append(f"        {terms}")
             lines.append(
                 f"        base={s.base:.4f} additive={s.additive:.4f} canonical={s.canonical:.4f}"
-                f" total={s.total:.4f}  (raw sim={_num(s.raw_similarity)}, vec rank={s.vector_rank},"
-                f" fts rank={s.fts_rank}, fused={s.fused_score:.5f})"
+                f" total={s.total:.4f}  (raw sim={_num(s.raw_similarity)}, "
+                f"{_legs(s.vector_rank, s.fts_rank, fts_ran)}, fused={s.fused_score:.5f})"
             )
     if result.expanded:
         lines += ["", "related (graph):"]

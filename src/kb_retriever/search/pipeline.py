@@ -73,10 +73,18 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
     the lexeme statistics (``corpus``) by which the full-text leg chooses its OR lexemes."""
     kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
     estimates = corpus.estimates if corpus is not None else None
-    return q.LegShape(req.scope, kc=kc, min_sim=settings.default_min_similarity,
+    return q.LegShape(req.scope, kc=kc, min_sim=req.legs.floor(settings.default_min_similarity),
                       fts_cap=settings.fts_match_cap,
                       lexemes=LexemeBudget(*estimates) if estimates else None,
                       fts_configs=tuple(fts_configs) if len(fts_configs) > 1 else ())
+
+
+def text_leg(req: SearchRequest, settings: Settings) -> bool:
+    """Whether the full-text leg runs: there is query text, its weight is not 0, and hybrid
+    search is on or the request weighs the leg itself (``Legs.text_weight``)."""
+    explicit = req.legs.text_weight is not None
+    return bool(req.query) and req.legs.weights((1.0, 1.0))[1] > 0 and (
+        settings.hybrid_search_enabled or explicit)
 
 
 def search_plan(req: SearchRequest, settings: Settings) -> Plan:
@@ -183,7 +191,7 @@ def neighbour_floor(top: Sequence[Hit], settings: Settings, calibration: Calibra
 def synonym_groups(req: SearchRequest, settings: Settings,
                    watch: Stopwatch) -> Generator[Fetch, Any, list[list[str]]]:
     """The scope's synonym groups (term first), or none when synonyms are off."""
-    if not settings.synonyms_enabled:
+    if not settings.synonyms_enabled or not req.query:
         return []
     with watch.lap("synonyms"):
         groups: list[list[str]] = yield reads.synonyms(req.scope,
@@ -243,13 +251,16 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
         phrases=tuple(phrases), mention_ids=tuple(sorted(mentions)))
     legs: tuple[Fetch, ...] = (reads.vector_leg(shape, query, filters=req.filters,
                                                 with_doc_ids=with_doc_ids),)
-    if settings.hybrid_search_enabled:
+    weights = req.legs.weights((float(settings.hybrid_semantic_weight),
+                                float(settings.hybrid_fts_weight)))
+    if text_leg(req, settings):
         legs = (reads.keyword_leg(shape, query, mode=mode, filters=req.filters,
                                   with_doc_ids=with_doc_ids), *legs)
     answers = yield Parallel(legs)
     vector, keyword = answers[-1], answers[0] if len(legs) == 2 else None
-    fused, n_pre = fuse_legs(vector, keyword, k=settings.rrf_k, weights=(
-        float(settings.hybrid_semantic_weight), float(settings.hybrid_fts_weight)))
+    fused, n_pre = fuse_legs(vector, keyword, k=settings.rrf_k, weights=weights)
+    if keyword is not None and weights[0] == 0:  # the full-text leg's candidates only
+        fused = [c for c in fused if c.fts_rank is not None]
     return Found(fused, n_pre, mentions, phrases,
                  catalog.corpus.for_query(list(vector.query_lexemes)) if fused else None)
 
@@ -259,7 +270,7 @@ def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, fou
                 catalog: ScopeCatalog, promoted: Sequence[tuple[Any, str]],
                 channel: RejectedChannel | None, cut: int = 0) -> SearchMeta:
     """The search's report (``counts``: expanded, rejected and runner-up hits)."""
-    hybrid = settings.hybrid_search_enabled
+    hybrid = text_leg(req, settings)
     sims = [h.similarity for h in top if h.similarity is not None]
     return SearchMeta(
         primary_count=len(top), expanded_count=counts[0], rejected_count=counts[1],

@@ -19,6 +19,7 @@ from ..filters import SearchFilters
 from ..models import SearchResult
 from ..store import sql as q
 from ..store.reads import Fetch, Parallel
+from .modes import Legs
 
 __all__ = ["Embed", "Fetch", "Parallel", "Plan", "SearchRequest", "arun_plan", "run_plan"]
 
@@ -32,13 +33,14 @@ class Embed:
 
 @dataclass(frozen=True)
 class SearchRequest:
-    query: str
+    query: str  # "" for a search by ``query_embedding`` alone: the vector leg only
     scope: q.Scope
     limit: int
     filters: SearchFilters
     mention_doc_ids: frozenset[int] = frozenset()
     query_embedding: Any = None  # a vector (sequence of floats or numpy array)
     now: datetime | None = None
+    legs: Legs = Legs()
 
 
 Plan = Generator[Fetch | Parallel | Embed, Any, SearchResult]

@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..errors import StoreError
-from ..models import DocumentDraft
+from ..models import DocumentDraft, DocumentSummary, ProjectSummary
 from . import by_id, spaces, stats, writer
 from .connection import atranslated, translated
 from .retry import aretried, retried
@@ -67,6 +67,22 @@ _ADD_SYNONYMS = (
 _PROJECTS = (
     "SELECT project_key, count(*) AS documents FROM kb_documents WHERE tenant_id = %s "
     "GROUP BY project_key ORDER BY project_key"
+)
+# Per project: documents, chunks and the bound model (counted apart: a join would multiply).
+_PROJECT_SUMMARIES = (
+    "SELECT d.project_key, d.documents, coalesce(c.chunks, 0) AS chunks, m.model_id, "
+    "m.dimension FROM (SELECT project_key, count(*) AS documents FROM kb_documents "
+    "WHERE tenant_id = %(tenant)s GROUP BY project_key) d "
+    "LEFT JOIN (SELECT project_key, count(*) AS chunks FROM kb_chunks "
+    "WHERE tenant_id = %(tenant)s GROUP BY project_key) c ON c.project_key = d.project_key "
+    "LEFT JOIN kb_projects p ON p.tenant_id = %(tenant)s AND p.project_key = d.project_key "
+    "LEFT JOIN kb_models m ON m.id = p.model ORDER BY d.project_key"
+)
+_DOCUMENT_SUMMARIES = (
+    "SELECT d.source_path, d.doc_key, d.slug, d.title, d.source_type, d.canonical_type, "
+    "d.canonical_status, (SELECT count(*) FROM kb_chunks c WHERE c.tenant_id = d.tenant_id "
+    "AND c.document_id = d.id) AS chunks FROM kb_documents d "
+    "WHERE d.tenant_id = %s AND d.project_key = %s ORDER BY d.source_path"
 )
 _UNDER_ROOTS = (
     "SELECT source_root, source_path FROM kb_documents WHERE tenant_id = %s "
@@ -275,6 +291,23 @@ class Session:
     def projects(self, tenant: str) -> dict[str, int]:
         """The tenant's projects that hold documents, with their document counts."""
         return {str(p): int(n) for p, n in self.conn.execute(_PROJECTS, [tenant]).fetchall()}
+
+    @_typed_errors
+    def project_summaries(self, tenant: str) -> list[ProjectSummary]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(_PROJECT_SUMMARIES, {"tenant": tenant}).fetchall()
+        return [ProjectSummary(project=r["project_key"], documents=int(r["documents"]),
+                               chunks=int(r["chunks"]), model_id=r["model_id"],
+                               dimension=r["dimension"]) for r in rows]
+
+    @_typed_errors
+    def document_summaries(self, tenant: str, project: str) -> list[DocumentSummary]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(_DOCUMENT_SUMMARIES, [tenant, project]).fetchall()
+        return [DocumentSummary(
+            id=r["source_path"], doc_key=r["doc_key"], slug=r["slug"], title=r["title"],
+            source_type=r["source_type"], canonical_type=r["canonical_type"],
+            canonical_status=r["canonical_status"], chunks=int(r["chunks"])) for r in rows]
 
 
 class AsyncSession:

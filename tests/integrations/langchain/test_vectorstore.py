@@ -189,3 +189,75 @@ def test_names_with_whitespace_are_errors(new_database):
             store.add_texts(["acme's roadmap"])
     finally:
         store.close()
+
+
+TOPICS = ["cache", "queue", "deploy", "lunch", "backup", "billing", "search", "login"]
+
+
+def _many(n: int) -> list[Document]:
+    return [Document(id=f"doc-{i:02d}", page_content=f"Note {i} about the {TOPICS[i % 8]} "
+                     f"service, owned by team {i % 3}.", metadata={"team": str(i % 3)})
+            for i in range(n)]
+
+
+def test_k_results_when_k_exist_with_a_kb_passed_in(new_database):
+    """k=20 over a 24-document project gave 6 with kb=: the similarity floor applied. A
+    vector store returns k when k exist; the floor is an explicit option, and stays on for the
+    retriever."""
+    import asyncio
+
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=new_database())
+    with kb:
+        store = KBVectorStore.from_documents(_many(24), kb=kb)
+        assert kb.settings.default_min_similarity > 0  # the knowledge base keeps its floor
+        docs = store.similarity_search("cache layer", k=20)
+        assert len(docs) == len({d.id for d in docs}) == 20
+        assert len(store.similarity_search("cache layer", k=30)) == 24
+        assert len(asyncio.run(store.asimilarity_search("cache layer", k=20))) == 20
+        assert len(store.similarity_search("cache", k=20, filter={"team": "1"})) == 8
+        vec = kb.embedder.embed_query("cache layer")
+        assert len(store.similarity_search_by_vector(vec, k=20)) == 20
+        assert len(store.max_marginal_relevance_search("cache", k=20, fetch_k=24)) == 20
+        floored = KBVectorStore(kb=kb, min_similarity=0.3)
+        assert len(floored.similarity_search("cache layer", k=20)) < 20
+        assert len(store.as_retriever(search_kwargs={"k": 20}).invoke(
+            "cache layer")) < 20
+
+
+def test_searches_by_vector(new_database):
+    """similarity_search_by_vector raised NotImplementedError; with score, MMR and the async
+    twins, a query vector alone (no text) runs the vector leg and the trust gradient."""
+    import asyncio
+
+    from kb_retriever import EmbeddingError
+
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=new_database())
+    with kb:
+        store = KBVectorStore.from_documents(DECISIONS, kb=kb)
+        vec = kb.embedder.embed_query("shared cache layer")
+        docs = store.similarity_search_by_vector(vec, k=3)
+        # the accepted decision outranks the superseded one by vector alone, too
+        ids = [d.id for d in docs]
+        assert ids[0] == "dec-v2" and docs[0] == DECISIONS[1] and len(set(ids)) == 3
+        assert ids.index("dec-v1") > ids.index("dec-v2")
+        pairs = store.similarity_search_with_score_by_vector(vec, k=3)
+        assert [d.id for d, _ in pairs] == ids and pairs[0][1] > pairs[1][1] >= pairs[2][1]
+        assert [d.id for d in store.similarity_search_by_vector(
+            vec, k=3, filter={"team": "office"})] == ["note"]
+        assert {d.id for d in store.similarity_search_by_vector(
+            vec, k=3, filters={"canonical_types": ["decision"]})} == {"dec-v1", "dec-v2"}
+        assert [d.id for d in asyncio.run(store.asimilarity_search_by_vector(vec, k=3))] == ids
+        apairs = asyncio.run(store.asimilarity_search_with_score_by_vector(vec, k=3))
+        assert [(d.id, round(s, 9)) for d, s in apairs] == [(d.id, round(s, 9))
+                                                            for d, s in pairs]
+        mmr = store.max_marginal_relevance_search_by_vector(vec, k=2, fetch_k=3,
+                                                            lambda_mult=1.0)
+        assert [d.id for d in mmr] == ids[:2]
+        assert [d.id for d in asyncio.run(store.amax_marginal_relevance_search_by_vector(
+            vec, k=2, fetch_k=3, lambda_mult=1.0))] == ids[:2]
+        # relevance scores: the final scores as they are (higher is better)
+        rel = store.similarity_search_with_relevance_scores("shared cache layer", k=2)
+        assert [s for _, s in rel] == [s for _, s in store.similarity_search_with_score(
+            "shared cache layer", k=2)]
+        with pytest.raises(EmbeddingError):
+            store.similarity_search_by_vector([0.1] * 3, k=2)  # not the model's dimension

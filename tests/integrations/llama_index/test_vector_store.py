@@ -120,8 +120,8 @@ def test_metadata_filters_nested_and_or(index):
     with pytest.raises(FilterError, match="'any' is not supported"):
         ids(MetadataFilters(filters=[MetadataFilter(key="team", value=["o"],
                                                     operator=FilterOperator.ANY)]))
-    with pytest.raises(InputError, match="query_str"):
-        store.query(VectorStoreQuery(query_embedding=[0.1] * 256))
+    with pytest.raises(InputError, match="query_str or query_embedding"):
+        store.query(VectorStoreQuery(similarity_top_k=2))
 
 
 def test_get_and_delete_nodes_by_filters(index):
@@ -200,3 +200,149 @@ def test_wrong_arguments_are_typed_errors(index):
         KBVectorStore(store.client, project=" docs ").add(
             [TextNode(text="redis", id_="n1")])
     assert snapshot(store.client.url) == before
+
+
+def test_canonical_fields_filter_alike_on_the_store_and_the_retriever(index):
+    """The README's MetadataFilter(key="canonical_type", value="decision") returned [] on the
+    store, silently: it read every key as node metadata."""
+    from llama_index.retrievers.kb import KBRetriever
+
+    store: KBVectorStore = index.vector_store
+    embed = KBCoreEmbedding(store.client.embedder)
+    cases = [
+        (MetadataFilters(filters=[MetadataFilter(key="canonical_type", value="decision")]),
+         {"dec-v1", "dec-v2"}),
+        (MetadataFilters(filters=[MetadataFilter(key="canonical_status", value="accepted")]),
+         {"dec-v2"}),
+        (MetadataFilters(filters=[MetadataFilter(key="canonical_status", value="superseded",
+                                                 operator=FilterOperator.NE)]),
+         {"dec-v2", "lunch"}),
+        (MetadataFilters(filters=[MetadataFilter(key="slug", value="dec-cache-v1")]),
+         {"dec-v1"}),
+        (MetadataFilters(filters=[  # a document field and a metadata key together
+            MetadataFilter(key="canonical_type", value="decision"),
+            MetadataFilter(key="level", value=2, operator=FilterOperator.GTE)]), {"dec-v2"}),
+    ]
+    retriever = KBRetriever(store.client, similarity_top_k=5)
+    for filters, expected in cases:
+        q = VectorStoreQuery(query_str="shared cache", similarity_top_k=5, filters=filters,
+                             query_embedding=embed.get_query_embedding("shared cache"))
+        assert {n.ref_doc_id for n in store.query(q).nodes} == expected, filters
+        got = retriever.with_filters(filters).retrieve("shared cache")
+        assert {n.node.metadata["kb"]["document"]["source_path"] for n in got} == expected
+        assert {n.node.ref_doc_id for n in index.as_retriever(
+            similarity_top_k=5, filters=filters).retrieve("shared cache")} == expected
+    # get_nodes / delete_nodes read them the same way
+    assert {n.ref_doc_id for n in store.get_nodes(filters=cases[1][0])} == {"dec-v2"}
+
+
+def _query(store, text, **kw):
+    embed = KBCoreEmbedding(store.client.embedder)
+    return VectorStoreQuery(query_str=text, query_embedding=embed.get_query_embedding(text),
+                            **kw)
+
+
+def test_query_modes_are_honoured(index):
+    from kb_retriever import ConfigError
+
+    store: KBVectorStore = index.vector_store
+
+    def ids(text, **kw):
+        return [n.ref_doc_id for n in store.query(_query(store, text, **kw)).nodes]
+
+    # "snack upstairs" is in one text only: the full-text leg finds it alone
+    assert ids("snack upstairs", similarity_top_k=3, mode="text_search") == ["lunch"]
+    assert ids("snack upstairs", similarity_top_k=3, mode="hybrid", alpha=0.0) == ["lunch"]
+    # the vector leg returns every node however far (no floor): top_k when top_k exist
+    assert len(ids("snack upstairs", similarity_top_k=3)) == 3
+    assert len(ids("snack upstairs", similarity_top_k=3, mode="hybrid", alpha=1.0)) == 3
+    assert len(ids("snack upstairs", similarity_top_k=3, mode="hybrid")) == 3
+    assert ids("which shared cache layer?", similarity_top_k=2, mode="mmr",
+               mmr_threshold=1.0) == ids("which shared cache layer?", similarity_top_k=2)
+    for mode in ("svm", "logistic_regression", "linear_regression", "sparse",
+                 "semantic_hybrid"):
+        with pytest.raises(InputError, match=f"'{mode}' is not supported.*hybrid"):
+            ids("cache", mode=mode)
+    with pytest.raises(ConfigError, match="alpha"):
+        ids("cache", mode="hybrid", alpha=1.5)
+    with pytest.raises(ConfigError, match="mmr_threshold"):
+        ids("cache", mode="mmr", mmr_threshold=-0.1)
+    with pytest.raises(InputError, match="needs query_str"):
+        store.query(VectorStoreQuery(query_embedding=[0.1] * 256, mode="text_search"))
+
+
+def test_mmr_mode_trades_relevance_for_diversity(make_kb):
+    kb = make_kb(embedder=HashingEmbedder(256))
+    store = KBVectorStore(kb)
+    VectorStoreIndex.from_documents([
+        Document(doc_id="a", text="Redis cluster is the shared cache layer for the API."),
+        Document(doc_id="a-copy", text="Redis cluster is the shared cache layer for the API "
+                                       "gateway."),
+        Document(doc_id="other", text="Lunch is at noon near the shared kitchen."),
+    ], storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=KBCoreEmbedding(kb.embedder))
+    text = "shared cache layer redis cluster"
+    plain = [n.ref_doc_id for n in store.query(_query(store, text, similarity_top_k=3)).nodes]
+    diverse = store.query(_query(store, text, similarity_top_k=2, mode="mmr",
+                                 mmr_threshold=0.1), mmr_prefetch_k=3)
+    assert [n.ref_doc_id for n in diverse.nodes] == [plain[0], "other"]
+
+
+async def test_queries_by_embedding_alone(make_kb):
+    """A query with an embedding and no query_str raised InputError; it runs the vector leg
+    alone, sync and async, and returns similarity_top_k when they exist."""
+    kb = make_kb(embedder=HashingEmbedder(256))
+    store = KBVectorStore(kb)
+    embed = KBCoreEmbedding(kb.embedder)
+    topics = ["cache", "queue", "deploy", "lunch", "backup", "billing", "search", "login"]
+    nodes = [TextNode(id_=f"n{i:02d}", text=f"Note {i} about the {topics[i % 8]} service.",
+                      embedding=embed.get_text_embedding(f"Note {i} about the "
+                                                         f"{topics[i % 8]} service."))
+             for i in range(24)]
+    store.add(nodes)
+    vec = embed.get_query_embedding("cache layer")
+    q = VectorStoreQuery(query_embedding=vec, similarity_top_k=20)
+    result = store.query(q)
+    assert len(result.ids) == len(set(result.ids)) == 20
+    assert result.nodes[0].text.endswith("cache service.")
+    assert (await store.aquery(q)).ids == result.ids
+    assert len(store.query(_query(store, "cache layer", similarity_top_k=20)).ids) == 20
+    floored = KBVectorStore(kb, min_similarity=0.3)
+    assert len(floored.query(q).ids) < 20  # the floor, when asked for
+    await kb.aclose()
+    kb.open()
+
+
+def test_the_postprocessor_does_not_lift_a_superseded_adr_over_its_successor(make_kb):
+    """On the store's own nodes (canonical fields under metadata["kb"]["document"], the
+    top-level keys are the user's ``type`` / ``status``), the postprocessor ranks the accepted
+    ADR above the superseded one it replaced, in whatever order the nodes come; it used to read
+    the top level only and rank the superseded ADR first (issue 28)."""
+    from llama_index.core.schema import NodeWithScore
+    from llama_index.postprocessor.kb import KBNodePostprocessor
+
+    kb = make_kb(embedder=HashingEmbedder(256))
+    store = KBVectorStore(kb)
+    index = VectorStoreIndex.from_documents([
+        Document(doc_id="adr-1", text="The session cache layer is Memcached on every host.",
+                 metadata={"slug": "adr-0001-session-cache", "type": "decision",
+                           "status": "superseded",
+                           "superseded_by": ["[[adr-0002-session-cache]]"]}),
+        Document(doc_id="adr-2", text="The session cache layer is a Redis cluster.",
+                 metadata={"slug": "adr-0002-session-cache", "type": "decision",
+                           "status": "accepted", "supersedes": ["[[adr-0001-session-cache]]"]}),
+    ], storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=KBCoreEmbedding(kb.embedder))
+    question = "which session cache layer on every host?"
+    nodes = index.as_retriever(similarity_top_k=2).retrieve(question)
+    assert {n.node.ref_doc_id for n in nodes} == {"adr-1", "adr-2"}
+    assert "canonical_type" not in nodes[0].node.metadata  # under metadata["kb"] only
+    for order in (nodes, list(reversed(nodes))):
+        out = KBNodePostprocessor(top_n=2).postprocess_nodes(order, query_str=question)
+        assert [n.node.ref_doc_id for n in out] == ["adr-2", "adr-1"]
+        assert out[1].metadata["kb"]["scores"]["canonical_penalty"] > 0
+    # the same nodes without their kb record: no trust gradient, the better match wins
+    bare = [NodeWithScore(node=n.node.model_copy(update={"metadata": {
+        k: v for k, v in n.node.metadata.items() if k != "kb"}}), score=n.score) for n in nodes]
+    out = KBNodePostprocessor(top_n=2).postprocess_nodes(bare, query_str=question)
+    assert [n.node.ref_doc_id for n in out][0] == "adr-1"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
@@ -20,16 +22,21 @@ from kb_retriever import (
     ChunkRecord,
     ConfigError,
     Hit,
-    InputError,
     KnowledgeBase,
     SearchResult,
 )
 from kb_retriever.interop import hit_metadata
+from kb_retriever.ranking.mmr import mmr_order
+from kb_retriever.search.modes import Legs
 from kb_retriever.write.from_memory import frontmatter_fields
 
 from .filters import to_kb_filters
+from .modes import Mode, resolve_mode
 
 __all__ = ["KBVectorStore"]
+
+# Chunks asked for per node returned: the per-document cap keeps a few chunks of one document.
+_CHUNKS_PER_NODE = 3
 
 class KBVectorStore(BasePydanticVectorStore):
     """LlamaIndex nodes in a kb-retriever knowledge base; queries ranked by its pipeline.
@@ -40,10 +47,26 @@ class KBVectorStore(BasePydanticVectorStore):
     ``tags`` …) come from the nodes' metadata, so the trust gradient applies to every query:
     hybrid candidates (the query text's full-text leg plus the query embedding's vector leg),
     rerank with the canonical adjustment, the per-document cap. ``MetadataFilters`` (nested
-    AND / OR / NOT; ``== != > >= < <= in nin``) and ``doc_ids`` are applied in SQL. Each node
+    AND / OR / NOT; ``== != > >= < <= in nin``, ``any all contains`` on ``tags``) and
+    ``doc_ids`` are applied in SQL, read as ``KBRetriever`` reads them: a key that names a
+    document field (``canonical_type``, ``canonical_status``, ``slug``, ``tags``,
+    ``retrieval_priority`` …) filters that field, any other key the node's metadata. Each node
     a query returns carries the hit's ``metadata["kb"]`` record (``kb.scores``, the breakdown;
     ``kb.document``, the canonical fields; ``kb.similarity``), hidden from the LLM and the
     embedder, so ``KBNodePostprocessor`` keeps its trust gradient.
+
+    Query modes (``vector_store_query_mode``): DEFAULT (the pipeline as configured), HYBRID
+    (``alpha`` is the vector leg's fusion weight, ``1 - alpha`` the full-text leg's),
+    TEXT_SEARCH (the full-text leg's matches), MMR (``mmr_threshold`` is lambda); any other
+    mode raises :class:`kb_retriever.InputError`. A query with ``query_embedding`` and no
+    ``query_str`` runs the vector leg alone.
+
+    A query returns ``similarity_top_k`` nodes whenever that many exist (after filters),
+    however dissimilar, as vector stores do: no similarity floor unless ``min_similarity``, and
+    the search's runner-ups fill up. Where it differs from LlamaIndex's ``PGVectorStore``, on
+    purpose: ``similarities`` are the pipeline's final scores (the rerank with the trust
+    gradient), not cosines (each node's cosine is ``metadata["kb"]["similarity"]``); a node's
+    document is capped to a few chunks while other documents are left.
 
     The knowledge base must be open; the store never closes it.
 
@@ -68,15 +91,17 @@ class KBVectorStore(BasePydanticVectorStore):
     flat_metadata: bool = False
     project: str | None = None
     tenant: str | None = None
+    min_similarity: float | None = None
 
     _kb: KnowledgeBase = PrivateAttr()
 
     def __init__(self, kb: KnowledgeBase, *, project: str | None = None,
-                 tenant: str | None = None) -> None:
+                 tenant: str | None = None, min_similarity: float | None = None) -> None:
         if not isinstance(kb, KnowledgeBase):
             raise ConfigError(f"KBVectorStore takes an open kb_retriever.KnowledgeBase, not "
                               f"{type(kb).__name__}: KBVectorStore(KnowledgeBase().open())")
-        super().__init__(project=project, tenant=tenant)
+        Legs(min_similarity=min_similarity)  # checked here, not at the first query
+        super().__init__(project=project, tenant=tenant, min_similarity=min_similarity)
         self._kb = kb
 
     @classmethod
@@ -180,29 +205,53 @@ class KBVectorStore(BasePydanticVectorStore):
         return [_node(c.id, c.document_id, c.text, c.metadata)
                 for c in await self._kb.aget_chunks(**selection, **self._scope())]
 
-    def _search_args(self, query: VectorStoreQuery) -> dict[str, Any]:
-        if not query.query_str or not query.query_str.strip():
-            raise InputError("KBVectorStore.query needs query_str: the pipeline's full-text "
-                             "leg and rerank read the query text")
+    def _search(self, query: VectorStoreQuery, kwargs: dict[str, Any]
+                ) -> tuple[Mode, dict[str, Any]]:
+        """The query's mode and the arguments of its search."""
+        floor = -1.0 if self.min_similarity is None else self.min_similarity
+        mode = resolve_mode(query, self._kb.settings, floor=floor, kwargs=kwargs)
         filters = to_kb_filters(query.filters, doc_ids=query.doc_ids)
-        return {"limit": query.similarity_top_k, "filters": filters,
-                "query_embedding": query.query_embedding, **self._scope()}
+        # chunks per document are capped: ask for enough to fill top_k (or fetch_k) documents
+        limit = min(mode.fetch_k * _CHUNKS_PER_NODE, self._kb.settings.max_limit)
+        return mode, {"limit": limit, "filters": filters, "legs": mode.legs,
+                      "query_embedding": query.query_embedding, **self._scope()}
 
-    @staticmethod
-    def _result(result: SearchResult, query: VectorStoreQuery) -> VectorStoreQueryResult:
-        hits = [h for h in result.primary
-                if not query.node_ids or (h.chunk_uid or h.uid) in query.node_ids]
+    def _result(self, result: SearchResult, query: VectorStoreQuery,
+                mode: Mode) -> VectorStoreQueryResult:
+        # The primary hits, then the runner-ups: top_k when top_k exist (a search keeps its
+        # weakest hits as runner-ups).
+        seen: set[str] = set()
+        hits = []
+        for hit in (*result.primary, *result.runner_up):
+            node_id = hit.chunk_uid or hit.uid
+            if node_id not in seen and (not query.node_ids or node_id in query.node_ids):
+                seen.add(node_id)
+                hits.append(hit)
+        if mode.mmr_lambda is not None:
+            hits = hits[:mode.fetch_k]
+            vectors = np.asarray(self._kb.embedder.embed_documents([h.text for h in hits]),
+                                 dtype=np.float32) if hits else np.zeros((0, 1))
+            hits = [hits[i] for i in mmr_order([h.score for h in hits], vectors,
+                                                query.similarity_top_k, mode.mmr_lambda)]
+        hits = hits[:query.similarity_top_k]
         nodes = [_hit_node(h) for h in hits]
         return VectorStoreQueryResult(nodes=nodes, similarities=[h.score for h in hits],
                                       ids=[n.node_id for n in nodes])
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        return self._result(self._kb.search(query.query_str or "", **self._search_args(query)),
-                            query)
+        """Run the pipeline for ``query`` (module ``modes``: DEFAULT, HYBRID with ``alpha``,
+        TEXT_SEARCH, MMR with ``mmr_threshold``; other modes raise ``InputError``). A query
+        with ``query_embedding`` and no ``query_str`` runs the vector leg alone."""
+        mode, args = self._search(query, kwargs)
+        return self._result(self._kb.search(mode.text, **args), query, mode)
 
     async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        args = self._search_args(query)
-        return self._result(await self._kb.asearch(query.query_str or "", **args), query)
+        mode, args = self._search(query, kwargs)
+        result = await self._kb.asearch(mode.text, **args)
+        if mode.mmr_lambda is None:
+            return self._result(result, query, mode)
+        # MMR embeds the candidates again, and the embedder is synchronous: keep the loop free
+        return await asyncio.to_thread(self._result, result, query, mode)
 
 
 def _node(node_id: str, doc_id: str, text: str, metadata: Any) -> BaseNode:

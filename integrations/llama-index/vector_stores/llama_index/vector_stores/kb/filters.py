@@ -1,7 +1,11 @@
-"""LlamaIndex ``MetadataFilters`` as kb-retriever filters (``{"metadata": {...}}``).
+"""LlamaIndex ``MetadataFilters`` as kb-retriever filters, read as the retriever reads them.
 
-The conversion is the retriever's (``llama_index.retrievers.kb.filters``), with every key read
-as node metadata: the core parses the ``metadata`` dimension with the same expression parser.
+The conversion is the retriever's (``llama_index.retrievers.kb.filters``): a key that names a
+document field (``canonical_type``, ``canonical_status``, ``slug``, ``tags``,
+``retrieval_priority`` … :data:`kb_retriever.filters.expressions.TYPED_FIELDS`) filters that
+field of the node's document, any other key the node's metadata. So the README's
+``MetadataFilter(key="canonical_type", value="decision")`` means the same on the store and on
+the retriever (the store used to read every key as node metadata and returned nothing).
 """
 
 from __future__ import annotations
@@ -20,14 +24,15 @@ def to_kb_filters(filters: MetadataFilters | None, *,
     ids, stored in each node's metadata by ``node_to_metadata_dict``).
 
     >>> from llama_index.core.vector_stores.types import MetadataFilter
-    >>> to_kb_filters(MetadataFilters(filters=[MetadataFilter(key="team", value="sre")]))
-    {'metadata': {'team': {'$eq': 'sre'}}}
+    >>> to_kb_filters(MetadataFilters(filters=[MetadataFilter(key="canonical_type",
+    ...                                                       value="decision")]))
+    {'$and': [{'canonical_type': {'$eq': 'decision'}}]}
     """
     parts: list[dict[str, Any]] = []
     if filters is not None and filters.filters:
-        parts.append(metadata_filters_to_expression(filters, list_fields=frozenset()))
+        parts.append(metadata_filters_to_expression(filters))
     if doc_ids:
-        parts.append({"ref_doc_id": {"$in": list(doc_ids)}})
+        parts.append({"ref_doc_id": {"$in": list(doc_ids)}})  # a metadata key
     if not parts:
         return None
-    return {"metadata": parts[0] if len(parts) == 1 else {"$and": parts}}
+    return {"$and": parts}

@@ -1,0 +1,79 @@
+"""What :class:`~langchain_kb_retriever.KBVectorStore`'s searches share: their arguments, the
+documents a result ranks (one per stored document or part, k when k exist) and MMR's pick."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from langchain_core.documents import Document
+
+from kb_retriever import ConfigError, FilterError, Hit, KnowledgeBase, SearchResult
+from kb_retriever.ranking.mmr import mmr_order
+from kb_retriever.search.modes import Legs
+
+from . import _units
+
+__all__ = ["best_hits", "check_mmr", "filter_arg", "mmr_hits", "search_args", "with_scores"]
+
+# A search asks for this many chunks per document it returns: the per-document cap keeps up to
+# a few chunks of one document in the top-k, and the store returns each document once.
+_CHUNKS_PER_DOCUMENT = 3
+
+
+def filter_arg(name: str, value: Any) -> Mapping[str, Any] | None:
+    """``value`` if it is a mapping or None (no filter), else :class:`FilterError`."""
+    if value is not None and not isinstance(value, Mapping):
+        raise FilterError(f"{name} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def search_args(kb: KnowledgeBase, k: int, filter: Mapping[str, Any] | None,
+                filters: Mapping[str, Any] | None, legs: Legs) -> dict[str, Any]:
+    """``KnowledgeBase.search`` arguments for the top ``k`` documents (scope apart)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"k must be a positive integer, got {k!r}")
+    merged = dict(filter_arg("filters", filters) or {})
+    filter = filter_arg("filter", filter)
+    if filter:
+        merged["metadata"] = {**merged.get("metadata", {}), **filter}
+    limit = min(k * _CHUNKS_PER_DOCUMENT, kb.settings.max_limit)
+    return {"limit": limit, "filters": merged or None, "legs": legs}
+
+
+def best_hits(result: SearchResult, k: int) -> list[Hit]:
+    """The best chunk of each of the first ``k`` documents (or parts): the primary hits, then
+    the runner-ups, so the store returns k when k exist (a search keeps its weakest hits as
+    runner-ups)."""
+    best: dict[str, Hit] = {}
+    for hit in (*result.primary, *result.runner_up):
+        best.setdefault(_units.unit_id(hit), hit)
+    return list(best.values())[:k]
+
+
+def with_scores(hits: Sequence[Hit], stored: list[Document]) -> list[tuple[Document, float]]:
+    """The ``stored`` documents in the order of ``hits``, each with its hit's final score."""
+    by_id = {d.id: d for d in stored}
+    pairs = ((_units.unit_id(h), h.score) for h in hits)
+    return [(by_id[i], score) for i, score in pairs if i in by_id]
+
+
+def check_mmr(fetch_k: int, lambda_mult: float) -> None:
+    if isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1:
+        raise ConfigError(f"fetch_k must be a positive integer, got {fetch_k!r}")
+    if isinstance(lambda_mult, bool) or not isinstance(lambda_mult, int | float) \
+            or not 0.0 <= lambda_mult <= 1.0:
+        raise ConfigError(f"lambda_mult must be between 0 and 1, got {lambda_mult!r}")
+
+
+def mmr_hits(kb: KnowledgeBase, result: SearchResult, k: int, fetch_k: int,
+             lambda_mult: float) -> list[Hit]:
+    """``k`` of the first ``fetch_k`` documents in MMR order: relevance is the pipeline's final
+    score, similarity the cosine between the documents' best chunks (embedded again, as
+    LangChain's stores do with their stored vectors)."""
+    hits = best_hits(result, fetch_k)
+    if not hits:
+        return []
+    vectors = np.asarray(kb.embedder.embed_documents([h.text for h in hits]), dtype=np.float32)
+    return [hits[i] for i in mmr_order([h.score for h in hits], vectors, k, lambda_mult)]

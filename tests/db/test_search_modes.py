@@ -1,0 +1,84 @@
+"""Searches by embedding alone and per-search leg choices (``kb_retriever.search.modes.Legs``):
+what the adapters' vector-store modes run on."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kb_retriever import ConfigError, InputError
+from kb_retriever.search.modes import Legs
+
+pytestmark = pytest.mark.db
+
+TEXTS = {
+    "redis": "Redis cluster is the shared cache layer for the API.",
+    "kafka": "Kafka is the event queue; topics keep seven days of events.",
+    "lunch": "Lunch is at noon near the shared kitchen.",
+    "deploy": "Deploys freeze on Fridays after noon.",
+}
+
+
+@pytest.fixture
+def kb(make_kb):
+    kb = make_kb()
+    kb.add_documents([{"text": t, "id": i} for i, t in TEXTS.items()])
+    return kb
+
+
+def _ids(result):
+    return [h.document.source_path for h in result.primary]
+
+
+@pytest.mark.parametrize("query", [None, "", "   "])
+def test_a_search_by_embedding_alone_runs_the_vector_leg(kb, query):
+    vec = kb.embedder.embed_query("shared cache layer redis")
+    result = kb.search(query, query_embedding=vec, limit=4, legs=Legs(min_similarity=-1.0))
+    assert _ids(result)[0] == "redis"
+    assert len({*_ids(result)}) == 4  # no floor: every document, however far
+    assert result.meta.search_strategy.fts_enabled is False
+    assert all(h.scores.to_dict().get("keyword", 0.0) == 0.0 for h in result.primary)
+    again = asyncio.run(kb.asearch(query, query_embedding=vec, limit=4,
+                                   legs=Legs(min_similarity=-1.0)))
+    assert _ids(again) == _ids(result)
+
+
+def test_text_is_still_required_without_an_embedding(kb):
+    for query in (None, "", "  "):
+        with pytest.raises(InputError):
+            kb.search(query)
+
+
+def test_the_floor_is_a_per_search_choice(kb):
+    vec = kb.embedder.embed_query("shared cache layer redis")
+    floored = kb.search(None, query_embedding=vec, limit=4, legs=Legs(min_similarity=0.99))
+    assert _ids(floored) == []
+    assert len(_ids(kb.search(None, query_embedding=vec, limit=4,
+                              legs=Legs(min_similarity=-1.0)))) == 4
+
+
+def test_text_weight_zero_runs_the_vector_leg_only(kb):
+    result = kb.search("kafka event queue", limit=4, legs=Legs(text_weight=0.0,
+                                                               min_similarity=-1.0))
+    assert result.meta.search_strategy.fts_enabled is False
+    assert len(_ids(result)) == 4  # the vector leg's neighbours, not only the text's matches
+
+
+def test_vector_weight_zero_keeps_the_full_text_matches_only(kb):
+    result = kb.search("kafka topics", limit=4, legs=Legs(vector_weight=0.0, text_weight=1.0,
+                                                          min_similarity=-1.0))
+    assert _ids(result) == ["kafka"]
+    with pytest.raises(InputError, match="needs query text"):
+        kb.search(None, query_embedding=kb.embedder.embed_query("x"),
+                  legs=Legs(vector_weight=0.0))
+
+
+def test_bad_legs_are_config_errors(kb):
+    for bad in ({"vector_weight": -1}, {"text_weight": float("nan")},
+                {"vector_weight": 0, "text_weight": 0}, {"min_similarity": 2},
+                {"vector_weight": True}):
+        with pytest.raises(ConfigError):
+            Legs(**bad)
+    with pytest.raises(ConfigError, match="Legs"):
+        kb.search("cache", legs={"text_weight": 0})  # type: ignore[arg-type]
