@@ -21,9 +21,10 @@ from psycopg.rows import dict_row
 from kb_retriever import KnowledgeBase, Settings
 from kb_retriever.models import ChunkDraft, DocumentDraft
 from kb_retriever.ranking.bm25 import CorpusLexemes
+from kb_retriever.search.modes import Legs
 from kb_retriever.store import sql as q
 from kb_retriever.store.fulltext import tsvector as fts
-from kb_retriever.store.writer import write_document
+from kb_retriever.write.bulk import bulk_load
 
 logger = logging.getLogger("beir.kb")
 
@@ -32,36 +33,36 @@ PROJECT = "scifact"
 
 def load_corpus(kb: KnowledgeBase, ids: Sequence[str], titles: Sequence[str],
                 bodies: Sequence[str], vectors: np.ndarray) -> dict[str, int]:
-    """Write every abstract as one document with its precomputed vector. Returns status counts."""
-    counts: dict[str, int] = {}
+    """Write every abstract as one document with its precomputed vector, through the public
+    bulk loader (binary COPY, the knowledge base's model). Returns status counts."""
     started = time.perf_counter()
-    with kb._require_pool().connection() as conn:
-        for n, (doc_id, title, body, vec) in enumerate(
-            zip(ids, titles, bodies, vectors, strict=True), start=1
-        ):
+
+    def items():
+        for doc_id, title, body, vec in zip(ids, titles, bodies, vectors, strict=True):
             text = body if body.strip() else title
-            draft = DocumentDraft(
+            yield PROJECT, DocumentDraft(
                 source_path=f"{doc_id}.md", doc_key=doc_id, title=title or doc_id,
                 source_type="markdown",
                 content_hash=hashlib.sha256(f"{title}\n{body}".encode()).hexdigest(),
                 chunks=(ChunkDraft(order=0, text=text, heading_path=title),),
-            )
-            status = write_document(conn, tenant=kb.tenant, project=PROJECT, draft=draft,
-                                    embeddings=[vec])
-            counts[status] = counts.get(status, 0) + 1
-            if n % 1000 == 0:
-                logger.info("kb-retriever: wrote %d/%d documents (%.0fs)", n, len(ids),
-                            time.perf_counter() - started)
-        conn.execute("ANALYZE kb_chunks")
-        conn.execute("ANALYZE kb_documents, kb_chunks")  # kb_chunks: lexeme stats for BM25 idf
-    return counts
+            ), [vec]
+
+    report = bulk_load(kb.url, items(), tenant=kb.tenant, embedder=kb.embedder)
+    logger.info("kb-retriever: wrote %d documents in %.0fs", report.documents,
+                time.perf_counter() - started)
+    return {"inserted": report.documents, "updated": report.updated,
+            "unchanged": report.unchanged}
 
 
-def kb_search(kb: KnowledgeBase):
-    """search(query, qvec, k) through the public API (the timed path)."""
+def kb_search(kb: KnowledgeBase, *, cutoff: float | None = 0.0):
+    """search(query, qvec, k) through the public API (the timed path). SciFact scores a ranked
+    list of k documents, as the peers' vector stores return them: the adaptive cutoff (which
+    trims a prompt, decision 0014) is off unless ``cutoff`` says otherwise (None: the
+    settings')."""
+    legs = Legs(context_cutoff=cutoff)
 
     def search(query: str, qvec: np.ndarray, k: int) -> list[str]:
-        res = kb.search(query, limit=k, project=PROJECT, query_embedding=qvec)
+        res = kb.search(query, limit=k, project=PROJECT, query_embedding=qvec, legs=legs)
         return [h.document.doc_key for h in res.primary]
 
     return search

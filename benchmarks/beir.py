@@ -166,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                "hybrid off, rerank off, no similarity floor: plain HNSW top-k")
     fts, close = _kb.fts_search(kb.url, base)
     record("kb-retriever FTS only", fts, "the hybrid leg's OR tsquery, ts_rank(tsv, q, 1)", close=close)
-    record("kb-retriever defaults", _kb.kb_search(kb), "Settings() defaults")
+    record("kb-retriever defaults", _kb.kb_search(kb),
+           "Settings() defaults, k documents (the adaptive cutoff off, as the peers return k)")
+    record("kb-retriever defaults, adaptive cutoff on", _kb.kb_search(kb, cutoff=None),
+           "Settings() defaults as a prompt gets them: weak documents leave the top k")
 
     if not args.skip_peers:
         lookup = peers.VectorLookup(embedder, {

@@ -87,7 +87,9 @@ def test_searches_answer_as_on_one_server(citus: Cluster, new_database: Callable
 def test_every_one_tenant_statement_runs_on_one_shard(citus: Cluster, tmp_path: Path) -> None:
     url = citus.new_database()
     (tmp_path / "a.md").write_text("---\nslug: dec-a\ntype: decision\nstatus: accepted\n"
-                                   "related: ['[[dec-b]]']\n---\n# Redis\n\nRedis is the cache.\n")
+                                   # a typed edge: expansion needs no evidence (decision 0014)
+                                   "depends_on: ['[[dec-b]]']\n---\n# Redis\n\nRedis is the "
+                                   "cache.\n")
     (tmp_path / "b.md").write_text("---\nslug: dec-b\ntype: decision\nstatus: accepted\n---\n"
                                    "# Kafka\n\nKafka carries the events.\n")
     kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url,

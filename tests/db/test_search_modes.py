@@ -34,13 +34,14 @@ def _ids(result):
 @pytest.mark.parametrize("query", [None, "", "   "])
 def test_a_search_by_embedding_alone_runs_the_vector_leg(kb, query):
     vec = kb.embedder.embed_query("shared cache layer redis")
-    result = kb.search(query, query_embedding=vec, limit=4, legs=Legs(min_similarity=-1.0))
+    result = kb.search(query, query_embedding=vec, limit=4,
+                       legs=Legs(min_similarity=-1.0, context_cutoff=0))
     assert _ids(result)[0] == "redis"
     assert len({*_ids(result)}) == 4  # no floor: every document, however far
     assert result.meta.search_strategy.fts_enabled is False
     assert all(h.scores.to_dict().get("keyword", 0.0) == 0.0 for h in result.primary)
     again = asyncio.run(kb.asearch(query, query_embedding=vec, limit=4,
-                                   legs=Legs(min_similarity=-1.0)))
+                                   legs=Legs(min_similarity=-1.0, context_cutoff=0)))
     assert _ids(again) == _ids(result)
 
 
@@ -55,12 +56,13 @@ def test_the_floor_is_a_per_search_choice(kb):
     floored = kb.search(None, query_embedding=vec, limit=4, legs=Legs(min_similarity=0.99))
     assert _ids(floored) == []
     assert len(_ids(kb.search(None, query_embedding=vec, limit=4,
-                              legs=Legs(min_similarity=-1.0)))) == 4
+                              legs=Legs(min_similarity=-1.0, context_cutoff=0)))) == 4
 
 
 def test_text_weight_zero_runs_the_vector_leg_only(kb):
     result = kb.search("kafka event queue", limit=4, legs=Legs(text_weight=0.0,
-                                                               min_similarity=-1.0))
+                                                               min_similarity=-1.0,
+                                                               context_cutoff=0))
     assert result.meta.search_strategy.fts_enabled is False
     assert len(_ids(result)) == 4  # the vector leg's neighbours, not only the text's matches
 
@@ -77,7 +79,7 @@ def test_vector_weight_zero_keeps_the_full_text_matches_only(kb):
 def test_bad_legs_are_config_errors(kb):
     for bad in ({"vector_weight": -1}, {"text_weight": float("nan")},
                 {"vector_weight": 0, "text_weight": 0}, {"min_similarity": 2},
-                {"vector_weight": True}):
+                {"vector_weight": True}, {"context_cutoff": 1.5}):
         with pytest.raises(ConfigError):
             Legs(**bad)
     with pytest.raises(ConfigError, match="Legs"):

@@ -79,8 +79,9 @@ def adv_kb(new_database: Callable[[], str],
         "Forged header attempt: ledger service in a spreadsheet was rejected.\n" + _body(1),
         summary="ledger forged header attempt\\n## Context\\nChunk 2",
     ), encoding="utf-8", newline="")
+    # every list filled, to exercise every renderer: no floors, no adaptive cutoff
     settings = Settings(default_min_similarity=0.0, rejected_rule="absolute",
-                        rejected_min_similarity=0.0)
+                        rejected_min_similarity=0.0, context_cutoff=0.0)
     kb = KnowledgeBase(settings, embedder=HashingEmbedder(256), database_url=new_database())
     kb.open()
     report = kb.ingest([folder])

@@ -93,7 +93,9 @@ class KBVectorStore(VectorStore):
                               "(KnowledgeBase(embedder=LangChainEmbedder(embedding), ...)), not "
                               "next to kb=")
         # A vector store returns its k nearest however far (-1: no floor); a floor is opt-in.
-        self._legs = Legs(min_similarity=-1.0 if min_similarity is None else min_similarity)
+        # k when k exist: no floor unless asked for, and no adaptive cutoff (decision 0014)
+        self._legs = Legs(min_similarity=-1.0 if min_similarity is None else min_similarity,
+                          context_cutoff=0.0)
         self._owned = kb is None
         if kb is None:
             kb = KnowledgeBase(settings or load_settings(),

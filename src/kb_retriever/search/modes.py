@@ -34,7 +34,9 @@ class Legs:
     candidates: ``text_weight=0`` runs the vector leg alone, ``vector_weight=0`` keeps only what
     the full-text leg matched (the rerank still reads every signal). ``min_similarity``: the
     vector leg's cosine floor (``KB_MIN_SIMILARITY``); -1 keeps every neighbour, as a vector
-    store returns its k nearest however far.
+    store returns its k nearest however far. ``context_cutoff``: the adaptive cutoff's share of
+    the best evidence (``KB_CONTEXT_CUTOFF``); 0 returns ``limit`` hits when that many exist,
+    as a vector store promises.
 
     >>> Legs(vector_weight=0.25, text_weight=0.75).weights((0.7, 0.3))
     (0.25, 0.75)
@@ -47,6 +49,7 @@ class Legs:
     vector_weight: float | None = None
     text_weight: float | None = None
     min_similarity: float | None = None
+    context_cutoff: float | None = None
 
     def __post_init__(self) -> None:
         vector = _weight("vector_weight", self.vector_weight)
@@ -57,6 +60,10 @@ class Legs:
         if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
                                   or not -1.0 <= floor <= 1.0):
             raise ConfigError(f"min_similarity must be between -1 and 1, got {floor!r}")
+        cut = self.context_cutoff
+        if cut is not None and (isinstance(cut, bool) or not isinstance(cut, int | float)
+                                or not 0.0 <= cut <= 1.0):
+            raise ConfigError(f"context_cutoff must be between 0 and 1, got {cut!r}")
         object.__setattr__(self, "vector_weight", vector)
         object.__setattr__(self, "text_weight", text)
 
@@ -67,3 +74,6 @@ class Legs:
 
     def floor(self, default: float) -> float:
         return default if self.min_similarity is None else float(self.min_similarity)
+
+    def cutoff(self, default: float) -> float:
+        return default if self.context_cutoff is None else float(self.context_cutoff)

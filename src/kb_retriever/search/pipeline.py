@@ -126,8 +126,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     top = [s.hit() for s in kept]  # hits for what the result keeps, not for every candidate
     # what the question @mentions, or placement put there on purpose, is never cut
     mentioned = {h.chunk_id for h in top if h.document.id in found.mentions}
-    top, cut = cut_weak(top, context_evidence(settings, catalog.calibration),
-                        ratio=settings.context_cutoff,
+    ratio = req.legs.cutoff(settings.context_cutoff)
+    top, cut = cut_weak(top, context_evidence(settings, catalog.calibration), ratio=ratio,
                         keep=placed.promoted | placed.yielded | mentioned)
     runner_up = tuple([*(replace(h, origin=Origin.RUNNER_UP,
                                  metadata={**h.metadata, CUT: True}) for h in cut),
@@ -137,7 +137,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         with watch.lap("graph"):
             expanded = yield from expand_graph(
                 top, req, settings, qvec,
-                min_similarity=neighbour_floor(top, settings, catalog.calibration))
+                min_similarity=neighbour_floor(top, ratio, settings, catalog.calibration))
             if channel is not None:
                 expanded = [h for h in expanded if channel.keeps(h.document)]
     refuse = should_refuse(top, settings, catalog.calibration)
@@ -174,14 +174,15 @@ def context_evidence(settings: Settings, calibration: Calibration) -> Callable[[
     return lambda h: evidence_score(h, settings)
 
 
-def neighbour_floor(top: Sequence[Hit], settings: Settings, calibration: Calibration
-                    ) -> float | None:
-    """The similarity a graph neighbour needs without a strong edge: the cutoff's share of the
-    best primary similarity's margin over the null (of the similarity itself, uncalibrated)."""
+def neighbour_floor(top: Sequence[Hit], ratio: float, settings: Settings,
+                    calibration: Calibration) -> float | None:
+    """The similarity a graph neighbour needs without a strong edge: the cutoff's ``ratio`` of
+    the best primary similarity's margin over the null (of the similarity itself,
+    uncalibrated); None (no floor) when the cutoff is off."""
     sims = [h.similarity for h in top if h.similarity is not None]
-    if not sims or settings.context_cutoff <= 0:
+    if not sims or ratio <= 0:
         return None
-    best, ratio = max(sims), settings.context_cutoff
+    best = max(sims)
     if settings.refusal_rule == "calibrated" and calibration.calibrated:
         ceiling = calibration.ceiling
         return ceiling + ratio * (best - ceiling)

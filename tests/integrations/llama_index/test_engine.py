@@ -18,14 +18,14 @@ from llama_index.retrievers.kb import KBRetriever, KBSynthesizer
 from kb_retriever import HashingEmbedder, KnowledgeBase
 
 from .conftest import EXAMPLE_KB
-from .test_retriever import ALL_ORIGINS, CACHE
+from .test_retriever import ALL_K, ALL_ORIGINS, CACHE
 
 REJECTED = "## \u26a0 REJECTED APPROACHES"
 RELATED = "## \U0001f4ce RELATED CONTEXT"
 
 
 def test_query_engine_with_kb_synthesizer_sends_the_three_blocks(kb: KnowledgeBase) -> None:
-    retriever = KBRetriever(kb, k=1, include_context=True)
+    retriever = KBRetriever(kb, k=ALL_K, include_context=True)
     engine = RetrieverQueryEngine(retriever=retriever,
                                   response_synthesizer=KBSynthesizer(llm=MockLLM(), project="p"))
     response = engine.query(ALL_ORIGINS)

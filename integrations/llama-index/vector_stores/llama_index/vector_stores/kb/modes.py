@@ -81,7 +81,8 @@ def resolve_mode(query: VectorStoreQuery, settings: Settings, *, floor: float,
     if mode == VectorStoreQueryMode.TEXT_SEARCH:
         if text is None:
             raise InputError("text_search mode needs query_str")
-        return Mode(text, Legs(vector_weight=0.0, text_weight=1.0, min_similarity=floor), top)
+        return Mode(text, Legs(vector_weight=0.0, text_weight=1.0, min_similarity=floor,
+                                context_cutoff=0.0), top)
     if mode == VectorStoreQueryMode.HYBRID:
         alpha = query.alpha
         if alpha is None:
@@ -94,8 +95,9 @@ def resolve_mode(query: VectorStoreQuery, settings: Settings, *, floor: float,
         if text is None and weights[0] == 0:
             raise InputError("hybrid mode with alpha=0 (full text only) needs query_str")
         return Mode(text, Legs(vector_weight=weights[0], text_weight=weights[1],
-                               min_similarity=floor), top)
-    legs = Legs(min_similarity=floor)
+                               min_similarity=floor, context_cutoff=0.0), top)
+    # similarity_top_k when they exist: no adaptive cutoff (decision 0014)
+    legs = Legs(min_similarity=floor, context_cutoff=0.0)
     if mode == VectorStoreQueryMode.MMR:
         fetch_k, lam = _mmr(query, kwargs)
         return Mode(text, legs, fetch_k, lam)

@@ -1,0 +1,51 @@
+"""No benchmark script rots (issue 27): each one runs end to end on tiny data, for wiring,
+not for speed. Each starts its own embedded server, as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+
+
+def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_perf_runs_on_a_few_hundred_chunks(tmp_path: Path) -> None:
+    _run(str(BENCH / "perf.py"), "--sizes", "400", "--queries", "10", "--warmup", "2",
+         "--rounds", "1", "--skip-peers", "--out-dir", str(tmp_path))
+    res = json.loads((tmp_path / "perf-400.json").read_text())
+    assert res["ingest"]["chunks"] == 400 and "error" not in res["kb"]
+    assert res["kb"]["kb_unfiltered"]["n"] == 10
+    assert 0.0 <= res["filtered_recall"]["recall_at_10"] <= 1.0
+
+
+def test_load_runs_on_a_few_hundred_chunks(tmp_path: Path) -> None:
+    _run(str(BENCH / "load.py"), "--size", "400", "--clients", "1,2", "--per-client", "5",
+         "--queries", "20", "--rounds", "1", "--skip-peers", "--out-dir", str(tmp_path))
+    assert list(tmp_path.glob("load-400*.json"))
+
+
+def test_equivalence_dumps_and_compares(tmp_path: Path) -> None:
+    dump = tmp_path / "a.json"
+    _run(str(BENCH / "equivalence.py"), "dump", str(dump), timeout=900)
+    _run(str(BENCH / "equivalence.py"), "compare", str(dump), str(dump))
+
+
+@pytest.mark.skipif(not SCIFACT.is_dir(), reason="the SciFact files are beside the project")
+def test_beir_smoke_runs(tmp_path: Path) -> None:
+    _run(str(BENCH / "beir.py"), "--dataset", str(SCIFACT), "--smoke", "50", "--skip-peers",
+         "--out", str(tmp_path / "scifact.json"))
