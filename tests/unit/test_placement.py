@@ -1,0 +1,75 @@
+"""Placement by role (issue 27, decision 0014): pure tests of the rules on ranked items."""
+
+from __future__ import annotations
+
+from kb_retriever.ranking.history import promote_predecessors
+from kb_retriever.ranking.placement import cut_weak, place_rejected, successors_first
+from kb_retriever.ranking.rerank import Scored
+from kb_retriever.ranking.signals import TERMS
+
+from .factories import canonical_doc, make_candidate
+
+REJ = canonical_doc(1, slug="rej-memcached", canonical_type="rejected-approach",
+                    title="Rejected: Memcached as the shared cache layer")
+DEC = canonical_doc(2, slug="dec-redis", title="Redis cluster as the shared cache layer")
+NOTE = canonical_doc(3, slug="notes-redis", canonical_type="domain-concept",
+                     title="Notes on our Redis cache")
+V1 = canonical_doc(4, "superseded", slug="dec-cache-v1", title="Per-service in-process cache")
+V2 = canonical_doc(5, slug="dec-cache-v2", title="Redis cluster as the shared cache")
+
+
+def _s(chunk_id: int, doc, score: float) -> Scored:
+    terms = dict.fromkeys(TERMS, 0.0)
+    terms["total"] = score
+    return Scored(score, make_candidate(chunk_id, doc=doc), terms)
+
+
+def _slugs(items) -> list[str]:
+    return [i.document.slug for i in items]
+
+
+def test_a_warned_rejected_record_leaves_primary_when_the_question_is_not_about_it():
+    ranked = [_s(20, DEC, 0.9), _s(10, REJ, 0.8), _s(11, REJ, 0.7), _s(30, NOTE, 0.6)]
+    out, moved = place_rejected("what cache layer did we standardise on?", ranked,
+                                warned=lambda d: True, top=5)
+    assert _slugs(out) == ["dec-redis", "notes-redis"]
+    assert [m.candidate.chunk_id for m in moved] == [10, 11]  # best chunk first: the warning's
+
+
+def test_one_chunk_stays_when_the_question_names_the_rejected_idea_or_it_ranks_first():
+    ranked = [_s(20, DEC, 0.9), _s(10, REJ, 0.8), _s(11, REJ, 0.7)]
+    out, moved = place_rejected("should we use memcached?", ranked, warned=lambda d: True, top=5)
+    assert _slugs(out) == ["dec-redis", "rej-memcached"] and _slugs(moved) == ["rej-memcached"]
+    first = [_s(10, REJ, 0.9), _s(20, DEC, 0.8), _s(11, REJ, 0.7)]
+    out, _ = place_rejected("shared cache layer", first, warned=lambda d: True, top=5)
+    assert _slugs(out) == ["rej-memcached", "dec-redis"]
+
+
+def test_a_rejected_record_the_block_does_not_warn_about_keeps_its_place():
+    ranked = [_s(20, DEC, 0.9), _s(10, REJ, 0.8), _s(11, REJ, 0.7)]
+    out, moved = place_rejected("cache", ranked, warned=lambda d: False, top=5)
+    assert out == ranked and moved == []
+
+
+def test_a_superseded_record_never_ranks_above_its_successor():
+    ranked = [_s(40, V1, 0.9), _s(30, NOTE, 0.7), _s(50, V2, 0.6)]
+    out = successors_first(ranked, {("default", "dec-cache-v2"): [("default", "dec-cache-v1")]})
+    assert _slugs(out) == ["dec-cache-v2", "dec-cache-v1", "notes-redis"]
+    assert [o.score for o in out] == sorted((o.score for o in out), reverse=True)
+
+
+def test_a_history_question_brings_two_chunks_of_the_predecessor():
+    ranked = [_s(50, V2, 0.9), _s(30, NOTE, 0.8), _s(41, V1, 0.5), _s(42, V1, 0.4)]
+    out, moved = promote_predecessors(
+        "why did we move off the in-process cache?", ranked,
+        {("default", "dec-cache-v2"): [("default", "dec-cache-v1")]}, top=3, chunks=2)
+    assert [o.candidate.chunk_id for o in out] == [50, 41, 42, 30]
+    assert moved == [("default", "dec-cache-v1")]
+
+
+def test_the_cutoff_keeps_whole_documents_and_what_it_is_told_to_keep():
+    hits = [_s(1, DEC, 0.9).hit(), _s(2, NOTE, 0.1).hit(), _s(3, V2, 0.05).hit()]
+    evidence = {1: 1.0, 2: 0.2, 3: 0.1}
+    kept, cut = cut_weak(hits, lambda h: evidence[h.chunk_id], ratio=0.3, keep={3})
+    assert [h.chunk_id for h in kept] == [1, 3] and [h.chunk_id for h in cut] == [2]
+    assert cut_weak(hits, lambda h: evidence[h.chunk_id], ratio=0.0) == (hits, [])
