@@ -139,8 +139,8 @@ def score(runs: Sequence[QueryRun], k: int, ingest: IngestReport | None = None) 
         return round(sum(vals) / len(vals), 4) if vals else None
 
     def mean_of(key: str) -> float:
-        vals = [float(row[key]) for row in rows if row[key] is not None]
-        return round(sum(vals) / len(vals), 4) if vals else 0.0  # reference: 0 if none
+        mean = labelled_mean(key)
+        return 0.0 if mean is None else mean  # reference: 0 if none
 
     latencies = [r.latency_ms for r in runs]
     aggregates = {

@@ -2,17 +2,16 @@
 
 A candidate leg answers a :class:`LegResult`: its hits in rank order, each already a
 :class:`~kb_retriever.models.Candidate` (the fusion fields unset), and how many matches it saw
-before its threshold. Graph expansion reads :class:`Neighbour` s; the rejected channel reads
-:class:`RejectedChunk` s with their unit vectors.
+before its threshold. Graph expansion reads :class:`Neighbour` s.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from .results import Candidate
 
-__all__ = ["LegHit", "LegResult", "Neighbour", "RejectedChunk", "RejectedVectors"]
+__all__ = ["LegHit", "LegResult", "Neighbour"]
 
 
 class LegHit(NamedTuple):
@@ -45,20 +44,3 @@ class Neighbour(NamedTuple):
     from_slug: str
     direction: str
     degree: int = 0  # the neighbour's edges, either way: a hub links to everything
-
-
-class RejectedChunk(NamedTuple):
-    """A chunk of an accepted rejected-approach document in scope, and the slugs its document
-    has an edge with, either way."""
-
-    candidate: Candidate
-    linked_slugs: tuple[str, ...]
-
-
-class RejectedVectors(NamedTuple):
-    """The scope's rejected-approach chunks with their embeddings scaled to unit length (zero
-    vectors stay 0), read once per cache period."""
-
-    ids: list[tuple[int, int]]  # (doc, chunk) per row of ``unit``
-    unit: Any  # numpy array, one row per chunk
-    chunks: dict[int, RejectedChunk]  # chunk id -> its record

@@ -26,7 +26,7 @@ from .calibration import Calibration
 from .signals import SIGNALS
 
 __all__ = ["calibrated_evidence", "evidence_score", "is_grounded", "refuse_calibrated",
-           "should_refuse"]
+           "should_refuse", "uses_calibration"]
 
 
 def calibrated_evidence(hit: Hit, settings: Settings, calibration: Calibration) -> float:
@@ -49,7 +49,9 @@ def refuse_calibrated(hits: list[Hit], settings: Settings, calibration: Calibrat
     return evidence < settings.refusal_min_evidence
 
 
-def _uses_calibration(settings: Settings, calibration: Calibration | None) -> bool:
+def uses_calibration(settings: Settings, calibration: Calibration | None) -> bool:
+    """Whether the calibrated rule applies: ``KB_REFUSAL_RULE=calibrated`` on a calibrated
+    scope (the gate, and the adaptive cutoff that shares its evidence)."""
     return (settings.refusal_rule == "calibrated" and calibration is not None
             and calibration.calibrated)
 
@@ -79,7 +81,7 @@ def is_grounded(hit: Hit, settings: Settings, calibration: Calibration | None = 
     """True when the hit is real evidence: on a calibrated scope, :func:`calibrated_evidence`
     >= ``refusal_min_evidence``; otherwise raw cosine similarity >= ``refusal_min_similarity``
     or :func:`evidence_score` >= ``refusal_min_rerank_score``."""
-    if _uses_calibration(settings, calibration):
+    if uses_calibration(settings, calibration):
         assert calibration is not None
         return calibrated_evidence(hit, settings, calibration) >= settings.refusal_min_evidence
     similarity = _similarity(hit)
@@ -94,7 +96,7 @@ def should_refuse(hits: Iterable[Hit], settings: Settings,
 
     Example: ``if should_refuse(result.primary, settings): return "__NO_GROUNDED_ANSWER__"``.
     """
-    if _uses_calibration(settings, calibration):
+    if uses_calibration(settings, calibration):
         assert calibration is not None
         return refuse_calibrated(list(hits), settings, calibration)
     needed = settings.refusal_min_chunks

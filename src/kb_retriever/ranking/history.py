@@ -11,16 +11,28 @@ decision still comes first and the superseded one is read next to it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from .diversify import Ranked
 from .text import tokenize_query, words
 
-__all__ = ["between", "names_predecessor", "promote_predecessors"]
+__all__ = ["between", "first_index", "key_of", "names_document", "names_predecessor",
+           "promote_predecessors"]
 
 R = TypeVar("R", bound=Ranked)
 Key = tuple[str, str]  # (project, slug)
+
+
+def key_of(item: Ranked) -> Key | None:
+    """The (project, slug) of an item's document; None without a slug."""
+    d = item.document
+    return (d.project_key, d.slug) if d.slug else None
+
+
+def first_index(items: Sequence[Ranked], key: Key) -> int | None:
+    """The position of the first item of the document ``key`` (its best chunk), or None."""
+    return next((i for i, it in enumerate(items) if key_of(it) == key), None)
 
 
 def between(item: R, above: R | None, below: R | None) -> R:
@@ -42,6 +54,22 @@ def between(item: R, above: R | None, below: R | None) -> R:
     return rescored(target)  # type: ignore[no-any-return]
 
 
+def names_document(query: str, title: str, others: Iterable[str]) -> bool:
+    """True when a word of ``query`` is in ``title`` and in none of ``others`` (whole words):
+    the question names this document rather than the ones it competes with.
+
+    >>> names_document("Should we switch the lake to Apache Hudi?", "Apache Hudi as the table "
+    ...                "format", ["Apache Iceberg as the table format"])
+    True
+    >>> names_document("Which table format do we use?", "Apache Hudi as the table format",
+    ...                ["Apache Iceberg as the table format"])
+    False
+    """
+    mine = set(words(title))
+    theirs = {w for other in others for w in words(other)}
+    return any(t in mine and t not in theirs for t in tokenize_query(query))
+
+
 def names_predecessor(query: str, predecessor_title: str, successor_title: str) -> bool:
     """True when a query word is in the predecessor's title and not in the successor's (whole
     words: a prefix such as "plan" for "planning" names nothing).
@@ -53,8 +81,7 @@ def names_predecessor(query: str, predecessor_title: str, successor_title: str) 
     ...                   " for pipeline orchestration", "Dagster+ for pipeline orchestration")
     False
     """
-    old, new = set(words(predecessor_title)), set(words(successor_title))
-    return any(t in old and t not in new for t in tokenize_query(query))
+    return names_document(query, predecessor_title, [successor_title])
 
 
 def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Key, Sequence[Key]],
@@ -70,28 +97,27 @@ def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Ke
     moved: list[Key] = []
     first: dict[Key, int] = {}
     for i, item in enumerate(out):
-        d = item.document
-        if d.slug:
-            first.setdefault((d.project_key, d.slug), i)
+        key = key_of(item)
+        if key is not None:
+            first.setdefault(key, i)
     for s_key, preds in successors.items():
         s_pos = first.get(s_key)
         if s_pos is None or s_pos >= top:
             continue
         s_title = out[s_pos].document.title
         for p_key in preds:
-            p_pos = next((i for i, it in enumerate(out) if it.document.slug
-                          and (it.document.project_key, it.document.slug) == p_key), None)
+            p_pos = first_index(out, p_key)
             if p_pos is None or p_pos <= s_pos + 1:
                 continue
             if not names_predecessor(query, out[p_pos].document.title, s_title):
                 continue
-            picked = [i for i, it in enumerate(out) if it.document.slug and (
-                it.document.project_key, it.document.slug) == p_key][:max(chunks, 1)]
+            picked = [i for i, it in enumerate(out) if key_of(it) == p_key][:max(chunks, 1)]
             items = [out[i] for i in picked]
             for i in reversed(picked):
                 out.pop(i)
-            at = next(i for i, it in enumerate(out) if it.document.slug
-                      and (it.document.project_key, it.document.slug) == s_key) + 1
+            s_now = first_index(out, s_key)  # the successor stays; the moved chunks were after it
+            assert s_now is not None
+            at = s_now + 1
             for item in items:
                 out.insert(at, between(item, out[at - 1], out[at] if at < len(out) else None))
                 at += 1

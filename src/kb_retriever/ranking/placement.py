@@ -19,35 +19,17 @@ leaves the context is returned to the caller, which keeps it as a runner-up.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
 from ..models import DocumentRef, Hit
 from ..vocabulary import is_rejected_approach
 from .diversify import Ranked
-from .history import between
-from .text import tokenize_query, words
+from .history import Key, between, first_index, names_document
 
-__all__ = ["names_document", "place_rejected", "successors_first", "cut_weak"]
+__all__ = ["cut_weak", "place_rejected", "successors_first"]
 
 R = TypeVar("R", bound=Ranked)
-Key = tuple[str, str]  # (project, slug)
-
-
-def names_document(query: str, title: str, others: Iterable[str]) -> bool:
-    """True when a word of ``query`` is in ``title`` and in none of ``others`` (whole words):
-    the question names this document rather than the ones it competes with.
-
-    >>> names_document("Should we switch the lake to Apache Hudi?", "Apache Hudi as the table "
-    ...                "format", ["Apache Iceberg as the table format"])
-    True
-    >>> names_document("Which table format do we use?", "Apache Hudi as the table format",
-    ...                ["Apache Iceberg as the table format"])
-    False
-    """
-    mine = set(words(title))
-    theirs = {w for other in others for w in words(other)}
-    return any(t in mine and t not in theirs for t in tokenize_query(query))
 
 
 def place_rejected(query: str, ranked: Sequence[R], *, warned: Callable[[DocumentRef], bool],
@@ -91,18 +73,13 @@ def successors_first(ranked: Sequence[R], successors: Mapping[Key, Sequence[Key]
     out = list(ranked)
     for s_key, preds in successors.items():
         for p_key in preds:
-            p_pos = _first(out, p_key)
-            s_pos = _first(out, s_key)
+            p_pos = first_index(out, p_key)
+            s_pos = first_index(out, s_key)
             if p_pos is None or s_pos is None or s_pos < p_pos:
                 continue
             item = out.pop(s_pos)
             out.insert(p_pos, between(item, out[p_pos - 1] if p_pos > 0 else None, out[p_pos]))
     return out
-
-
-def _first(items: Sequence[Ranked], key: Key) -> int | None:
-    return next((i for i, it in enumerate(items) if it.document.slug
-                 and (it.document.project_key, it.document.slug) == key), None)
 
 
 def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: float,

@@ -22,7 +22,7 @@ from ..ranking import diversify, expand_query_text, expansion_phrases, should_re
 from ..ranking.bm25 import CorpusLexemes
 from ..ranking.calibration import Calibration
 from ..ranking.fusion import fuse_legs
-from ..ranking.grounding import calibrated_evidence, evidence_score
+from ..ranking.grounding import calibrated_evidence, evidence_score, uses_calibration
 from ..ranking.history import promote_predecessors
 from ..ranking.placement import cut_weak, place_rejected, successors_first
 from ..ranking.rerank import Scored, rank
@@ -169,7 +169,7 @@ class Placed:
 def context_evidence(settings: Settings, calibration: Calibration) -> Callable[[Hit], float]:
     """The evidence by which the adaptive cutoff compares hits: against the scope's null when
     calibrated (as the refusal gate), else the score on raw evidence."""
-    if settings.refusal_rule == "calibrated" and calibration.calibrated:
+    if uses_calibration(settings, calibration):
         return lambda h: calibrated_evidence(h, settings, calibration)
     return lambda h: evidence_score(h, settings)
 
@@ -183,7 +183,7 @@ def neighbour_floor(top: Sequence[Hit], ratio: float, settings: Settings,
     if not sims or ratio <= 0:
         return None
     best = max(sims)
-    if settings.refusal_rule == "calibrated" and calibration.calibrated:
+    if uses_calibration(settings, calibration):
         ceiling = calibration.ceiling
         return ceiling + ratio * (best - ceiling)
     return ratio * best

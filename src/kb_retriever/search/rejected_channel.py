@@ -36,18 +36,25 @@ class RejectedVectors(NamedTuple):
     ids: list[tuple[int, int]]  # (doc, chunk) per row of ``unit``
     unit: np.ndarray  # the embeddings scaled to unit length; zero vectors stay 0
     rows: dict[int, Mapping[str, Any]]  # chunk id -> its row (without the embedding)
+    # doc -> the (project, slug) pairs it has an edge with, either way
+    links: dict[int, set[tuple[str, str]]]
 
 
 def unit_vectors(rows: Sequence[Mapping[str, Any]]) -> RejectedVectors:
     """Parse the rows of :func:`~kb_retriever.store.sql.rejected_chunks_sql`."""
     if not rows:
-        return RejectedVectors([], np.zeros((0, 0)), {})
+        return RejectedVectors([], np.zeros((0, 0)), {}, {})
     vecs = np.asarray([vector_array(r["embedding"], np.float64) for r in rows])
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     unit = np.divide(vecs, norms, out=np.zeros_like(vecs), where=norms > 0)
+    links: dict[int, set[tuple[str, str]]] = {}
+    for r in rows:
+        links.setdefault(int(r["doc_pk"]), set()).update(
+            (r["project_key"], slug) for slug in r.get("linked_slugs") or ())
     return RejectedVectors(
         [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit,
-        {int(r["chunk_id"]): {k: v for k, v in r.items() if k != "embedding"} for r in rows})
+        {int(r["chunk_id"]): {k: v for k, v in r.items() if k != "embedding"} for r in rows},
+        links)
 
 
 def best_rejected(vectors: RejectedVectors, qvec: Any, *, min_sim: float,
@@ -119,7 +126,8 @@ class RejectedChannel:
         channel's query is refused."""
         if not vectors.ids:
             return []
-        best = {doc: (chunk, sim) for doc, chunk, sim in _best_per_doc(vectors, qvec)}
+        per_doc = _best_per_doc(vectors, qvec)
+        best = {doc: (chunk, sim) for doc, chunk, sim in per_doc}
         reached = [h.document.id for h in shown if is_rejected_approach(h.document)]
         # a document the result shows is warned about with the chunk it shows
         sims = dict(zip((c for _, c in vectors.ids), _cosines(vectors, qvec), strict=True))
@@ -127,7 +135,7 @@ class RejectedChannel:
             if is_rejected_approach(h.document) and h.chunk_id in sims:
                 best[h.document.id] = (h.chunk_id, sims[h.chunk_id])
         if self.rule == "absolute":
-            ranked = [doc for doc, _, sim in _best_per_doc(vectors, qvec)
+            ranked = [doc for doc, _, sim in per_doc
                       if sim >= settings.rejected_min_similarity]
         elif refused:
             return []
@@ -160,13 +168,8 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
             keywords[doc.id] = max(keywords.get(doc.id, 0.0), s.terms["keyword"])
         elif doc.slug and len(seeds) < EDGE_SEEDS and (doc.project_key, doc.slug) not in seeds:
             seeds.append((doc.project_key, doc.slug))
-    links: dict[int, set[tuple[str, str]]] = {}
-    for (doc_id, chunk_id) in vectors.ids:
-        row = vectors.rows[chunk_id]
-        links.setdefault(doc_id, set()).update(
-            (row["project_key"], slug) for slug in row.get("linked_slugs") or ())
     evidence = correlate_rejected(
-        _best_per_doc(vectors, qvec), keywords=keywords, links=links, seed_slugs=seeds,
+        _best_per_doc(vectors, qvec), keywords=keywords, links=vectors.links, seed_slugs=seeds,
         calibration=calibration, keyword_weight=settings.evidence_lexical_weight,
         edge_bonus=settings.rejected_edge_bonus)
     correlated = frozenset(e.doc_id for e in evidence if e.score >= settings.rejected_min_evidence)
@@ -195,11 +198,6 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
     the warning. ``ratio`` 0 (the default, issue 27) moves every linked accepted decision the
     candidates hold; a higher ratio lets a rejected record with clearly stronger evidence keep
     its place."""
-    links: dict[int, set[tuple[str, str]]] = {}
-    for doc_id, chunk_id in vectors.ids:
-        row = vectors.rows[chunk_id]
-        links.setdefault(doc_id, set()).update(
-            (row["project_key"], slug) for slug in row.get("linked_slugs") or ())
     out = list(ranked)
     done: set[int] = set()
     moved_ids: set[int] = set()
@@ -211,7 +209,7 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
             i += 1
             continue
         done.add(rdoc.id)
-        linked = links.get(rdoc.id, set())
+        linked = vectors.links.get(rdoc.id, set())
         seen: set[int] = set()
         moved = False
         for j in range(i + 1, len(out)):
