@@ -44,8 +44,7 @@ def _models(url: str) -> dict[str, tuple[int, str, str | None]]:
 
 def test_two_models_each_with_its_own_projects_and_index(new_database, tmp_path):
     url = new_database()
-    small, large = _open(url, 32), _open(url, 64)
-    try:
+    with _open(url, 32) as small, _open(url, 64) as large:
         assert not small.ingest([_folder(tmp_path)], project="a").failed
         assert not large.ingest([tmp_path], project="b").failed
         assert _models(url) == {"hashing-md5-32": (32, "vector", "kb_chunks_hnsw_1"),
@@ -58,16 +57,12 @@ def test_two_models_each_with_its_own_projects_and_index(new_database, tmp_path)
                                      "WHERE indexname LIKE 'kb_chunks_hnsw_%'").fetchall())
         assert "vector(32)" in defs["kb_chunks_hnsw_1"] and "model = 1" in defs["kb_chunks_hnsw_1"]
         assert "vector(64)" in defs["kb_chunks_hnsw_2"] and "model = 2" in defs["kb_chunks_hnsw_2"]
-    finally:
-        small.close()
-        large.close()
 
 
 def test_another_models_project_is_refused_with_its_name_and_nothing_written(new_database,
                                                                              tmp_path):
     url = new_database()
-    small, large = _open(url, 32), _open(url, 64)
-    try:
+    with _open(url, 32) as small, _open(url, 64) as large:
         small.ingest([_folder(tmp_path)], project="a")
         (tmp_path / "new.md").write_text("# New\n\nAnother note.", encoding="utf-8")
         with pytest.raises(SchemaError, match=r"'a' is embedded with 'hashing-md5-32' \(32-d\)"):
@@ -79,29 +74,21 @@ def test_another_models_project_is_refused_with_its_name_and_nothing_written(new
         with pytest.raises(SchemaError, match="embedded with another model"):
             large.search("queue", project=["a", "b"])
         assert small.projects() == {"a": 3}  # nothing of the refused writes
-    finally:
-        small.close()
-        large.close()
 
 
 def test_an_emptied_project_takes_the_next_writers_model(new_database, tmp_path):
     url = new_database()
-    small, large = _open(url, 32), _open(url, 64)
-    try:
+    with _open(url, 32) as small, _open(url, 64) as large:
         small.add_documents([DocumentRecord(id="x", text="a short note")], project="p")
         small.delete(["x"], project="p")
         large.add_documents([DocumentRecord(id="y", text="a short note")], project="p")
         assert [h.document.doc_key for h in large.search("short note", project="p").primary] \
             == ["y"]
-    finally:
-        small.close()
-        large.close()
 
 
 def test_reembed_moves_a_project_atomically_and_the_old_model_is_refused(new_database, tmp_path):
     url = new_database()
-    old, new = _open(url, 32), _open(url, 64)
-    try:
+    with _open(url, 32) as old, _open(url, 64) as new:
         old.ingest([_folder(tmp_path)], project="a")
         before = {h.document.title for h in old.search("durable queue billing", project="a",
                                                        limit=3).primary}
@@ -127,9 +114,6 @@ def test_reembed_moves_a_project_atomically_and_the_old_model_is_refused(new_dat
             probe = conn.execute("SELECT probe_model FROM kb_scope_stats "
                                  "WHERE project_key = 'a'").fetchone()
         assert probe == ("hashing-md5-64",)
-    finally:
-        old.close()
-        new.close()
 
 
 def test_reembed_while_old_model_writers_run_loses_nothing(new_database):
@@ -182,8 +166,7 @@ def test_reembed_while_old_model_writers_run_loses_nothing(new_database):
 
 def test_halfvec_indexes_what_vector_cannot(new_database, tmp_path):
     url = new_database()
-    kb = _open(url, 2100)
-    try:
+    with _open(url, 2100) as kb:
         kb.ingest([_folder(tmp_path)], project="a")
         assert _models(url)["hashing-md5-2100"] == (2100, "halfvec", "kb_chunks_hnsw_1")
         assert kb.search("redis cache ttl", project="a").primary[0].document.title == "Cache"
@@ -191,14 +174,11 @@ def test_halfvec_indexes_what_vector_cannot(new_database, tmp_path):
             report = check_index(store, tenant="default", project="a", samples=3, k=2,
                                  settings=kb.settings)
         assert report.model["index_type"] == "halfvec" and report.recall_at_k == 1.0
-    finally:
-        kb.close()
 
 
 def test_halfvec_on_request_and_no_index_above_4000(new_database, tmp_path):
     url = new_database()
-    half, huge = _open(url, 48, hnsw_type="halfvec"), _open(url, 4100)
-    try:
+    with _open(url, 48, hnsw_type="halfvec") as half, _open(url, 4100) as huge:
         half.ingest([_folder(tmp_path)], project="a")
         huge.ingest([tmp_path], project="b")
         models = _models(url)
@@ -208,9 +188,6 @@ def test_halfvec_on_request_and_no_index_above_4000(new_database, tmp_path):
             == "Deploys"
         assert half.search("blue green deploys", project="a").primary[0].document.title \
             == "Deploys"
-    finally:
-        half.close()
-        huge.close()
 
 
 def test_vector_above_2000_is_a_config_error(new_database):
@@ -222,8 +199,7 @@ def test_vector_above_2000_is_a_config_error(new_database):
 
 def test_doctor_names_the_index_and_reindex_applies_the_settings(new_database, tmp_path):
     url = new_database()
-    kb = _open(url, 32)
-    try:
+    with _open(url, 32) as kb:
         kb.add_documents([DocumentRecord(id=f"d{i}", text=f"note {i} on topic {i % 7}")
                           for i in range(300)], project="a")
         wanted = Settings(hnsw_m=8, hnsw_ef_construction=32, hnsw_type="halfvec")
@@ -248,13 +224,8 @@ def test_doctor_names_the_index_and_reindex_applies_the_settings(new_database, t
         # a process that opened before the rebuild still answers (it scans exactly), and a
         # new one uses the halfvec index
         assert kb.search("note 5 topic", project="a").primary
-        fresh = _open(url, 32)
-        try:
+        with _open(url, 32) as fresh:
             assert fresh.search("note 5 topic", project="a").primary
-        finally:
-            fresh.close()
-    finally:
-        kb.close()
 
 
 def test_a_database_made_before_0008_keeps_its_model(new_database):

@@ -69,7 +69,7 @@ def test_progress_without_a_terminal_prints_plain_periodic_lines() -> None:
 @pytest.mark.parametrize("argv, expected", [
     (["--databse-url", "x", "search", "foo"],
      "unknown option '--databse-url' before the command; did you mean --database-url?"),
-    (["--hme=/tmp/x", "search", "foo"], "unknown option '--hme' before the command; did you "
+    (["--hme=kb-home", "search", "foo"], "unknown option '--hme' before the command; did you "
                                          "mean --home?"),
     (["--zzz", "search", "foo"], "unknown option '--zzz' before the command ("),
 ])
