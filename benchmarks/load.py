@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/load.py [--size 100000] [--clients 1,4,16] [--per-client 100]
                                         [--skip-peers] [--rounds 1]
                                         [--kb-tree NAME=DIR ...] [--kb-tree-only]
+                                        [--home DIR]
 
 A client is a process of its own (a web worker, say), with its own connection pool, searching
 with the query vector given (no embedding time). All clients of a level start together (a
@@ -13,11 +14,18 @@ its defaults and with the AND full-text mode (``KB_FTS_QUERY_MODE=plain``), lang
 ``perf.py``. Beside each, its SciFact nDCG@10 from benchmarks/results/scifact.json (the
 quality of the same configuration on real data). Results: benchmarks/results/load-<size>.json.
 
+``--kb-variant NAME=KB_X=v[,KB_Y=w]`` adds system ``kb+NAME``: the defaults with those settings
+(environment variables of the client processes), in turn with the others.
+
 ``--kb-tree NAME=DIR`` adds system ``kb@NAME``: kb-retriever's defaults from the source tree
 ``DIR`` (a git worktree, say, with one speed device taken out), on the same server and data,
 in turn with the others; ``--kb-tree-only`` runs only those. With ``--rounds`` above 1 every
 level runs that many times, the systems taking turns each round, and the figures are the
 median over the rounds. This is how decision 0004's devices were re-measured under load.
+
+``--home DIR`` keeps the embedded server and its loaded corpus in ``DIR`` (a fresh temporary
+directory otherwise): a second run with the same ``DIR`` and ``--size`` searches the corpus the
+first one loaded (and the peers' tables, once loaded) instead of loading it again.
 """
 
 from __future__ import annotations
@@ -99,21 +107,27 @@ def worker(system: str, url: str, data: Path, n: int, offset: int) -> None:
     print("READY", flush=True)
     sys.stdin.readline()
     lat = []
+    stages: dict[str, list[float]] = {}  # kb-retriever's own per-stage timings (meta)
     cpu = time.process_time()
     for j in range(n):
         i = (offset * 997 + j) % len(texts)  # each client its own walk through the queries
         t = time.perf_counter()
-        search(qv[i], texts[i])
+        result = search(qv[i], texts[i])
         lat.append((time.perf_counter() - t) * 1000)
+        for stage, ms in (getattr(getattr(result, "meta", None), "timings_ms", None) or {}).items():
+            stages.setdefault(stage, []).append(ms)
     cpu_ms = (time.process_time() - cpu) * 1000 / max(n, 1)
-    print(json.dumps({"lat": lat, "cpu_ms": cpu_ms}), flush=True)
+    print(json.dumps({"lat": lat, "cpu_ms": cpu_ms, "stages": stages}), flush=True)
 
 
 def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
-              trees: dict[str, Path]) -> dict[str, Any]:
+              trees: dict[str, Path], variants: dict[str, dict[str, str]]) -> dict[str, Any]:
     env = None
     if system.startswith("kb@"):  # kb-retriever's defaults from another source tree
         env = {**os.environ, "PYTHONPATH": str(trees[system[3:]] / "src")}
+        system = "kb"
+    elif system.startswith("kb+"):  # kb-retriever with some settings changed (KB_* variables)
+        env = {**os.environ, **variants[system[3:]]}
         system = "kb"
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", system, "--url", url,
                                "--data", str(data), "--n", str(per_client), "--offset", str(c)],
@@ -140,9 +154,16 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
     lat = [x for o in outs for x in o["lat"]]
     # the client's own CPU per search (its Python and driver work; the server's is not in it)
     client_cpu = float(np.mean([o["cpu_ms"] for o in outs]))
-    return {"clients": clients, "searches": len(lat), "wall_s": round(wall, 2),
-            "throughput_per_s": round(len(lat) / wall, 1), **perf.pct(lat),
-            "client_cpu_ms": round(client_cpu, 3), "loadavg": os.getloadavg()[0]}
+    stages: dict[str, list[float]] = {}
+    for o in outs:
+        for stage, ms in o.get("stages", {}).items():
+            stages.setdefault(stage, []).extend(ms)
+    out = {"clients": clients, "searches": len(lat), "wall_s": round(wall, 2),
+           "throughput_per_s": round(len(lat) / wall, 1), **perf.pct(lat),
+           "client_cpu_ms": round(client_cpu, 3), "loadavg": os.getloadavg()[0]}
+    if stages:  # p50 / p95 of each stage, over the searches that ran it
+        out["stages_ms"] = {stage: perf.pct(ms) for stage, ms in stages.items()}
+    return out
 
 
 def _median(outs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -159,10 +180,15 @@ def main() -> int:
     ap.add_argument("--per-client", type=int, default=100)
     ap.add_argument("--queries", type=int, default=500)
     ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help="which of the built-in systems run (comma-separated)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--kb-tree", action="append", default=[], metavar="NAME=DIR")
     ap.add_argument("--kb-tree-only", action="store_true")
+    ap.add_argument("--kb-variant", action="append", default=[], metavar="NAME=KB_X=v[,KB_Y=w]",
+                    help="adds system kb+NAME: the defaults with these settings")
     ap.add_argument("--out-dir", default=str(HERE / "results"))
+    ap.add_argument("--home", help="keep the server and the loaded corpus here (reused)")
     ap.add_argument("--worker", choices=SYSTEMS)
     ap.add_argument("--url")
     ap.add_argument("--data")
@@ -183,22 +209,34 @@ def main() -> int:
     levels = [int(c) for c in args.clients.split(",")]
     trees = {name: Path(tree).resolve()
              for name, _, tree in (t.partition("=") for t in args.kb_tree)}
-    systems = [s for s in SYSTEMS if not (args.skip_peers and s in ("langchain", "llamaindex"))]
-    systems = ([] if args.kb_tree_only else systems) + [f"kb@{name}" for name in trees]
+    chosen = args.systems.split(",")
+    systems = [s for s in SYSTEMS if s in chosen
+               and not (args.skip_peers and s in ("langchain", "llamaindex"))]
+    variants = {name: dict(kv.split("=", 1) for kv in rest.split(","))
+                for name, _, rest in (v.partition("=") for v in args.kb_variant)}
+    systems = (([] if args.kb_tree_only else systems) + [f"kb@{name}" for name in trees]
+               + [f"kb+{name}" for name in variants])
     quality = _scifact()
     # The server may still be writing when the directory goes: that is no failure of the run.
-    with tempfile.TemporaryDirectory(prefix="kb-load-", ignore_cleanup_errors=True) as home:
-        server_url = start_embedded(Path(home))
+    with tempfile.TemporaryDirectory(prefix="kb-load-", ignore_cleanup_errors=True) as tmp_home:
+        home = Path(args.home) if args.home else Path(tmp_home)
+        server_url = start_embedded(home)
         db = f"load_{args.size}"
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
         url = make_conninfo(server_url, dbname=db)
         corpus = _synth.make_corpus(args.size)
+        loaded_file = home / f"{db}.loaded.json"  # what an earlier run with --home loaded
+        loaded = json.loads(loaded_file.read_text()) if loaded_file.exists() else {}
+        if not loaded:
+            with psycopg.connect(server_url, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(db)))
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+            loaded = {"ingest": perf.load_kb(url, corpus)}
+        if "peer_load" not in loaded and any(s in ("langchain", "llamaindex") for s in systems):
+            loaded["peer_load"] = perf.load_peers(url, corpus)
+        loaded_file.write_text(json.dumps(loaded))
         res: dict[str, Any] = {"size": args.size, "machine": perf.machine(),
                                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                               "per_client": args.per_client, "ingest": perf.load_kb(url, corpus)}
-        if any(s in ("langchain", "llamaindex") for s in systems):
-            res["peer_load"] = perf.load_peers(url, corpus)
+                               "per_client": args.per_client, **loaded}
         qv, texts, _ = _synth.queries(corpus, args.queries)
         with tempfile.TemporaryDirectory() as tmp:
             data = Path(tmp)
@@ -208,15 +246,21 @@ def main() -> int:
                 runs: dict[str, list[dict[str, Any]]] = {}
                 for _ in range(args.rounds):
                     for system in systems:
-                        out = run_level(system, url, data, clients, args.per_client, trees)
+                        out = run_level(system, url, data, clients, args.per_client, trees,
+                                        variants)
                         runs.setdefault(system, []).append(out)
                         print(f"[{args.size}] {clients:>2} clients {system:<18} "
                               f"{out['throughput_per_s']:>7.1f}/s  p50 {out['p50']:.2f}  "
                               f"p95 {out['p95']:.2f} ms  client CPU {out['client_cpu_ms']:.3f} ms",
                               file=sys.stderr)
+                        for stage, st in out.get("stages_ms", {}).items():
+                            print(f"    {stage:<12} p50 {st['p50']:.2f}  p95 {st['p95']:.2f} ms"
+                                  f"  ({st['n']} searches)", file=sys.stderr)
                 for system, outs in runs.items():
                     out = _median(outs) if len(outs) > 1 else outs[0]
                     out["scifact_ndcg@10"] = quality.get(system.partition("@")[0])
+                    if system.startswith("kb+"):  # SciFact was measured for the defaults
+                        out["scifact_ndcg@10"] = None
                     res.setdefault(system, []).append(out)
         name = f"load-{args.size}" + ("-trees" if args.kb_tree_only else "")
         path = Path(args.out_dir) / f"{name}.json"
