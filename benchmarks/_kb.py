@@ -22,7 +22,7 @@ from kb_retriever import KnowledgeBase, Settings
 from kb_retriever.models import ChunkDraft, DocumentDraft
 from kb_retriever.ranking.bm25 import CorpusLexemes
 from kb_retriever.search.modes import Legs
-from kb_retriever.store import sql as q
+from kb_retriever.store import catalog_sql as catalog
 from kb_retriever.store.fulltext import tsvector as fts
 from kb_retriever.write.bulk import bulk_load
 
@@ -85,7 +85,7 @@ def fts_search(url: str, settings: Settings, *, rank: str = "ts_rank/log-len(1)"
     conn = psycopg.connect(url, autocommit=True)
     with conn.cursor(row_factory=dict_row) as cur:
         corpus = CorpusLexemes.from_row(cur.execute(
-            q.lexeme_stats_sql(), {"tenant": "default", "projects": [PROJECT]}).fetchone())
+            catalog.lexeme_stats_sql(), {"tenant": "default", "projects": [PROJECT]}).fetchone())
     estimates = corpus.estimates
     # the hybrid leg's own lexeme choice (store.sql.lexeme_selection_sql) and tsquery
     stmt = sql.SQL(

@@ -84,9 +84,11 @@ class Settings(BaseSettings):
     pool_min_size: int = _field(2, "KB_POOL_MIN_SIZE", ge=0, le=64)
     pool_max_size: int = _field(4, "KB_POOL_MAX_SIZE", ge=1, le=256)
     # Run the vector and full-text legs at once, each on a pooled connection, when a second
-    # connection is idle (otherwise one after the other, on one connection). What it saves,
-    # and what it costs under load, is measured in decision 0004 and docs/benchmarks.md.
-    parallel_legs: bool = _field(True, "KB_PARALLEL_LEGS")
+    # connection is idle; otherwise both in one statement on one connection. At once is
+    # faster for a lone client on a server with idle cores and slower under concurrent load
+    # (decision 0015): "auto" runs them at once while the server runs no other backend's
+    # statement (sampled once a second, store/load.py), true always, false never.
+    parallel_legs: bool | Literal["auto"] = _field("auto", "KB_PARALLEL_LEGS")
     pool_timeout_s: float = _field(10.0, "KB_POOL_TIMEOUT_S", gt=0, le=600)
     statement_timeout_ms: int = _field(
         10_000, "KB_STATEMENT_TIMEOUT_MS", ge=0

@@ -125,7 +125,7 @@ def test_searches_use_the_statistics_in_their_full_text_leg(make_kb, tmp_path, m
     fetch = SearchSession._fetch
 
     def spy(session, req, held):
-        if req.stage == "keyword_leg":
+        if req.stage in ("keyword_leg", "hybrid_legs"):  # the leg alone or in one statement
             seen.append(req.query.as_string(held[0]) if held else req.query.as_string(None))
         return fetch(session, req, held)
 

@@ -53,7 +53,7 @@ def test_search_sql_prints_the_statements_that_run(make_kb, monkeypatch):
     assert printed == [s.strip() for s in executed]
     stages = re.findall(r"^-- (\w+)", text, flags=re.M)
     assert stages[:5] == ["synonyms", "lexeme_stats", "fts_configs", "scope_stats",
-                          "keyword_leg"] and "graph_hop_1" in stages
+                          "hybrid_legs"] and "graph_hop_1" in stages  # both legs: one statement
     # a search with nothing cached runs the same statements
     executed.clear()
     kb.clear_caches()

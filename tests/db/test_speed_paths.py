@@ -20,14 +20,19 @@ def _notes(root: Path, texts: list[str], prefix: str = "n") -> Path:
     return root
 
 
-def _legs_and_checkouts(kb: KnowledgeBase, q: str, monkeypatch) -> tuple[set[int], int]:
-    """(the backend pids that ran the two candidate legs, the pool checkouts) of one search."""
+LEG_STAGES = ("vector_leg", "keyword_leg", "hybrid_legs")
+
+
+def _legs_and_checkouts(kb: KnowledgeBase, q: str, monkeypatch
+                        ) -> tuple[dict[str, int], int]:
+    """(the candidate reads that ran, each with its backend pid; the pool checkouts) of one
+    search."""
     pids: dict[str, int] = {}
     fetch = SearchSession._fetch
 
     def spy(session, req, held):
         answer = fetch(session, req, held)
-        if req.stage in ("vector_leg", "keyword_leg"):
+        if req.stage in LEG_STAGES:
             pids[req.stage] = held[0].info.backend_pid
         return answer
 
@@ -35,32 +40,76 @@ def _legs_and_checkouts(kb: KnowledgeBase, q: str, monkeypatch) -> tuple[set[int
     pool = kb._pools.sync()
     before = pool.get_stats().get("requests_num", 0)
     result = kb.search(q)
+    monkeypatch.undo()
     assert {"candidates", "graph", "rejected"} <= set(result.meta["timings_ms"])
     assert result.expanded and result.rejected  # the graph and rejected reads really ran
-    assert set(pids) == {"vector_leg", "keyword_leg"}
-    return set(pids.values()), pool.get_stats().get("requests_num", 0) - before
+    return pids, pool.get_stats().get("requests_num", 0) - before
 
 
-def test_the_legs_run_on_two_connections_and_every_other_read_on_one(example_kb, minilm,
-                                                                      monkeypatch):
-    """Stemming, the vector leg, graph expansion and the rejected channel share one checkout
-    (each costs a pool round trip); the full-text leg runs at once on a second one."""
+def test_a_search_runs_both_legs_in_one_statement_and_every_read_on_one_connection(
+        example_kb, minilm, monkeypatch):
+    """In one statement (decision 0015), stemming, both legs, graph expansion and the rejected
+    channel share one checkout and one backend. With ``KB_PARALLEL_LEGS=true`` the full-text
+    leg runs at once on a second connection, with the same results."""
     q = "what cache layer did we standardise on?"
-    example_kb.search(q)  # warms the synonym, lexeme-statistics and stem caches
-    backends, checkouts = _legs_and_checkouts(example_kb, q, monkeypatch)
-    assert len(backends) == 2 and checkouts == 2
     with KnowledgeBase(Settings(parallel_legs=False), embedder=minilm,
-                       database_url=example_kb.url) as sequential:
-        sequential.search(q)
-        backends, checkouts = _legs_and_checkouts(sequential, q, monkeypatch)
-        assert len(backends) == 1 and checkouts == 1
-        assert [h.chunk_id for h in sequential.search(q).primary] == [
-            h.chunk_id for h in example_kb.search(q).primary]
+                       database_url=example_kb.url) as one:
+        one.search(q)  # warms the synonym, lexeme-statistics and stem caches
+        legs, checkouts = _legs_and_checkouts(one, q, monkeypatch)
+        assert set(legs) == {"hybrid_legs"} and checkouts == 1
+        expected = one.search(q).primary
+    with KnowledgeBase(Settings(parallel_legs=True), embedder=minilm,
+                       database_url=example_kb.url) as parallel:
+        parallel.search(q)
+        legs, checkouts = _legs_and_checkouts(parallel, q, monkeypatch)
+        assert set(legs) == {"vector_leg", "keyword_leg"}
+        assert len(set(legs.values())) == 2 and checkouts == 2
+        assert parallel.search(q).primary == expected
 
 
-def test_a_pool_of_one_runs_the_legs_one_after_the_other(example_kb, minilm):
+def test_auto_runs_the_legs_at_once_on_an_idle_server_and_in_one_statement_on_a_busy_one(
+        example_kb, minilm, monkeypatch):
+    """KB_PARALLEL_LEGS=auto (the default) asks the server how many other backends run a
+    statement (store/load.py): none, the legs run at once; another one busy, in one statement."""
+    import threading
+
+    import psycopg
+
+    q = "what cache layer did we standardise on?"
+    assert Settings().parallel_legs == "auto"
+    with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
+        legs, _ = _legs_and_checkouts(kb, q, monkeypatch)
+        assert set(legs) == {"vector_leg", "keyword_leg"}  # nothing else ran: at once
+    started = threading.Event()
+
+    def busy() -> None:  # another client's statement, running while the search samples
+        with psycopg.connect(example_kb.url, autocommit=True) as conn:
+            started.set()
+            conn.execute("SELECT pg_sleep(3)")
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        assert started.wait(10)
+        with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
+            for _ in range(50):  # until the server shows the sleep as active
+                with kb._pools.sync().connection() as conn:
+                    if conn.execute("SELECT count(*) FROM pg_stat_activity "
+                                    "WHERE query = 'SELECT pg_sleep(3)' AND state = 'active'"
+                                    ).fetchone()[0]:
+                        break
+            kb.search(q)  # warms the caches; the server is sampled: busy
+            legs, checkouts = _legs_and_checkouts(kb, q, monkeypatch)
+            assert set(legs) == {"hybrid_legs"} and checkouts == 1
+            assert kb._pools.primary_load.busy
+    finally:
+        worker.join(10)
+
+
+def test_a_pool_of_one_runs_the_legs_on_its_one_connection(example_kb, minilm):
     """A search never waits for a second connection: with none idle, the legs share one."""
-    with KnowledgeBase(Settings(pool_min_size=1, pool_max_size=1, pool_timeout_s=2),
+    with KnowledgeBase(Settings(pool_min_size=1, pool_max_size=1, pool_timeout_s=2,
+                                parallel_legs=True),
                        embedder=minilm, database_url=example_kb.url) as kb:
         q = "what cache layer did we standardise on?"
         # A deadlock would raise StoreError after the pool timeout; the legs' answers are the
@@ -70,25 +119,32 @@ def test_a_pool_of_one_runs_the_legs_one_after_the_other(example_kb, minilm):
         assert kb._pools.sync().get_stats()["pool_size"] == 1
 
 
-async def test_an_async_search_runs_the_legs_on_two_connections(example_kb, monkeypatch):
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_an_async_search_runs_the_legs_as_the_sync_one(example_kb, minilm, monkeypatch,
+                                                             parallel):
+    """One statement on one connection by default, two connections with KB_PARALLEL_LEGS."""
     q = "what cache layer did we standardise on?"
-    await example_kb.asearch(q)
-    pids: dict[str, int] = {}
-    afetch = AsyncSearchSession._fetch
+    async with KnowledgeBase(Settings(parallel_legs=parallel), embedder=minilm,
+                             database_url=example_kb.url) as kb:
+        await kb.asearch(q)
+        pids: dict[str, int] = {}
+        afetch = AsyncSearchSession._fetch
 
-    async def spy(session, req, held):
-        answer = await afetch(session, req, held)
-        if req.stage in ("vector_leg", "keyword_leg"):
-            pids[req.stage] = held[0].info.backend_pid
-        return answer
+        async def spy(session, req, held):
+            answer = await afetch(session, req, held)
+            if req.stage in LEG_STAGES:
+                pids[req.stage] = held[0].info.backend_pid
+            return answer
 
-    monkeypatch.setattr(AsyncSearchSession, "_fetch", spy)
-    pool = await example_kb._pools.asynchronous()
-    before = pool.get_stats().get("requests_num", 0)
-    result = await example_kb.asearch(q)
-    assert result.expanded and result.rejected
-    assert len(set(pids.values())) == 2
-    assert pool.get_stats().get("requests_num", 0) - before == 2
+        monkeypatch.setattr(AsyncSearchSession, "_fetch", spy)
+        pool = await kb._pools.asynchronous()
+        before = pool.get_stats().get("requests_num", 0)
+        result = await kb.asearch(q)
+        assert result.expanded and result.rejected
+        assert set(pids) == ({"vector_leg", "keyword_leg"} if parallel else {"hybrid_legs"})
+        assert len(set(pids.values())) == (2 if parallel else 1)
+        assert pool.get_stats().get("requests_num", 0) - before == (2 if parallel else 1)
+        assert result.primary == example_kb.search(q).primary
 
 
 def test_cached_reads_are_parsed_once(example_kb, monkeypatch):
@@ -180,7 +236,7 @@ def test_each_scope_keeps_one_plan_for_its_legs(example_kb, minilm):
     another scope is another statement with its own plan."""
     q = "what cache layer did we standardise on?"
     qvec = minilm.embed_query(q)
-    settings = Settings(parallel_legs=False, pool_min_size=1, pool_max_size=1)
+    settings = Settings(pool_min_size=1, pool_max_size=1)
     with KnowledgeBase(settings, embedder=minilm, database_url=example_kb.url) as kb:
         first = kb.search(q, query_embedding=qvec)
         for _ in range(14):
@@ -191,7 +247,7 @@ def test_each_scope_keeps_one_plan_for_its_legs(example_kb, minilm):
                 "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements "
                 "WHERE statement LIKE 'WITH ql AS%'").fetchall()
     legs = [r for r in rows if "ANY('{default}'::text[])" in r[0]]
-    assert len(legs) == 2  # the vector leg and the full-text leg of the default scope
+    assert len(legs) == 1  # both legs of the default scope, in one statement
     for _statement, generic, custom in legs:
         assert generic >= 5 and custom <= 5  # 10 runs prepared: 5 custom plans, then one reused
     assert not any("elsewhere" in r[0] for r in rows)  # not prepared after a single run
@@ -204,7 +260,8 @@ def test_consecutive_searches_keep_each_leg_on_the_same_connection(example_kb, m
     thread on one, the worker thread on the other (store.reader.SearchSession.fetch_all)."""
     q = "what cache layer did we standardise on?"
     roles: list[dict[str, int]] = []
-    with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
+    with KnowledgeBase(Settings(parallel_legs=True), embedder=minilm,
+                       database_url=example_kb.url) as kb:
         fetch = SearchSession._fetch
 
         def spy(session, req, held):
@@ -228,9 +285,11 @@ def test_a_search_of_new_words_reads_nothing_before_its_two_legs(example_kb, min
                                                                   monkeypatch):
     """Each leg's statement stems the query itself, and the full-text leg chooses its OR
     lexemes by the cached statistics in the statement (store.fulltext.tsvector.lexeme_selection_sql): words
-    never seen before cost no round trip ahead of the legs, which run on two connections."""
+    never seen before cost no round trip ahead of the legs, which run on two connections
+    (KB_PARALLEL_LEGS) or in one statement (the default)."""
     reads: list[tuple[str, int]] = []
-    with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
+    with KnowledgeBase(Settings(parallel_legs=True), embedder=minilm,
+                       database_url=example_kb.url) as kb:
         fetch = SearchSession._fetch
 
         def spy(session, req, held):
@@ -251,3 +310,10 @@ def test_a_search_of_new_words_reads_nothing_before_its_two_legs(example_kb, min
     assert set(legs) == {"vector_leg", "keyword_leg"}
     assert legs["vector_leg"] != legs["keyword_leg"]  # at once, on two connections
     assert result.primary and result.meta["search_strategy"]
+    with KnowledgeBase(Settings(parallel_legs=False), embedder=minilm,
+                       database_url=example_kb.url) as kb:
+        monkeypatch.setattr(SearchSession, "_fetch", spy)
+        kb.search("which cache layer did we standardise on?")
+        reads.clear()
+        assert kb.search("zanzibarish cache wombats").primary
+    assert [stage for stage, _ in reads][4] == "hybrid_legs"

@@ -8,6 +8,7 @@ from psycopg import sql
 from kb_retriever.errors import FilterError
 from kb_retriever.filters.dimensions import SearchFilters, parse_filters
 from kb_retriever.filters.expressions import MetaCond
+from kb_retriever.store import catalog_sql as catalog
 from kb_retriever.store import sql as q
 from kb_retriever.store.fulltext import tsvector as fts
 from kb_retriever.store.spaces import Space
@@ -40,11 +41,14 @@ def test_the_legs_are_two_independent_statements():
         assert "ql AS (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, " \
                "%(fts_text)s)) AS lexemes)" in text
         assert "setweight(c.tsv, 'A', (SELECT lexemes FROM ql))" in text
-        assert "1 - (c.embedding <=> %(qvec)s) AS similarity" in text  # true cosine on every row
         assert text.count("JOIN kb_documents d") == 1  # only in the join back when no filters
         assert "LEFT JOIN leg_rows ON true" in text  # the leg's count even when it is empty
     ql = "WITH ql AS (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, " \
          "%(fts_text)s)) AS lexemes), "
+    # the true cosine on every row: the vector leg's hits bring it from CTE vec (the same
+    # operator on the same vectors), the full-text leg's compute it
+    assert "1 - (coalesce(h.dist, c.embedding <=> %(qvec)s)) AS similarity" in vec
+    assert "1 - (c.embedding <=> %(qvec)s) AS similarity" in fts
     assert vec.startswith(ql + "vec AS MATERIALIZED") and "@@" not in vec
     assert "ORDER BY dist LIMIT 30)" in vec  # bare distance operator: HNSW usable
     assert "WHERE 1 - dist >= 0.3)" in vec and "%(mention_ids)s" not in vec
@@ -60,6 +64,36 @@ def test_the_legs_are_two_independent_statements():
     assert "LIMIT 300)" in fts and "<=> %(qvec)s AS dist" not in fts
     assert "LIMIT 30)" in fts
     assert params == {}
+
+
+def test_both_legs_in_one_statement():
+    f = parse_filters({"tags": ["x"]})
+    both, params = q.hybrid_sql(SHAPE, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)
+    vec, fts, legs_params = _legs({"tags": ["x"]})
+    text = render(both)
+    assert params == legs_params
+    assert ";" not in text and text.count("to_tsvector(") == 1  # the query stemmed once
+    # each leg's CTEs as in its own statement, side by side
+    assert "vec AS MATERIALIZED" in text and "fts_m AS MATERIALIZED" in text
+    assert text.count("ORDER BY dist LIMIT 30)") == 1 and "LIMIT 300)" in text
+    # a chunk both legs found is one row with both ranks; the candidate columns read once
+    assert 'FROM "vec_r" v FULL JOIN fts f ON f.id = v.id' in text
+    assert text.count("JOIN kb_chunks c ON c.tenant_id = 'acme' AND c.id = h.id") == 1
+    assert '(SELECT count(*) FROM "vec") AS "n_pre_vector"' in text
+    assert '(SELECT count(*) FROM "fts_m") AS "n_pre_fts"' in text
+    assert "AS query_lexemes" in text and "AS foreign_projects" in text
+    assert "1 - (coalesce(h.dist, c.embedding <=> %(qvec)s)) AS similarity" in text
+    # the filter in both legs
+    assert text.count("d.tags && %(f_tags)s::text[]") == 2
+    mentioned, _ = q.hybrid_sql(SHAPE, fts_mode="or", n_phrases=0, filters=f,
+                                with_doc_ids=False, with_mentions=True)
+    assert 'FROM "vec_m" v FULL JOIN fts f' in render(mentioned)
+    # under halfvec, CTE vec's distance is the index's: the cosine is computed anew
+    half = q.LegShape(q.Scope("acme", ("api",), Space(2, "m", 3000, "halfvec", "ix", 16, 64)),
+                      kc=30, min_sim=0.3, fts_cap=300)
+    halved, _ = q.hybrid_sql(half, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)
+    assert "1 - (c.embedding <=> %(qvec)s) AS similarity" in render(halved)
+    assert "coalesce(h.dist" not in render(halved)
 
 
 def test_the_legs_scope_and_sizes_are_literals():
@@ -85,7 +119,7 @@ def test_hostile_scope_literals_are_quoted():
 
 def test_mentions_join_the_vector_leg():
     vec, _, _ = _legs(with_mentions=True)
-    assert "c.document_id = ANY(%(mention_ids)s)" in vec and "true FROM ment" in vec
+    assert "c.document_id = ANY(%(mention_ids)s)" in vec and "true, NULL FROM ment" in vec
 
 
 @pytest.mark.parametrize("mode, needle", [
@@ -127,7 +161,7 @@ def test_bad_metadata_operator_and_key():
 
 
 def test_rejected_and_neighbour_queries_are_scoped():
-    rej = render(q.rejected_chunks_sql())
+    rej = render(catalog.rejected_chunks_sql())
     assert "d.tenant_id = %(tenant)s" in rej and "d.project_key = ANY(%(projects)s)" in rej
     assert "c.text" in rej and "c.embedding" in rej  # whole rows: no second read per search
     nb, _ = q.neighbours_sql(direction="both", filters=parse_filters(None))
@@ -158,8 +192,8 @@ def test_remembered_statements_render_once_per_encoding():
     assert isinstance(stmt, q.Statement)
     assert stmt.as_bytes(None) is stmt.as_bytes(None)  # rendered once, then kept
     assert stmt.as_bytes(None) == stmt._composed.as_bytes(None)  # the statement's own bytes
-    assert q.lexeme_stats_sql() is q.lexeme_stats_sql()
-    assert isinstance(q.lexeme_stats_sql(), q.Statement)
+    assert catalog.lexeme_stats_sql() is catalog.lexeme_stats_sql()
+    assert isinstance(catalog.lexeme_stats_sql(), q.Statement)
 
     renders = []
 

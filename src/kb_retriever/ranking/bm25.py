@@ -76,7 +76,7 @@ _MIN_FREQ = 1e-4  # floor: ~1 in 10,000 chunks, so idf stays finite
 
 @dataclass(frozen=True)
 class CorpusLexemes:
-    """The database's lexeme statistics (``store.sql.lexeme_stats_sql``): the most common
+    """The database's lexeme statistics (``store.catalog_sql.lexeme_stats_sql``): the most common
     lexemes of kb_chunks.tsv with the fraction of chunks holding each, the minimum listed
     fraction, and the chunk count estimate. Empty before the first ANALYZE.
 

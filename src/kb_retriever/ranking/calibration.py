@@ -96,7 +96,7 @@ class Calibration:
 
     @classmethod
     def from_rows(cls, rows: Sequence[Mapping[str, Any]]) -> Calibration:
-        """From ``store.sql.scope_stats_sql`` rows (one per project of the scope). A scope
+        """From ``store.catalog_sql.scope_stats_sql`` rows (one per project of the scope). A scope
         whose projects are not all calibrated with the current probes counts as uncalibrated."""
         arrays = [list(r["probe_similarity"] or ()) for r in rows
                   if r.get("probe_version") == PROBE_VERSION]

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from ..checks import check_text
 from ..errors import InputError
 from ..models import Candidate, Hit, Origin, SearchResult
+from ..models.legs import LegResult
 from ..ranking import diversify, expand_query_text, expansion_phrases, should_refuse
 from ..ranking.bm25 import CorpusLexemes
 from ..ranking.calibration import Calibration
@@ -229,13 +230,14 @@ class Found(NamedTuple):
 
 
 def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
-               groups: list[list[str]], qvec: Any) -> Generator[Parallel, Any, Found]:
-    """The vector and full-text legs, run at once, and their weighted RRF.
+               groups: list[list[str]], qvec: Any) -> Generator[Fetch | Parallel, Any, Found]:
+    """The vector and full-text legs and their weighted RRF.
 
     Each statement stems the query itself (CTE ``ql``) and the full-text leg chooses the
-    lexemes it ORs together (``store.fulltext.tsvector.lexeme_selection_sql``), so nothing needs a round trip
-    first; the caller may run the legs on two connections, the full-text leg (the longer one)
-    on the search's own."""
+    lexemes it ORs together (``store.fulltext.tsvector.lexeme_selection_sql``), so nothing
+    needs a round trip first. The legs are one :class:`Parallel` request: the session runs them
+    at once on two connections (the full-text leg, the longer one, on the search's own) or
+    both in one statement (``KB_PARALLEL_LEGS``, decision 0015); the answers are the same."""
     phrases = expansion_phrases(req.query, groups) if groups else []
     with_doc_ids = settings.mentions_mode == "filter"
     mode = settings.fts_query_mode
@@ -250,15 +252,16 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
         else settings.fts_language,
         fts_text=" ".join([req.query, *phrases]) if mode == "or" else req.query,
         phrases=tuple(phrases), mention_ids=tuple(sorted(mentions)))
-    legs: tuple[Fetch, ...] = (reads.vector_leg(shape, query, filters=req.filters,
-                                                with_doc_ids=with_doc_ids),)
     weights = req.legs.weights((float(settings.hybrid_semantic_weight),
                                 float(settings.hybrid_fts_weight)))
+    keyword: LegResult | None = None
     if text_leg(req, settings):
-        legs = (reads.keyword_leg(shape, query, mode=mode, filters=req.filters,
-                                  with_doc_ids=with_doc_ids), *legs)
-    answers = yield Parallel(legs)
-    vector, keyword = answers[-1], answers[0] if len(legs) == 2 else None
+        keyword, vector = yield reads.candidate_legs(shape, query, mode=mode,
+                                                     filters=req.filters,
+                                                     with_doc_ids=with_doc_ids)
+    else:
+        vector = yield reads.vector_leg(shape, query, filters=req.filters,
+                                        with_doc_ids=with_doc_ids)
     fused, n_pre = fuse_legs(vector, keyword, k=settings.rrf_k, weights=weights)
     if keyword is not None and weights[0] == 0:  # the full-text leg's candidates only
         fused = [c for c in fused if c.fts_rank is not None]

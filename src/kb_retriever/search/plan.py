@@ -46,23 +46,28 @@ class SearchRequest:
 Plan = Generator[Fetch | Parallel | Embed, Any, SearchResult]
 
 
-def _sequential(fetch: Callable[[Fetch], Any]) -> Callable[[tuple[Fetch, ...]], tuple[Any, ...]]:
-    return lambda fetches: tuple(fetch(f) for f in fetches)
+def _one_by_one(fetch: Callable[[Fetch], Any]) -> Callable[[Parallel], tuple[Any, ...]]:
+    """A :class:`Parallel` answered on one connection: in one statement when it has one."""
+    def answer(request: Parallel) -> tuple[Any, ...]:
+        if request.together is not None:
+            return fetch(request.together)  # type: ignore[no-any-return]
+        return tuple(fetch(f) for f in request.fetches)
+    return answer
 
 
 def run_plan(plan: Plan, fetch: Callable[[Fetch], Any], embed: Callable[[str], Any],
-             fetch_all: Callable[[tuple[Fetch, ...]], tuple[Any, ...]] | None = None
+             fetch_all: Callable[[Parallel], tuple[Any, ...]] | None = None
              ) -> SearchResult:
-    """Drive a plan with blocking I/O. ``fetch_all`` answers a :class:`Parallel` (default: one
-    fetch after the other)."""
-    many = fetch_all or _sequential(fetch)
+    """Drive a plan with blocking I/O. ``fetch_all`` answers a :class:`Parallel` (default: on
+    one connection, in one statement when the request has one)."""
+    many = fetch_all or _one_by_one(fetch)
     try:
         request = next(plan)
         while True:
             if isinstance(request, Fetch):
                 answer = fetch(request)
             elif isinstance(request, Parallel):
-                answer = many(request.fetches)
+                answer = many(request)
             else:
                 answer = embed(request.text)
             request = plan.send(answer)
@@ -72,7 +77,7 @@ def run_plan(plan: Plan, fetch: Callable[[Fetch], Any], embed: Callable[[str], A
 
 async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
                     embed: Callable[[str], Awaitable[Any]],
-                    fetch_all: Callable[[tuple[Fetch, ...]], Awaitable[tuple[Any, ...]]] | None
+                    fetch_all: Callable[[Parallel], Awaitable[tuple[Any, ...]]] | None
                     = None) -> SearchResult:
     """Drive a plan with async I/O (``fetch_all`` as in :func:`run_plan`)."""
     try:
@@ -83,7 +88,9 @@ async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
                 answer = await fetch(request)
             elif isinstance(request, Parallel):
                 if fetch_all is not None:
-                    answer = await fetch_all(request.fetches)
+                    answer = await fetch_all(request)
+                elif request.together is not None:
+                    answer = await fetch(request.together)
                 else:
                     answer = tuple([await fetch(f) for f in request.fetches])
             else:

@@ -41,7 +41,7 @@ class RejectedVectors(NamedTuple):
 
 
 def unit_vectors(rows: Sequence[Mapping[str, Any]]) -> RejectedVectors:
-    """Parse the rows of :func:`~kb_retriever.store.sql.rejected_chunks_sql`."""
+    """Parse the rows of :func:`~kb_retriever.store.catalog_sql.rejected_chunks_sql`."""
     if not rows:
         return RejectedVectors([], np.zeros((0, 0)), {}, {})
     vecs = np.asarray([vector_array(r["embedding"], np.float64) for r in rows])

@@ -23,6 +23,7 @@ from ..settings import Settings
 from . import distribution, schema, spaces
 from .borrowed import BorrowedAsyncPool, BorrowedPool
 from .connection import atranslated, make_async_pool, make_pool, translated
+from .load import ServerLoad
 from .replicas import Replicas, Target, latest_lsn
 from .session import AsyncSession, Session
 
@@ -68,6 +69,7 @@ class Pools:
         self._alock: asyncio.Lock | None = None
         self._apool_loop: asyncio.AbstractEventLoop | None = None
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
+        self.primary_load = ServerLoad()  # the primary's load (KB_PARALLEL_LEGS=auto)
         self.distributed = False  # a Citus coordinator (known once open)
         self._space: spaces.Space | None = None  # the embedder's (known once open)
         self.replicas = Replicas(settings.replica_urls, settings)
@@ -141,7 +143,7 @@ class Pools:
             replica = self.replicas.pick(self.wrote_lsn if consistent else None)
             if replica is not None:
                 return Target(replica.pool, replica.label, replica)
-        return Target(self.sync(), "primary" if self.replicas else None)
+        return Target(self.sync(), "primary" if self.replicas else None, load=self.primary_load)
 
     async def aread_target(self, consistent: bool = False) -> Target:
         """The async twin of :meth:`read_target` (the replica's async pool)."""
@@ -151,7 +153,8 @@ class Pools:
             if replica is not None:
                 apool = await self.replicas.apool(replica, self._conn_kwargs)
                 return Target(apool, replica.label, replica)
-        return Target(await self.asynchronous(), "primary" if self.replicas else None)
+        return Target(await self.asynchronous(), "primary" if self.replicas else None,
+                      load=self.primary_load)
 
     def _wrote(self, conn: Any) -> None:
         """Keep the primary's WAL position after a write (for ``consistent`` reads)."""

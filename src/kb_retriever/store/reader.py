@@ -13,9 +13,12 @@ Policy, in both twins:
 * a read whose connection the server dropped is retried once on a fresh one (reads are
   idempotent; a query error or the pool's own timeout is not retried);
 * independent reads (the two candidate legs) run at once when the pool has idle connections
-  right now (``KB_PARALLEL_LEGS``), each extra connection kept to the end of the search and
-  returned after the search's own one, so the next search gets the same pair
-  (docs/decisions/0004-speed.md); with none idle, one after the other, never waiting.
+  right now and ``KB_PARALLEL_LEGS`` allows it (``auto``, the default: when the server ran no
+  other backend's statement at the last sample, ``store.load``; ``true``: always), each extra
+  connection kept to the end of the search and returned after the search's own one, so the
+  next search gets the same pair (docs/decisions/0004-speed.md); otherwise in one statement
+  when the plan offers one (``Parallel.together``: one backend and one round trip, decision
+  0015), never waiting for a connection.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from psycopg_pool import PoolTimeout
 from ..settings import Settings
 from .connection import atranslated, is_retryable, translate, translated
 from .distribution import shard_settings
-from .reads import Fetch
+from .load import OTHERS_ACTIVE, ServerLoad
+from .reads import Fetch, Parallel
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +90,10 @@ class SearchSession:
 
     def __init__(self, pool: Any, cache: ReadCache, settings: Settings,
                  executor: Callable[[], ThreadPoolExecutor], *,
-                 record: list[Fetch] | None = None, distributed: bool = False) -> None:
+                 record: list[Fetch] | None = None, distributed: bool = False,
+                 load: ServerLoad | None = None) -> None:
         self._pool, self._cache, self._settings, self._executor = pool, cache, settings, executor
+        self._load = load if load is not None else ServerLoad()
         # On Citus a vector read carries the HNSW settings to the shard (distribution.py).
         self._local = shard_settings(settings) if distributed else None
         self._held: list[Any] = []  # the search's own connection first, then the extra ones
@@ -137,18 +143,25 @@ class SearchSession:
                 raise translate(exc) from None
         raise AssertionError("unreachable")
 
-    def fetch_all(self, reqs: tuple[Fetch, ...]) -> tuple[Any, ...]:
-        """Independent reads: the first on the search's connection, each other on an idle
-        connection in a worker thread (psycopg waits on the socket without the GIL)."""
+    def fetch_all(self, request: Parallel) -> tuple[Any, ...]:
+        """Independent reads: with ``KB_PARALLEL_LEGS`` and idle connections, the first on the
+        search's connection and each other on an idle one in a worker thread (psycopg waits
+        on the socket without the GIL); otherwise all in one statement (``together``) or one
+        after the other, on the search's connection."""
+        reqs = request.fetches
         extra: list[Any] = []
-        self._recorded(reqs)
         if self._settings.parallel_legs and len(reqs) > 1:
             if not self._held:  # the search's own connection first: a pool of one must not
                 with translated():  # deadlock
                     self._held.append(self._pool.getconn())
-            extra = self._idle(len(reqs) - 1)
+            if not self._server_busy():
+                extra = self._idle(len(reqs) - 1)
         if not extra:
+            if request.together is not None:
+                return self.fetch(request.together)  # type: ignore[no-any-return]
+            self._recorded(reqs)
             return tuple(self._fetch(r, self._held) for r in reqs)
+        self._recorded(reqs)
         helds = [[conn] for conn in extra]  # reqs[1..n] on the idle connections' workers
         try:
             futures = [self._executor().submit(self._fetch, r, h)
@@ -161,6 +174,21 @@ class SearchSession:
         finally:
             for h in helds:  # kept to the end of the search, returned after its own
                 self._held.extend(h)
+
+    def _server_busy(self) -> bool:
+        """With ``KB_PARALLEL_LEGS=auto``: whether other backends of the server were running
+        statements at the last sample (``store.load``), sampled on the search's connection
+        when one is due (not while the statements are recorded for ``search_sql``)."""
+        if self._settings.parallel_legs is True:
+            return False
+        if self._record is None and self._load.due():
+            try:
+                row = self._held[0].execute(OTHERS_ACTIVE).fetchone()
+            except psycopg.Error:  # a sample is no read: the legs retry on a fresh connection
+                _release(self._pool, self._held)
+                return True
+            self._load.record(int(row[0]) if row else 0)
+        return self._load.busy
 
     def _idle(self, n: int) -> list[Any]:
         """Up to ``n`` connections that are idle in the pool right now (never waits for one)."""
@@ -181,8 +209,9 @@ class AsyncSearchSession:
     """The async twin of :class:`SearchSession` (parallel reads run as concurrent tasks)."""
 
     def __init__(self, pool: Any, cache: ReadCache, settings: Settings, *,
-                 distributed: bool = False) -> None:
+                 distributed: bool = False, load: ServerLoad | None = None) -> None:
         self._pool, self._cache, self._settings = pool, cache, settings
+        self._load = load if load is not None else ServerLoad()
         self._local = shard_settings(settings) if distributed else None
         self._held: list[Any] = []
 
@@ -217,14 +246,18 @@ class AsyncSearchSession:
                 raise translate(exc) from None
         raise AssertionError("unreachable")
 
-    async def fetch_all(self, reqs: tuple[Fetch, ...]) -> tuple[Any, ...]:
+    async def fetch_all(self, request: Parallel) -> tuple[Any, ...]:
+        reqs = request.fetches
         extra: list[Any] = []
         if self._settings.parallel_legs and len(reqs) > 1:
             if not self._held:
                 async with atranslated():
                     self._held.append(await self._pool.getconn())
-            extra = await self._idle(len(reqs) - 1)
+            if not await self._server_busy():
+                extra = await self._idle(len(reqs) - 1)
         if not extra:
+            if request.together is not None:
+                return await self.fetch(request.together)  # type: ignore[no-any-return]
             return tuple([await self.fetch(r) for r in reqs])
         helds = [self._held, *([conn] for conn in extra)]
         try:
@@ -239,6 +272,19 @@ class AsyncSearchSession:
         finally:
             for h in helds[1:]:  # kept to the end of the search
                 self._held.extend(h)
+
+    async def _server_busy(self) -> bool:
+        if self._settings.parallel_legs is True:
+            return False
+        if self._load.due():
+            try:
+                cur = await self._held[0].execute(OTHERS_ACTIVE)
+                row = await cur.fetchone()
+            except psycopg.Error:
+                await _arelease(self._pool, self._held)
+                return True
+            self._load.record(int(row[0]) if row else 0)
+        return self._load.busy
 
     async def _idle(self, n: int) -> list[Any]:
         out = []

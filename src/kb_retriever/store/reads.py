@@ -18,10 +18,12 @@ from ..models.legs import LegResult
 from ..ranking.bm25 import CorpusLexemes
 from ..ranking.calibration import Calibration
 from ..vocabulary import ACCEPTED, EXPANDABLE_STATUSES, REJECTED_APPROACH
+from . import catalog_sql as catalog
 from . import sql as q
-from .rows import leg_result, neighbours_from_rows, successor_map
+from .rows import hybrid_result, leg_result, neighbours_from_rows, successor_map
 
-__all__ = ["Fetch", "LegQuery", "Parallel", "calibration", "fts_configs", "keyword_leg",
+__all__ = ["Fetch", "LegQuery", "Parallel", "calibration", "fts_configs", "candidate_legs",
+           "keyword_leg",
            "lexeme_stats", "neighbours", "rejected_chunks", "supersessions", "synonyms",
            "vector_leg"]
 
@@ -45,9 +47,13 @@ class Fetch:
 
 @dataclass(frozen=True)
 class Parallel:
-    """Independent reads; their answers come back in order, maybe read at once."""
+    """Independent reads; their answers come back in order, maybe read at once on several
+    connections. ``together``, when set, answers all of them in one statement (its answer is
+    the tuple of theirs): a session that does not read them at once runs it, one round trip
+    on one connection instead of one per read."""
 
     fetches: tuple[Fetch, ...]
+    together: Fetch | None = None
 
 
 def _scoped(query: Any, scope: q.Scope, stage: str, ttl: float,
@@ -64,12 +70,12 @@ def _synonym_groups(rows: Rows) -> list[list[str]]:
 
 def synonyms(scope: q.Scope, ttl: float) -> Fetch:
     """The scope's synonym groups, the term first."""
-    return _scoped(q.synonyms_sql(), scope, "synonyms", ttl, _synonym_groups)
+    return _scoped(catalog.synonyms_sql(), scope, "synonyms", ttl, _synonym_groups)
 
 
 def lexeme_stats(scope: q.Scope, ttl: float) -> Fetch:
     """The scope's lexeme statistics (:class:`~kb_retriever.ranking.bm25.CorpusLexemes`)."""
-    return _scoped(q.lexeme_stats_sql(), scope, "lexeme_stats", ttl, CorpusLexemes.from_rows)
+    return _scoped(catalog.lexeme_stats_sql(), scope, "lexeme_stats", ttl, CorpusLexemes.from_rows)
 
 
 def _configs(rows: Rows) -> list[str]:
@@ -79,23 +85,23 @@ def _configs(rows: Rows) -> list[str]:
 def fts_configs(scope: q.Scope, default: str, ttl: float) -> Fetch:
     """The full-text configurations of the scope's documents' languages (``default`` for the
     documents without one)."""
-    return _scoped(q.fts_configs_sql(), scope, "fts_configs", ttl, _configs, default=default)
+    return _scoped(catalog.fts_configs_sql(), scope, "fts_configs", ttl, _configs, default=default)
 
 
 def calibration(scope: q.Scope, ttl: float) -> Fetch:
     """The scope's null similarity (:class:`~kb_retriever.ranking.calibration.Calibration`)."""
-    return _scoped(q.scope_stats_sql(), scope, "scope_stats", ttl, Calibration.from_rows)
+    return _scoped(catalog.scope_stats_sql(), scope, "scope_stats", ttl, Calibration.from_rows)
 
 
 def supersessions(scope: q.Scope, ttl: float) -> Fetch:
     """(project, successor) -> its predecessors, in the scope."""
-    return _scoped(q.supersessions_sql(), scope, "supersessions", ttl, successor_map)
+    return _scoped(catalog.supersessions_sql(), scope, "supersessions", ttl, successor_map)
 
 
 def rejected_chunks(scope: q.Scope, ttl: float, parse: Callable[[Rows], Any]) -> Fetch:
     """The chunks of the scope's accepted rejected-approach documents with their embeddings,
     answered by ``parse``."""
-    return _scoped(q.rejected_chunks_sql(), scope, "rejected_vectors", ttl, parse,
+    return _scoped(catalog.rejected_chunks_sql(), scope, "rejected_vectors", ttl, parse,
                    rejected=REJECTED_APPROACH, accepted=ACCEPTED)
 
 
@@ -132,6 +138,27 @@ def keyword_leg(shape: q.LegShape, query: LegQuery, *, mode: str, filters: Searc
                                       n_phrases=0 if mode == "or" else len(query.phrases),
                                       filters=filters, with_doc_ids=with_doc_ids)
     return Fetch(stmt, {**fparams, **query.params()}, "keyword_leg", _keyword_leg)
+
+
+def candidate_legs(shape: q.LegShape, query: LegQuery, *, mode: str, filters: SearchFilters,
+                   with_doc_ids: bool) -> Parallel:
+    """The two candidate legs, answered as their :class:`LegResult` s (full-text first): on
+    two connections at once, or both in one statement (``store.sql.hybrid_sql``; the
+    session chooses, ``KB_PARALLEL_LEGS``)."""
+    stmt, fparams = q.hybrid_sql(shape, fts_mode=mode,
+                                 n_phrases=0 if mode == "or" else len(query.phrases),
+                                 filters=filters, with_doc_ids=with_doc_ids,
+                                 with_mentions=bool(query.mention_ids))
+    return Parallel(
+        (keyword_leg(shape, query, mode=mode, filters=filters, with_doc_ids=with_doc_ids),
+         vector_leg(shape, query, filters=filters, with_doc_ids=with_doc_ids)),
+        together=Fetch(stmt, {**fparams, **query.params()}, "hybrid_legs", _both_legs,
+                       ann=True))
+
+
+def _both_legs(rows: Rows) -> tuple[LegResult, LegResult]:
+    vector, keyword = hybrid_result(rows)
+    return keyword, vector
 
 
 def _vector_leg(rows: Rows) -> LegResult:

@@ -21,6 +21,7 @@ import psycopg
 
 from ..settings import Settings
 from .connection import make_async_pool, make_pool
+from .load import ServerLoad
 
 __all__ = ["Replica", "Replicas", "Target", "latest_lsn"]
 
@@ -63,16 +64,19 @@ class Replica:
     down_until: float = 0.0
     lag_s: float | None = None
     checked_at: float = field(default=-1e9)
+    load: ServerLoad = field(default_factory=ServerLoad)  # KB_PARALLEL_LEGS=auto (load.py)
 
 
 class Target:
     """The server chosen for one read: its pool and its label; ``lag_s`` when a replica."""
 
-    __slots__ = ("label", "lag_s", "pool", "replica")
+    __slots__ = ("label", "lag_s", "load", "pool", "replica")
 
-    def __init__(self, pool: Any, label: str | None, replica: Replica | None = None) -> None:
+    def __init__(self, pool: Any, label: str | None, replica: Replica | None = None, *,
+                 load: ServerLoad | None = None) -> None:
         self.pool, self.label, self.replica = pool, label, replica
         self.lag_s = replica.lag_s if replica is not None else None
+        self.load = load if load is not None else (replica.load if replica else ServerLoad())
 
 
 class Replicas:

@@ -13,7 +13,8 @@ from ..models import Candidate, DocumentRef, construct
 from ..models.legs import LegHit, LegResult, Neighbour
 from .columns import DOCUMENT_FIELDS
 
-__all__ = ["candidate_from_row", "document_from_row", "leg_result", "neighbours_from_rows",
+__all__ = ["candidate_from_row", "document_from_row", "hybrid_result", "leg_result",
+           "neighbours_from_rows",
            "successor_map", "vector_array"]
 
 
@@ -61,16 +62,48 @@ def leg_result(rows: Sequence[Mapping[str, Any]], *, rank: str) -> LegResult:
     if not rows:
         return LegResult((), 0)
     head = rows[0]
+    _check_model(head)
+    hits = [LegHit(r[rank], r.get("fts_score"), bool(r.get("mention")), candidate_from_row(r))
+            for r in rows if r["chunk_id"] is not None]
+    return LegResult(_in_rank_order(hits), int(head["n_pre"]),
+                     tuple(head.get("query_lexemes") or ()))
+
+
+def hybrid_result(rows: Sequence[Mapping[str, Any]]) -> tuple[LegResult, LegResult]:
+    """The rows of both legs in one statement (``store.sql.hybrid_sql``) as the two legs'
+    :class:`LegResult` s, vector first: a chunk that both found is one row, and one
+    candidate in both."""
+    if not rows:
+        return LegResult((), 0), LegResult((), 0)
+    head = rows[0]
+    _check_model(head)
+    vector: list[LegHit] = []
+    keyword: list[LegHit] = []
+    for r in rows:
+        if r["chunk_id"] is None:
+            continue
+        candidate = candidate_from_row(r)
+        if r["vector_rank"] is not None or r["mention"]:
+            vector.append(LegHit(r["vector_rank"], None, bool(r["mention"]), candidate))
+        if r["fts_rank"] is not None:
+            keyword.append(LegHit(r["fts_rank"], r["fts_score"], False, candidate))
+    lexemes = tuple(head.get("query_lexemes") or ())
+    return (LegResult(_in_rank_order(vector), int(head["n_pre_vector"]), lexemes),
+            LegResult(_in_rank_order(keyword), int(head["n_pre_fts"])))
+
+
+def _check_model(head: Mapping[str, Any]) -> None:
+    """A search over projects embedded with another model raises (the leg names them)."""
     if head.get("foreign_projects"):
         raise SchemaError(
             f"{', '.join(head['foreign_projects'])}: embedded with another model than this "
             "knowledge base's; open it with that embedder, or move the project with "
             "KnowledgeBase.reembed()")
-    hits = [LegHit(r[rank], r.get("fts_score"), bool(r.get("mention")), candidate_from_row(r))
-            for r in rows if r["chunk_id"] is not None]
-    # ranked hits by rank (1..n), then the @mentioned ones the leg joined without a rank
-    hits.sort(key=lambda h: (h.rank is None, h.rank or 0))
-    return LegResult(tuple(hits), int(head["n_pre"]), tuple(head.get("query_lexemes") or ()))
+
+
+def _in_rank_order(hits: list[LegHit]) -> tuple[LegHit, ...]:
+    """Ranked hits by rank (1..n), then the @mentioned ones joined without a rank."""
+    return tuple(sorted(hits, key=lambda h: (h.rank is None, h.rank or 0)))
 
 
 def neighbours_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Neighbour]:
@@ -82,7 +115,7 @@ def neighbours_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Neighbour]:
 
 def successor_map(rows: Sequence[Mapping[str, Any]]
                   ) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(project, successor) -> its predecessors, from ``store.sql.supersessions_sql`` rows.
+    """(project, successor) -> its predecessors, from ``store.catalog_sql.supersessions_sql`` rows.
 
     >>> successor_map([{"project_key": "p", "from_slug": "v2", "to_slug": "v1",
     ...                 "edge_type": "supersedes"},

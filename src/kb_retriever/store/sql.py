@@ -16,7 +16,6 @@ from typing import Any
 from psycopg import sql
 
 from ..filters.dimensions import SearchFilters
-from ..settings import FTS_CONFIG_BY_LANGUAGE
 from .columns import CHUNK_FIELDS, DOCUMENT_FIELDS
 from .filter_sql import doc_filter_sql, needs_doc_join
 from .fulltext import ENGINE, LexemeBudget
@@ -104,7 +103,12 @@ class LegShape:
 # A candidate row: chunk and document columns, the true cosine (fix §24.6), and the full-text
 # engine's term evidence, the BM25 inputs (ranking/bm25.py): the query's lexemes are the
 # statement's own (CTE ql, computed once), so a leg needs nothing stemmed beforehand.
-_CANDIDATE_ROW = sql.SQL("{chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, {tf}")
+_CANDIDATE_ROW = sql.SQL("{chunk}, {doc}, 1 - ({distance}) AS similarity, {tf}")
+_COSINE_DISTANCE = sql.SQL("c.embedding <=> %(qvec)s")
+# A hit the vector leg found has its distance already (CTE vec's ``dist``): the same cosine
+# when the index holds the vectors themselves (not halfvec), read without fetching the
+# embedding from TOAST again.
+_KNOWN_DISTANCE = sql.SQL("coalesce(h.dist, c.embedding <=> %(qvec)s)")
 _CANDIDATE_JOINS = sql.SQL(
     "JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = h.id {docjoin} {tf}")
 
@@ -119,29 +123,32 @@ _FOREIGN_PROJECTS = sql.SQL(
     "AND x.project_key = p.project_key)) AS foreign_projects")
 
 
-def _leg(ctes: sql.Composable, hits: str, counted: str, lit: dict[str, sql.Composable], *,
-         with_lexemes: bool = False) -> sql.Composed:
+def _leg(ctes: sql.Composable, hits: str, counted: dict[str, str],
+         lit: dict[str, sql.Composable], *, with_lexemes: bool = False,
+         distance: sql.Composable = _COSINE_DISTANCE) -> sql.Composed:
     """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
 
-    ``n_pre`` (the leg's matches before the similarity threshold, from ``counted``) comes on
-    every row, and so does ``query_lexemes`` (CTE ql: the query's lexemes, sorted) when
-    ``with_lexemes`` (one leg is enough: the search reads them from the vector leg); an empty
-    leg returns one row of NULLs carrying them.
+    The matches before the similarity threshold come on every row, one column per entry of
+    ``counted`` (column name: the CTE it counts), and so does ``query_lexemes`` (CTE ql: the
+    query's lexemes, sorted) when ``with_lexemes`` (one leg is enough: the search reads them
+    from the vector leg); an empty leg returns one row of NULLs carrying them.
     """
     lexemes: sql.Composable = sql.SQL("")
     if with_lexemes:
         lexemes = sql.SQL(", (SELECT lexemes FROM ql) AS query_lexemes") + _FOREIGN_PROJECTS.format(
             tenant=lit["tenant"], projects=lit["projects"], model=lit["model"])
+    counts = sql.SQL(", ").join(
+        sql.SQL("(SELECT count(*) FROM {}) AS {}").format(sql.Identifier(cte), sql.Identifier(col))
+        for col, cte in counted.items())
     return sql.SQL(
         "WITH {ql}, {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
-        "SELECT n.*, leg_rows.* FROM (SELECT count(*) AS n_pre{lexemes} FROM {counted}) n "
-        "LEFT JOIN leg_rows ON true"
+        "SELECT n.*, leg_rows.* FROM (SELECT {counts}{lexemes}) n LEFT JOIN leg_rows ON true"
     ).format(ql=lit["ql"], ctes=ctes, hits=sql.Identifier(hits), lexemes=lexemes,
-             row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS,
+             row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, distance=distance,
                                        tf=ENGINE.evidence_columns()),
              joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN,
                                            tf=ENGINE.evidence_join()),
-             counted=sql.Identifier(counted))
+             counts=counts)
 
 
 def _scope_and_filters(lit: dict[str, sql.Composable], filters: SearchFilters, with_doc_ids: bool
@@ -177,9 +184,51 @@ def _remembered(build: Callable[..., tuple[sql.Composed, Params]]
     return statement
 
 
-def _once(build: Callable[[], sql.Composed]) -> Callable[[], sql.Composable]:
+def built_once(build: Callable[[], sql.Composed]) -> Callable[[], sql.Composable]:
     """``build``'s statement, built once, as a :class:`Statement`."""
     return functools.wraps(build)(functools.cache(lambda: Statement(build())))
+
+
+def _vector_ctes(shape: LegShape, lit: dict[str, sql.Composable], join: sql.Composable,
+                 scope: sql.Composable, filt: sql.Composable, with_mentions: bool
+                 ) -> tuple[sql.Composed, str]:
+    """The vector leg's CTEs (``vec`` the HNSW scan, ``vec_r`` its ranked hits over the
+    threshold, with mentions ``vec_m``) and the name of the one that holds its hits."""
+    # The bare distance operator in ORDER BY with LIMIT is the only form that uses the index
+    # (here over the space's indexed expression: its partial index, store/spaces.py);
+    # MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
+    ctes = sql.SQL(
+        "vec AS MATERIALIZED (SELECT c.id, {dist} AS dist FROM kb_chunks c "
+        "{join} WHERE {scope}{filt} ORDER BY dist LIMIT {kc}), "
+        "vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS vector_rank, "
+        "false AS mention, dist FROM vec WHERE 1 - dist >= {min_sim})"
+    ).format(dist=shape.scope.space.distance(), join=join, scope=scope, filt=filt, kc=lit["kc"],
+             min_sim=lit["min_sim"])
+    if not with_mentions:
+        return ctes, "vec_r"
+    return ctes + sql.SQL(
+        ", ment AS (SELECT DISTINCT ON (c.document_id) c.id FROM kb_chunks c {join} "
+        "WHERE {scope}{filt} AND c.document_id = ANY(%(mention_ids)s) "
+        "ORDER BY c.document_id, c.embedding <=> %(qvec)s, c.id), "
+        "vec_m AS (SELECT * FROM vec_r UNION ALL SELECT id, NULL, true, NULL FROM ment "
+        "WHERE id NOT IN (SELECT id FROM vec_r))"
+    ).format(join=join, scope=scope, filt=filt), "vec_m"
+
+
+def _hit_distance(shape: LegShape) -> sql.Composable:
+    """A hit's cosine distance: CTE vec's when the index holds the vectors themselves (the
+    same value), computed anew under halfvec (its distance is the index's, not the cosine)."""
+    return _COSINE_DISTANCE if shape.scope.space.index_type == "halfvec" else _KNOWN_DISTANCE
+
+
+def _keyword_ctes(shape: LegShape, lit: dict[str, sql.Composable], join: sql.Composable,
+                  scope: sql.Composable, filt: sql.Composable, fts_mode: str, n_phrases: int
+                  ) -> sql.Composable:
+    """The full-text leg's CTEs (the engine's: ``fts_m`` the capped matches, ``fts`` the best
+    ``kc`` of them, ranked)."""
+    return ENGINE.matches(mode=fts_mode, n_phrases=n_phrases, budget=shape.lexemes,
+                          cap=shape.fts_cap, kc=lit["kc"], cap_literal=lit["fts_cap"], join=join,
+                          scope=scope, filt=filt)
 
 
 @_remembered
@@ -197,27 +246,9 @@ def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: boo
     """
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
-    # The bare distance operator in ORDER BY with LIMIT is the only form that uses the index
-    # (here over the space's indexed expression: its partial index, store/spaces.py);
-    # MATERIALIZED + re-sort by "dist + 0" is pgvector's recipe for relaxed_order.
-    ctes = sql.SQL(
-        "vec AS MATERIALIZED (SELECT c.id, {dist} AS dist FROM kb_chunks c "
-        "{join} WHERE {scope}{filt} ORDER BY dist LIMIT {kc}), "
-        "vec_r AS (SELECT id, row_number() OVER (ORDER BY dist + 0, id) AS vector_rank, "
-        "false AS mention FROM vec WHERE 1 - dist >= {min_sim})"
-    ).format(dist=shape.scope.space.distance(), join=join, scope=scope, filt=filt, kc=lit["kc"],
-             min_sim=lit["min_sim"])
-    hits = "vec_r"
-    if with_mentions:
-        ctes = ctes + sql.SQL(
-            ", ment AS (SELECT DISTINCT ON (c.document_id) c.id FROM kb_chunks c {join} "
-            "WHERE {scope}{filt} AND c.document_id = ANY(%(mention_ids)s) "
-            "ORDER BY c.document_id, c.embedding <=> %(qvec)s, c.id), "
-            "vec_m AS (SELECT * FROM vec_r UNION ALL SELECT id, NULL, true FROM ment "
-            "WHERE id NOT IN (SELECT id FROM vec_r))"
-        ).format(join=join, scope=scope, filt=filt)
-        hits = "vec_m"
-    return _leg(ctes, hits, "vec", lit, with_lexemes=True), p
+    ctes, hits = _vector_ctes(shape, lit, join, scope, filt, with_mentions)
+    return _leg(ctes, hits, {"n_pre": "vec"}, lit, with_lexemes=True,
+                distance=_hit_distance(shape)), p
 
 
 @_remembered
@@ -234,10 +265,37 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
     """
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
-    ctes = ENGINE.matches(mode=fts_mode, n_phrases=n_phrases, budget=shape.lexemes,
-                          cap=shape.fts_cap, kc=lit["kc"], cap_literal=lit["fts_cap"], join=join,
-                          scope=scope, filt=filt)
-    return _leg(ctes, "fts", "fts_m", lit), p
+    ctes = _keyword_ctes(shape, lit, join, scope, filt, fts_mode, n_phrases)
+    return _leg(ctes, "fts", {"n_pre": "fts_m"}, lit), p
+
+
+# Both legs' hits, one row per chunk: its rank in each leg that found it (NULL in the other).
+_BOTH_HITS = sql.SQL(
+    "hits AS (SELECT coalesce(v.id, f.id) AS id, v.vector_rank, coalesce(v.mention, false) "
+    "AS mention, f.fts_rank, f.fts_score, v.dist FROM {vector} v FULL JOIN fts f ON f.id = v.id)")
+
+
+@_remembered
+def hybrid_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: SearchFilters,
+               with_doc_ids: bool, with_mentions: bool = False) -> tuple[sql.Composed, Params]:
+    """Both candidate legs in one statement: the CTEs of :func:`vector_leg_sql` and
+    :func:`keyword_leg_sql` side by side, their hits joined on the chunk, and each chunk's
+    candidate columns read once (a chunk that both legs found is one row with both ranks).
+
+    One backend and one round trip per search (decision 0015 measures it under load against
+    the two legs on two connections). Rows: the candidate columns with ``vector_rank``,
+    ``mention``, ``fts_rank`` and ``fts_score``; every row also carries ``n_pre_vector``,
+    ``n_pre_fts``, ``query_lexemes`` and ``foreign_projects``, and when neither leg found
+    anything one row of NULLs carries just those. Params: the two legs' together.
+    """
+    lit = shape.literals()
+    join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
+    vector, hits = _vector_ctes(shape, lit, join, scope, filt, with_mentions)
+    ctes = sql.SQL(", ").join([
+        vector, _keyword_ctes(shape, lit, join, scope, filt, fts_mode, n_phrases),
+        _BOTH_HITS.format(vector=sql.Identifier(hits))])
+    return _leg(ctes, "hits", {"n_pre_vector": "vec", "n_pre_fts": "fts_m"}, lit,
+                with_lexemes=True, distance=_hit_distance(shape)), p
 
 
 @_remembered
@@ -285,107 +343,3 @@ def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Compo
     ).format(arms=sql.SQL(" UNION ALL ").join(sql.SQL(a) for a in arms), chunk=CHUNK_COLUMNS,
              doc=DOC_COLUMNS, filt=filt)
     return query, p
-
-
-@_once
-def rejected_chunks_sql() -> sql.Composed:
-    """Every chunk of the accepted rejected-approach documents in scope, with its embedding and
-    the slugs its document has an edge with, either way (``linked_slugs``).
-
-    Few rows, and they change only on ingest: the caller caches them and scores each query in
-    memory (``kb_retriever.search.rejected_channel``), so the rejected channel costs no round
-    trip per search. The subqueries name the tenant too, so Citus runs all of it on one shard.
-    Params: tenant, projects, model, rejected (the type), accepted (the status).
-    """
-    return sql.SQL(
-        "SELECT {chunk}, {doc}, c.embedding, ARRAY(SELECT e.to_slug FROM kb_edges e "
-        "WHERE e.tenant_id = %(tenant)s AND e.project_key = d.project_key "
-        "AND e.from_slug = d.slug UNION SELECT e.from_slug FROM kb_edges e "
-        "WHERE e.tenant_id = %(tenant)s AND e.project_key = d.project_key "
-        "AND e.to_slug = d.slug) AS linked_slugs FROM kb_documents d "
-        "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
-        "AND c.model = %(model)s "
-        "WHERE d.tenant_id = %(tenant)s AND d.project_key = ANY(%(projects)s) AND d.is_canonical "
-        "AND d.canonical_type = %(rejected)s AND d.canonical_status = %(accepted)s "
-        "ORDER BY d.id, c.id"
-    ).format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS)
-
-
-# The scope's most common lexemes that lexeme_stats_sql lists (the planner's statistics list as
-# many at the default statistics target, which the lexeme selection was measured with).
-LEXEME_STATS_LISTED = 1000
-
-
-@_once
-def lexeme_stats_sql() -> sql.Composed:
-    """The scope's lexeme statistics, read once per cache period (not per search), in the shape
-    :meth:`~kb_retriever.ranking.bm25.CorpusLexemes.from_row` reads: ``reltuples`` (the scope's
-    chunks), ``elems`` (its most common lexemes, most common first) and ``freqs`` (the fraction
-    of the scope's chunks holding each, then the minimum and maximum listed fraction and 0).
-
-    The folded counts of kb_lexemes and kb_scope_stats plus the writes still in kb_lexeme_log
-    (store/stats.py): exact, per (tenant, project), so no other tenant's or project's words
-    count or show. Params: tenant, projects.
-    """
-    return sql.SQL(
-        "WITH lg AS (SELECT chunks, lexemes, deltas FROM kb_lexeme_log "
-        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s)), "
-        "n AS (SELECT ((SELECT coalesce(sum(chunks), 0) FROM kb_scope_stats "
-        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s)) "
-        "+ (SELECT coalesce(sum(chunks), 0) FROM lg))::float8 AS total), "
-        "counts AS (SELECT lexeme, chunks FROM kb_lexemes "
-        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
-        "UNION ALL SELECT u.lexeme, u.delta FROM lg, "
-        "unnest(lg.lexemes, lg.deltas) AS u(lexeme, delta)), "
-        "top AS (SELECT lexeme, sum(chunks)::float8 AS c FROM counts GROUP BY lexeme "
-        "HAVING sum(chunks) > 0 ORDER BY c DESC, lexeme COLLATE \"C\" LIMIT {listed}) "
-        "SELECT n.total AS reltuples, t.elems, t.freqs || ARRAY[t.lo, t.hi, 0::float8] AS freqs "
-        "FROM n LEFT JOIN LATERAL (SELECT array_agg(lexeme ORDER BY c DESC, lexeme COLLATE \"C\") "
-        "AS elems, array_agg(c / n.total ORDER BY c DESC, lexeme COLLATE \"C\") AS freqs, "
-        "min(c) / n.total AS lo, max(c) / n.total AS hi FROM top WHERE n.total > 0) t ON true"
-    ).format(listed=sql.Literal(LEXEME_STATS_LISTED))
-
-
-@_once
-def scope_stats_sql() -> sql.Composed:
-    """The calibration of each project in scope (``ranking.calibration.Calibration``), read
-    once per cache period. Params: tenant, projects."""
-    return sql.SQL(
-        "SELECT project_key, probe_version, probe_similarity FROM kb_scope_stats "
-        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) ORDER BY project_key"
-    ).format()
-
-
-@_once
-def supersessions_sql() -> sql.Composed:
-    """The scope's supersession edges (``supersedes`` from the successor, ``invalidated_by``
-    from the predecessor: frontmatter ``superseded_by``), read once per cache period.
-    Params: tenant, projects."""
-    return sql.SQL(
-        "SELECT project_key, from_slug, to_slug, edge_type FROM kb_edges "
-        "WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
-        "AND edge_type IN ('supersedes', 'invalidated_by') ORDER BY project_key, from_slug, to_slug"
-    ).format()
-
-
-@_once
-def fts_configs_sql() -> sql.Composed:
-    """The full-text configurations of the scope's documents (each document's language's,
-    ``%(default)s`` for those without one), read once per cache period.
-    Params: tenant, projects, default."""
-    cases = sql.SQL(" ").join(
-        sql.SQL("WHEN {} THEN {}").format(sql.Literal(code), sql.Literal(config))
-        for code, config in FTS_CONFIG_BY_LANGUAGE.items())
-    return sql.SQL(
-        "SELECT DISTINCT coalesce(CASE lower(language) {cases} END, %(default)s) AS config "
-        "FROM kb_documents WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
-        "ORDER BY 1"
-    ).format(cases=cases)
-
-
-@_once
-def synonyms_sql() -> sql.Composed:
-    return sql.SQL(
-        "SELECT term, synonyms FROM kb_synonyms WHERE tenant_id = %(tenant)s "
-        "AND project_key = ANY(%(projects)s) AND enabled ORDER BY project_key, term"
-    ).format()

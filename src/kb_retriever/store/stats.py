@@ -6,7 +6,7 @@ the chunk count, computed by the same statement that wrote (or deleted) the chun
 never touch a shared row, so they neither queue nor deadlock on the statistics. After a write
 commits, :func:`fold_log` folds the scope's log into ``kb_lexemes`` and ``kb_scope_stats`` in
 one statement, one folder per scope at a time (a try-lock: a busy scope is folded by the next
-write). Readers sum the folded counts and the log (``store.sql.lexeme_stats_sql``), so the
+write). Readers sum the folded counts and the log (``store.catalog_sql.lexeme_stats_sql``), so the
 statistics are exact at every moment (decision 0010).
 
 Every statement here names one (tenant, project): on Citus each routes to one shard.
