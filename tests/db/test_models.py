@@ -124,6 +124,7 @@ def test_reembed_while_old_model_writers_run_loses_nothing(new_database):
     old, new = _open(url, 32), _open(url, 64)
     saved: list[str] = []
     refused: list[str] = []
+    errors: list[BaseException] = []  # anything but the refusal: a deadlock, say
     stop = threading.Event()
 
     def writer(n: int) -> None:
@@ -136,6 +137,9 @@ def test_reembed_while_old_model_writers_run_loses_nothing(new_database):
                 saved.append(doc)
             except SchemaError:
                 refused.append(doc)
+                return
+            except Exception as exc:  # noqa: BLE001 (the test reports it)
+                errors.append(exc)
                 return
             i += 1
 
@@ -151,6 +155,7 @@ def test_reembed_while_old_model_writers_run_loses_nothing(new_database):
         for th in threads:
             th.join(timeout=60)
         assert not any(th.is_alive() for th in threads)
+        assert not errors, errors  # refused with a SchemaError, or saved: never another error
         with psycopg.connect(url) as conn:
             models = dict(conn.execute("SELECT model, count(*) FROM kb_chunks "
                                        "WHERE project_key = 'a' GROUP BY model").fetchall())

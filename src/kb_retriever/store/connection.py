@@ -83,6 +83,12 @@ def make_async_pool(url: str, settings: Settings,
     )
 
 
+# Class 40 (transaction rollback): psycopg derives these from OperationalError, as it does a
+# lost connection.
+_ABORTED = (psycopg.errors.TransactionRollback, psycopg.errors.SerializationFailure,
+            psycopg.errors.DeadlockDetected)
+
+
 def translate(exc: BaseException) -> KbError:
     """Map a driver exception to our tree (messages redacted)."""
     if isinstance(exc, KbError):
@@ -96,6 +102,11 @@ def translate(exc: BaseException) -> KbError:
         return InputError(f"the database rejected a value: {msg}")
     if isinstance(exc, PoolTimeout):
         return UnavailableError(f"no database connection available: {msg}")
+    if isinstance(exc, _ABORTED):  # OperationalErrors, but no lost server: the transaction was
+        # aborted (deadlock victim, serialization failure) and changed nothing; a write has
+        # run it store.retry.ATTEMPTS times already
+        return StoreError(f"the database aborted the transaction, nothing of it was saved "
+                          f"(run it again): {msg}")
     if isinstance(exc, psycopg.OperationalError | OSError):
         return UnavailableError(f"the database could not be reached: {msg}")
     return StoreError(f"database error: {msg}")
@@ -127,5 +138,4 @@ def is_retryable(exc: BaseException) -> bool:
     # PoolTimeout is an OperationalError too, but it already waited the pool's whole timeout
     # for a connection: a retry would only double the wait on an unreachable server.
     return isinstance(exc, psycopg.OperationalError) and not isinstance(
-        exc, psycopg.errors.QueryCanceled | PoolTimeout
-    )
+        exc, (psycopg.errors.QueryCanceled, PoolTimeout, *_ABORTED))

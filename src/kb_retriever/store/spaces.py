@@ -204,7 +204,10 @@ def bind(conn: psycopg.Connection[Any], tenant: str, project: str, space: Space)
 
     Writers share the project row (``FOR KEY SHARE``, as a foreign key check would), so they
     never wait for each other; :func:`move_project` takes it ``FOR UPDATE`` and so waits for
-    them, and they for it. A project left without chunks takes the writer's model.
+    them, and they for it. A project left without chunks takes the writer's model. A writer of
+    another model than a project's with chunks is refused under the shared lock: taking the
+    row ``FOR UPDATE`` there would deadlock every such writer with the others that share it
+    (after a move, all the old model's writers at once).
     """
     shared = _BOUND + " FOR KEY SHARE"
     row = conn.execute(shared, [tenant, project]).fetchone()
@@ -214,6 +217,9 @@ def bind(conn: psycopg.Connection[Any], tenant: str, project: str, space: Space)
         row = conn.execute(shared, [tenant, project]).fetchone()
     if row is not None and int(row[0]) == space.id:
         return
+    has = conn.execute(_HAS_CHUNKS, [tenant, project]).fetchone()
+    if row is not None and has and has[0]:
+        raise _foreign(conn, project, int(row[0]), space)
     row = conn.execute(_BOUND + " FOR UPDATE", [tenant, project]).fetchone()
     bound = int(row[0]) if row else space.id
     if bound == space.id:
