@@ -87,7 +87,7 @@ class Settings(BaseSettings):
     # connection is idle; otherwise both in one statement on one connection. At once is
     # faster for a lone client on a server with idle cores and slower under concurrent load
     # (decision 0015): "auto" runs them at once while the server runs no other backend's
-    # statement (sampled once a second, store/load.py), true always, false never.
+    # statement (sampled on the search's connection, store/load.py), true always, false never.
     parallel_legs: bool | Literal["auto"] = _field("auto", "KB_PARALLEL_LEGS")
     pool_timeout_s: float = _field(10.0, "KB_POOL_TIMEOUT_S", gt=0, le=600)
     statement_timeout_ms: int = _field(

@@ -23,6 +23,10 @@ def test_one_caller_per_interval_samples_often_while_idle_and_less_while_busy(mo
     assert not state.due()  # busy: next after 1 s
     now[0] += 0.6
     assert state.due()
+    state.record(0)  # an idle instant under the held load: busy still, asked again soon
+    assert state.busy
+    now[0] += 0.11
+    assert state.due()
 
 
 def test_busy_is_held_after_a_busy_sample_and_idle_needs_none(monkeypatch):

@@ -5,9 +5,10 @@ busy one (decision 0015). A process sees only its own pool, not the other proces
 search the same server, so the server is asked, on the search's own connection, how many other
 client backends are running a statement right now. Any other: busy, one statement per search
 for :data:`BUSY_HOLD_S` (a sample is one instant: under load another client is often between two
-statements when it is taken). An idle server is asked every :data:`IDLE_SAMPLE_S` (a round trip
-that costs little there, and load is seen within that time), a busy one every
-:data:`BUSY_SAMPLE_S` (to keep the hold while the load lasts).
+statements when it is taken). After an idle sample the server is asked again within
+:data:`IDLE_SAMPLE_S` (a round trip that costs little there, and load is seen within that
+time), after a busy one within :data:`BUSY_SAMPLE_S`, just inside the hold (a round trip on a
+busy server is a wait in its run queue: one per 4 s per process).
 
 ``pg_stat_activity`` shows the state of other roles' backends only to superusers and members
 of ``pg_read_all_stats``; where it hides them the server looks idle, and the legs run at once
@@ -23,7 +24,7 @@ __all__ = ["BUSY_HOLD_S", "BUSY_SAMPLE_S", "IDLE_SAMPLE_S", "OTHERS_ACTIVE", "Se
 
 #: How often a process samples a server it found idle, and one it found busy (seconds).
 IDLE_SAMPLE_S = 0.1
-BUSY_SAMPLE_S = 1.0
+BUSY_SAMPLE_S = 4.0
 #: How long a server stays busy after a sample found another backend at work (seconds).
 BUSY_HOLD_S = 5.0
 
@@ -65,4 +66,5 @@ class ServerLoad:
         now = time.monotonic()
         if others_active > 0:
             self._busy_until = now + self.hold_s
-        self._next = now + (self.busy_sample_s if self.busy else self.idle_sample_s)
+        # an idle instant under a held load is checked again soon, as on an idle server
+        self._next = now + (self.busy_sample_s if others_active > 0 else self.idle_sample_s)
