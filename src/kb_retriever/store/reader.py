@@ -156,12 +156,11 @@ class SearchSession:
                     self._held.append(self._pool.getconn())
             if not self._server_busy():
                 extra = self._idle(len(reqs) - 1)
-        if not extra:
-            if request.together is not None:
-                return self.fetch(request.together)  # type: ignore[no-any-return]
-            self._recorded(reqs)
-            return tuple(self._fetch(r, self._held) for r in reqs)
+        if not extra and request.together is not None:
+            return self.fetch(request.together)  # type: ignore[no-any-return]
         self._recorded(reqs)
+        if not extra:
+            return tuple(self._fetch(r, self._held) for r in reqs)
         helds = [[conn] for conn in extra]  # reqs[1..n] on the idle connections' workers
         try:
             futures = [self._executor().submit(self._fetch, r, h)

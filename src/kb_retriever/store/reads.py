@@ -22,10 +22,9 @@ from . import catalog_sql as catalog
 from . import sql as q
 from .rows import hybrid_result, leg_result, neighbours_from_rows, successor_map
 
-__all__ = ["Fetch", "LegQuery", "Parallel", "calibration", "fts_configs", "candidate_legs",
-           "keyword_leg",
-           "lexeme_stats", "neighbours", "rejected_chunks", "supersessions", "synonyms",
-           "vector_leg"]
+__all__ = ["Fetch", "LegQuery", "Parallel", "calibration", "candidate_legs", "fts_configs",
+           "keyword_leg", "lexeme_stats", "neighbours", "rejected_chunks", "supersessions",
+           "synonyms", "vector_leg"]
 
 Rows = list[dict[str, Any]]
 

@@ -14,8 +14,7 @@ from ..models.legs import LegHit, LegResult, Neighbour
 from .columns import DOCUMENT_FIELDS
 
 __all__ = ["candidate_from_row", "document_from_row", "hybrid_result", "leg_result",
-           "neighbours_from_rows",
-           "successor_map", "vector_array"]
+           "neighbours_from_rows", "successor_map", "vector_array"]
 
 
 def vector_array(value: Any, dtype: Any = np.float32) -> np.ndarray:
