@@ -167,12 +167,15 @@ class Settings(BaseSettings):
         3, "KB_DIVERSIFICATION_MAX_CHUNKS_PER_DOC", ge=0
     )
     runner_up_limit: int = _field(15, "KB_RUNNER_UP_LIMIT", ge=0, le=1000)
-    # The adaptive cutoff (issue 27; decision 0014): a primary document, and a graph neighbour
-    # that no strong edge brings, stays in the context only when its evidence reaches this share
-    # of the best primary hit's (measured against the scope's null when calibrated, like the
-    # refusal gate); the others become runner-ups. 0 turns it off: ``limit`` hits whatever
-    # they hold.
-    context_cutoff: float = _field(0.3, "KB_CONTEXT_CUTOFF", ge=0, le=1)
+    # The adaptive cutoff (issue 27; decisions 0014 and 0016): a primary document, and a graph
+    # neighbour that no strong edge brings, stays in the context only when its evidence reaches
+    # this share of the best primary hit's (measured against the scope's null when calibrated,
+    # like the refusal gate), and a rejected approach is warned about only then; the others
+    # become runner-ups. 0 turns it off: ``limit`` hits whatever they hold.
+    context_cutoff: float = _field(0.5, "KB_CONTEXT_CUTOFF", ge=0, le=1)
+    # A document that the answer's document (the graph's seed) links to needs this share
+    # instead (the lower of the two applies): it is the answer's own context.
+    context_cutoff_linked: float = _field(0.3, "KB_CONTEXT_CUTOFF_LINKED", ge=0, le=1)
 
     # --- canonical trust gradient ---------------------------------------------------------
     canonical_enabled: bool = _field(True, "KB_CANONICAL_ENABLED")

@@ -145,7 +145,8 @@ def test_rejected_threshold_cap_status_and_summary(graph_kb):
     # primary is always shown in the warning block (issue 16)
     strict = graph_kb(rejected_min_similarity=0.99)
     assert strict.search(QUERY, limit=1).rejected == ()
-    shown = strict.search(QUERY)
+    # the adaptive cutoff off, so that the rejected document stands in primary
+    shown = graph_kb(rejected_min_similarity=0.99, context_cutoff=0).search(QUERY)
     assert "rej-one" in slugs(shown.primary) and slugs(shown.rejected) == ["rej-one"]
     assert graph_kb(rejected_injection_enabled=False).search(QUERY).rejected == ()
 
@@ -181,3 +182,37 @@ def test_hub_seed_contributes_at_most_max_per_seed(make_kb, tmp_path):
     assert slugs(result.primary) == ["hub"]
     assert len(result.expanded) == 2
     assert all(h.from_slug == "hub" for h in result.expanded)
+
+
+def test_expansion_starts_from_the_answer_and_keeps_what_it_links_to(make_kb, tmp_path):
+    """Decision 0016: only the first canonical document of the top seeds the expansion (the
+    second one's neighbour stays out), and a document the seed links to needs only the linked
+    share of the best evidence to stay in primary."""
+    docs = {
+        "answer": doc("answer", body="widget caching decision: widget caching with a shared "
+                      "widget cache", edges={"related": ["linked", "n-answer"]}),
+        "linked": doc("linked", type_="module-kb", body="the widget caching module"),
+        "other": doc("other", type_="module-kb", body="the widget caching notes of another team",
+                     edges={"related": ["n-other"]}),
+        "n-answer": doc("n-answer", type_="runbook", body="restart the shared widget cache"),
+        "n-other": doc("n-other", type_="runbook", body="restart the notes service"),
+    }
+    root = write_kb(tmp_path / "seeded", docs)
+    query = "widget caching decision"
+
+    def search(**settings):
+        kb = make_kb(settings=Settings(**settings))
+        kb.ingest([root])
+        return kb.search(query, limit=3)
+
+    wide = search(context_cutoff=0)  # every top document stays
+    assert slugs(wide.primary)[0] == "answer" and {"linked", "other"} <= set(slugs(wide.primary))
+    assert "n-answer" in slugs(wide.expanded) and "n-other" not in slugs(wide.expanded)
+    # only as good as the best stays, unless the answer links to it
+    strict = search(context_cutoff=1.0, context_cutoff_linked=0.0)
+    assert slugs(strict.primary)[:1] == ["answer"] and "linked" in slugs(strict.primary)
+    assert "other" not in slugs(strict.primary)
+    assert "other" in {h.document.slug for h in strict.runner_up if h.metadata.get("context_cutoff")}
+    # without the graph the cutoff knows no links
+    alone = search(context_cutoff=1.0, context_cutoff_linked=0.0, graph_expansion_enabled=False)
+    assert slugs(alone.primary) == ["answer"]

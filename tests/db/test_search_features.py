@@ -34,7 +34,8 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture
 def kb(make_kb, corpus):
-    kb = make_kb()
+    # filters and features, not the adaptive cutoff: primary holds whatever they let through
+    kb = make_kb(settings=Settings(context_cutoff=0))
     kb.ingest([corpus])
     return kb
 

@@ -97,8 +97,9 @@ HOSTILE_PROJECT = "$$p$$ \\ ñ 🔥"
 @pytest.fixture(scope="module")
 def hostile_kb(new_database: Callable[[], str],
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
-    kb = KnowledgeBase(Settings(default_min_similarity=0.0), embedder=HashingEmbedder(256),
-                       database_url=new_database()).open()
+    # every document in the result (no floor, no adaptive cutoff): the data is under test
+    kb = KnowledgeBase(Settings(default_min_similarity=0.0, context_cutoff=0.0),
+                       embedder=HashingEmbedder(256), database_url=new_database()).open()
     folder = tmp_path_factory.mktemp("hostile")
     (folder / "it's; DROP TABLE kb_chunks; --.md").write_text(HOSTILE_MD)
     (folder / "$$ok$$.md").write_text(VALID_MD)

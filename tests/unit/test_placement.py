@@ -73,3 +73,33 @@ def test_the_cutoff_keeps_whole_documents_and_what_it_is_told_to_keep():
     kept, cut = cut_weak(hits, lambda h: evidence[h.chunk_id], ratio=0.3, keep={3})
     assert [h.chunk_id for h in kept] == [1, 3] and [h.chunk_id for h in cut] == [2]
     assert cut_weak(hits, lambda h: evidence[h.chunk_id], ratio=0.0) == (hits, [])
+
+
+def test_a_document_the_answer_links_to_needs_the_lower_linked_share():
+    """Decision 0016: 0.5 of the best evidence for a document on its own, 0.3 for one the
+    answer's document links to (the lower of the two applies)."""
+    hits = [_s(1, DEC, 0.9).hit(), _s(2, NOTE, 0.5).hit(), _s(3, V2, 0.4).hit()]
+    evidence = {1: 1.0, 2: 0.4, 3: 0.35}
+    share = {"ratio": 0.5, "linked_ratio": 0.3}
+
+    def kept(**kw) -> list[int]:
+        return [h.chunk_id for h in cut_weak(hits, lambda h: evidence[h.chunk_id], **kw)[0]]
+
+    assert kept(**share) == [1]
+    assert kept(**share, linked={NOTE.id}) == [1, 2]  # linked, above 0.3
+    assert kept(**share, linked={NOTE.id, V2.id}) == [1, 2, 3]
+    assert kept(ratio=0.3, linked={NOTE.id}, linked_ratio=0.5) == [1, 2, 3]  # the lower share
+    assert kept(ratio=0.0, linked={NOTE.id}, linked_ratio=0.3) == [1, 2, 3]  # cutoff off
+
+
+def test_a_project_index_neither_anchors_nor_measures_the_context():
+    """A hub ranked first (its one-line summaries match every question) is cut, the first other
+    document anchors, and the measure is the best evidence of the others; alone, it stays."""
+    hub = canonical_doc(9, slug="index", canonical_type="project-index", title="Project index")
+    hits = [_s(1, hub, 0.95).hit(), _s(2, DEC, 0.9).hit(), _s(3, NOTE, 0.5).hit()]
+    evidence = {1: 2.0, 2: 1.0, 3: 0.6}
+    kept, cut = cut_weak(hits, lambda h: evidence[h.chunk_id], ratio=0.5)
+    assert [h.chunk_id for h in kept] == [2, 3] and [h.chunk_id for h in cut] == [1]
+    kept, _ = cut_weak(hits, lambda h: evidence[h.chunk_id], ratio=0.5, keep={1})
+    assert [h.chunk_id for h in kept] == [1, 2, 3]  # @mentioned or placed: it stays
+    assert cut_weak(hits[:1], lambda h: evidence[h.chunk_id], ratio=0.5) == (hits[:1], [])

@@ -177,3 +177,31 @@ def test_the_rejected_channel_reads_the_keyword_term_by_name(monkeypatch):
     monkeypatch.setattr(rerank_module, "SIGNALS", (extra, *SIGNALS))
     assert next(iter(rank("jwt tokens", cands, settings)[0].terms)) == "novelty"
     assert keyword_evidence() == before
+
+
+def test_a_rejected_record_far_below_the_answer_is_not_warned_about():
+    """Decision 0016: the ⚠ block holds what bears on the question as the context does: a
+    rejected record correlates only when its margin and keyword signal reach the cutoff's
+    share of the best of the top's evidence."""
+    from kb_retriever.ranking.rerank import rank
+    from kb_retriever.search.rejected_channel import decide_rejected, unit_vectors
+
+    from .factories import make_candidate, make_settings
+
+    answer = canonical_doc(2, slug="dec-auth")
+    settings = make_settings(rejected_min_evidence=0.1)
+    # the scope's one rejected record, document 1
+    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [0.6, 0.8],
+                          "project_key": "default", "linked_slugs": []}])
+    # cosines 0.6 and 0.95 over a 0.2 null: margins 0.5 and 0.9375, no keyword signal
+    ranked = rank("jwt lifetime", [make_candidate(20, doc=answer, sim=0.95,
+                                                  text="session handling")], settings)
+    assert ranked[0].terms["keyword"] == 0
+
+    def correlated(ratio: float) -> frozenset[int]:
+        return decide_rejected(pool, [1.0, 0.0], ranked, _null(0.2), settings, top=5,
+                               ratio=ratio).correlated
+
+    assert correlated(0.0) == {1}  # no relative rule: the absolute evidence correlates
+    assert correlated(0.5) == {1}  # 0.5 >= 0.5 x 0.9375
+    assert correlated(0.6) == frozenset()  # 0.5 < 0.6 x 0.9375

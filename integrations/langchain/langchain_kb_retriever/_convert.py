@@ -28,8 +28,10 @@ def hit_to_document(hit: Hit) -> Document:
 def result_to_documents(result: SearchResult, *, k: int | None = None,
                         include_context: bool = False, include_expanded: bool = True,
                         include_rejected: bool = True) -> list[Document]:
-    """Primary hits first (at most ``k``), then expanded and rejected ones when asked."""
-    hits: list[Hit] = list(result.primary[:k] if k is not None else result.primary)
+    """Primary hits first (``k`` of them when the ranking holds that many: the adaptive
+    cutoff's runner-ups fill up, :meth:`SearchResult.top_k`), then expanded and rejected ones
+    when asked."""
+    hits: list[Hit] = list(result.top_k(k) if k is not None else result.primary)
     if include_context:
         if include_expanded:
             hits += result.expanded

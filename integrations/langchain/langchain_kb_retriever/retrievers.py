@@ -79,7 +79,10 @@ class KBRetriever(BaseRetriever):
     """Retrieve from a kb-retriever knowledge base: hybrid search, canonical rerank, graph.
 
     By default ``invoke`` returns exactly ``k`` primary chunks (fewer only when the knowledge
-    base holds fewer matches), best first, as LangChain's standard retriever contract expects.
+    base holds fewer matches), best first, as LangChain's standard retriever contract expects:
+    the chunks the adaptive cutoff trims from a prompt (decision 0016) are among them, marked
+    ``metadata["kb"]["context_cutoff"]``; :class:`KBPromptComposer` (through :meth:`search`)
+    leaves them out.
     With ``include_context=True`` (constructor or per call) the graph-expanded neighbours and
     the rejected approaches that correlate with the query are appended after the primary
     ones; ``metadata["kb"]["origin"]`` says which is which (``primary``, ``graph_expansion``,
@@ -225,14 +228,16 @@ class KBRetriever(BaseRetriever):
         if self.search_type == "mmr":
             result = self._mmr(result, call)
         elif call.score_threshold is not None:
-            result = replace(result, primary=tuple(
-                h for h in result.primary if h.score >= call.score_threshold))
+            threshold = call.score_threshold
+            result = replace(
+                result, primary=tuple(h for h in result.primary if h.score >= threshold),
+                runner_up=tuple(h for h in result.runner_up if h.score >= threshold))
         return result_to_documents(result, k=call.k, include_context=call.include_context,
                                    include_expanded=call.include_expanded,
                                    include_rejected=call.include_rejected)
 
     def _mmr(self, result: SearchResult, call: _Call) -> SearchResult:
-        hits = result.primary
+        hits = result.top_k(call.limit)  # what the cutoff moved out is ranked too
         if len(hits) <= 1:
             return result
         vectors = np.asarray(self.kb.embedder.embed_documents([h.text for h in hits]),

@@ -3,7 +3,8 @@
 One shape for both adapters (:func:`hit_metadata`): the fields a reader cites are flat (the LLM
 sees them: title, path, heading, slug, type and status), and everything else of ours is one
 nested record under ``"kb"``: the origin, the score breakdown, the whole document, the chunk's
-ids, the cosine similarity and the graph provenance. LangChain's documents carry it as is
+ids, the cosine similarity, the graph provenance, and ``context_cutoff`` on a hit of the top k
+that the adaptive cutoff trimmed from the prompt. LangChain's documents carry it as is
 (``metadata["kb"]``, the contract of DESIGN.md §4); LlamaIndex's nodes too, with ``"kb"``
 excluded from the LLM and embedding text.
 """
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..models import Hit, Origin, ScoreBreakdown, SearchResult
+from ..models.results import CONTEXT_CUTOFF
 from .coerce import as_float, as_int, as_opt_str
 from .documents import ForeignDocument, document_numbers, document_ref, heading_path, kb_record
 
@@ -51,6 +53,8 @@ def hit_metadata(hit: Hit) -> dict[str, Any]:
         value = getattr(hit, key)
         if value is not None:
             kb[key] = value
+    if hit.metadata.get(CONTEXT_CUTOFF):
+        kb[CONTEXT_CUTOFF] = True  # ranked in the top k, trimmed from the prompt's context
     return {
         "title": doc.title, "source_path": doc.source_path, "heading_path": hit.heading_path,
         "slug": doc.slug, "canonical_type": doc.canonical_type,
@@ -83,7 +87,9 @@ def _field(metadata: Mapping[str, Any], key: str) -> Any:
 def result_from_documents(items: Sequence[ForeignDocument], query: str = "") -> SearchResult:
     """A :class:`SearchResult` from framework documents, so the composer renders what a
     chain retrieved. ``kb.origin`` sorts each into its block; documents without one (other
-    retrievers') and runner-ups are primary: a document handed to the prompt is context."""
+    retrievers') and runner-ups are primary: a document handed to the prompt is context, but
+    for one of ours that the adaptive cutoff trimmed (``kb.context_cutoff``), which stays a
+    runner-up (a retriever's top k holds it, the prompt does not)."""
     numbers = document_numbers(items)
     groups: dict[Origin, list[Hit]] = {o: [] for o in Origin}
     for i, item in enumerate(items):
@@ -91,16 +97,22 @@ def result_from_documents(items: Sequence[ForeignDocument], query: str = "") -> 
         origin = _origin(meta)
         score = item.retrieval_score or 0.0
         chunk_id = as_int(kb_record(meta).get("chunk_id"), None)
-        groups[Origin.PRIMARY if origin is Origin.RUNNER_UP else origin].append(Hit(
+        trimmed = bool(kb_record(meta).get(CONTEXT_CUTOFF))
+        block = (Origin.RUNNER_UP if trimmed
+                 else Origin.PRIMARY if origin is Origin.RUNNER_UP else origin)
+        groups[block].append(Hit(
             chunk_id=i if chunk_id is None else chunk_id, text=item.text,
             heading_path=heading_path(meta), score=score, scores=ScoreBreakdown(total=score),
-            origin=origin, document=document_ref(item, numbers[i], position=i),
+            origin=block if trimmed else origin,
+            document=document_ref(item, numbers[i], position=i),
             similarity=as_float(_field(meta, "similarity")),
             edge_type=as_opt_str(_field(meta, "edge_type")),
             from_slug=as_opt_str(_field(meta, "from_slug")), hop=as_int(_field(meta, "hop")),
             chunk_uid=as_opt_str(kb_record(meta).get("chunk_uid")),
+            metadata={CONTEXT_CUTOFF: True} if trimmed else {},
         ))
     return SearchResult(
         primary=tuple(groups[Origin.PRIMARY]), expanded=tuple(groups[Origin.GRAPH_EXPANSION]),
-        rejected=tuple(groups[Origin.REJECTED]), query=query,
+        rejected=tuple(groups[Origin.REJECTED]), runner_up=tuple(groups[Origin.RUNNER_UP]),
+        query=query,
     )

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from .frozen import empty as _empty
 
-__all__ = ["Candidate", "DocumentRef", "Hit", "Origin", "ScoreBreakdown", "SearchResult"]
+__all__ = ["CONTEXT_CUTOFF", "Candidate", "DocumentRef", "Hit", "Origin", "ScoreBreakdown",
+           "SearchResult"]
+
+#: ``Hit.metadata`` key of a runner-up that the adaptive cutoff moved out of the top ``limit``.
+CONTEXT_CUTOFF = "context_cutoff"
 
 
 class Origin(StrEnum):
@@ -198,6 +202,15 @@ class SearchResult:
 
     def is_empty(self) -> bool:
         return not (self.primary or self.expanded or self.rejected)
+
+    def top_k(self, k: int) -> tuple[Hit, ...]:
+        """The ranking's first ``k``: primary and the hits the adaptive cutoff moved to
+        ``runner_up`` (as primary hits again, still marked ``metadata["context_cutoff"]``),
+        by score. What a framework contract that promises k hits returns (LangChain's
+        retriever); the prompt is composed from ``primary`` alone."""
+        cut = (replace(h, origin=Origin.PRIMARY) for h in self.runner_up
+               if h.metadata.get(CONTEXT_CUTOFF))
+        return tuple(sorted((*self.primary, *cut), key=lambda h: -h.score)[:k])
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -10,7 +10,9 @@ so that the prompt spends its tokens on the answer:
   history rule, :mod:`.history`, then puts it right after the successor when the question
   asks for it).
 * :func:`cut_weak`: ``limit`` is the most the primary context holds; hits whose evidence is
-  far below the best one's go to the runner-ups instead of padding the prompt.
+  far below the best one's go to the runner-ups instead of padding the prompt (a document the
+  answer's document links to needs less: decision 0016), and so does a project index that is
+  not the first hit.
 
 Pure functions of ranked items (:class:`~kb_retriever.ranking.rerank.Scored` or
 :class:`~kb_retriever.models.Hit`); they return new lists and never drop a candidate: what
@@ -23,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
 from ..models import DocumentRef, Hit
-from ..vocabulary import is_rejected_approach
+from ..vocabulary import PROJECT_INDEX, is_rejected_approach
 from .diversify import Ranked
 from .history import Key, between, first_index, names_document
 
@@ -83,19 +85,27 @@ def successors_first(ranked: Sequence[R], successors: Mapping[Key, Sequence[Key]
 
 
 def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: float,
-             keep: Collection[int] = ()) -> tuple[list[Hit], list[Hit]]:
+             keep: Collection[int] = (), linked: Collection[int] = (),
+             linked_ratio: float | None = None) -> tuple[list[Hit], list[Hit]]:
     """``(kept, cut)`` by document: a document stays when its best hit's ``evidence``
-    reaches ``ratio`` times the best hit's, with all its hits (the prompt is judged by the
-    documents it carries); order is kept. The first hit's document and the hits whose chunk
-    ids are in ``keep`` always stay. Nothing is cut when ``ratio`` is 0 or the best evidence
-    is not positive (a refused query: the gate decides).
+    reaches ``ratio`` times the best hit's, or ``linked_ratio`` times it for the documents in
+    ``linked`` (document ids: those the answer's document links to), with all its hits (the
+    prompt is judged by the documents it carries); order is kept. The first hit's document and
+    the hits whose chunk ids are in ``keep`` always stay; a project index (navigation, not
+    evidence) stays only so, and the first document that is not one stands first in its
+    place. Nothing is cut when ``ratio`` is 0 or the best evidence is not
+    positive (a refused query: the gate decides).
 
     >>> from types import SimpleNamespace as H
-    >>> hits = [H(chunk_id=1, document=H(id=7), e=0.9), H(chunk_id=2, document=H(id=8), e=0.2),
-    ...         H(chunk_id=3, document=H(id=7), e=0.1), H(chunk_id=4, document=H(id=9), e=0.6)]
+    >>> def hit(chunk, doc, e):
+    ...     return H(chunk_id=chunk, document=H(id=doc, canonical_type=None), e=e)
+    >>> hits = [hit(1, 7, 0.9), hit(2, 8, 0.3), hit(3, 7, 0.1), hit(4, 9, 0.6)]
     >>> kept, cut = cut_weak(hits, lambda h: h.e, ratio=0.5)
     >>> [h.chunk_id for h in kept], [h.chunk_id for h in cut]
     ([1, 3, 4], [2])
+    >>> [h.chunk_id for h in cut_weak(hits, lambda h: h.e, ratio=0.5, linked={8},
+    ...                               linked_ratio=0.3)[0]]
+    [1, 2, 3, 4]
     """
     if not hits or ratio <= 0:
         return list(hits), []
@@ -103,14 +113,20 @@ def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: fl
     for h in hits:
         e = evidence(h)
         best_of[h.document.id] = max(best_of.get(h.document.id, e), e)
-    best = max(best_of.values())
+    # the first document anchors the context and the best evidence is the measure; a project
+    # index lists what exists and is navigation, not evidence: it counts only alone
+    evident = [h for h in hits if h.document.canonical_type != PROJECT_INDEX] or list(hits)
+    best = max(best_of[h.document.id] for h in evident)
     if best <= 0:
         return list(hits), []
-    first = hits[0].document.id
+    first = evident[0].document.id
+    low = ratio if linked_ratio is None else min(ratio, linked_ratio)
     kept: list[Hit] = []
     cut: list[Hit] = []
     for h in hits:
         doc = h.document.id
-        stays = doc == first or h.chunk_id in keep or best_of[doc] >= ratio * best
+        share = low if doc in linked else ratio
+        stays = doc == first or h.chunk_id in keep or (
+            h.document.canonical_type != PROJECT_INDEX and best_of[doc] >= share * best)
         (kept if stays else cut).append(h)
     return kept, cut

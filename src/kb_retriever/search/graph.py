@@ -1,22 +1,25 @@
-"""Graph expansion along ``kb_edges`` from the canonical documents in the primary top-k.
+"""Graph expansion along ``kb_edges`` from the answer's document.
 
 Fixes of reference §24.1–2: honours the hop count with a per-hop decay, walks outgoing,
 incoming or both directions, caps *nodes* (not edges), shows each neighbour's chunk most
 similar to the query, scores it, and applies the user's filters.
 
-Relevance-gated (issue 27; decision 0014): a neighbour enters on evidence that it bears on the
-question (its chunk's similarity reaches ``min_similarity``, the adaptive cutoff's floor, or
-its title names two of the query's words, or its chunk half of them) or on
-a strong edge (``KB_GRAPH_STRONG_EDGE_WEIGHT``) from a seed that is not a hub; a hub (a project
-index, or ``KB_GRAPH_HUB_MIN_DEGREE`` edges) is never a neighbour. Each seed brings at most
-``KB_GRAPH_EXPANSION_MAX_PER_SEED`` neighbours.
+Relevance-gated (issue 27; decisions 0014 and 0016): the walk starts from one seed, the first
+canonical document of the top (:func:`graph_seed`), whose links are the related context of
+the answer; the tail of the top brought its own unrelated neighbours. A neighbour enters on
+evidence that it bears on the question (its chunk's similarity reaches ``min_similarity``, the
+adaptive cutoff's floor, or its title names two of the query's words, or its chunk half of
+them) or on a strong edge (``KB_GRAPH_STRONG_EDGE_WEIGHT``) from a seed that is not a hub; a
+hub (a project index, or ``KB_GRAPH_HUB_MIN_DEGREE`` edges) is never a neighbour. Each seed
+brings at most ``KB_GRAPH_EXPANSION_MAX_PER_SEED`` neighbours. The first hop also tells which
+documents of the top the seed links to (:class:`Expansion`), for the adaptive cutoff.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Generator, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Generator, Sequence
+from typing import Any, NamedTuple
 
 from ..models import Hit, Origin, ScoreBreakdown
 from ..models.legs import Neighbour
@@ -24,40 +27,65 @@ from ..ranking.text import tokenize_query, words
 from ..settings import Settings
 from ..store import reads
 from ..store.reads import Fetch
-from ..vocabulary import PROJECT_INDEX
+from ..vocabulary import PROJECT_INDEX, is_rejected_approach
 from .plan import SearchRequest
 
 _SEP = chr(31)  # unit separator: joins (project, slug) into one visited key, as the SQL does
 
 
-def expand_graph(primary: Sequence[Hit], req: SearchRequest, settings: Settings,
-                 qvec: Any, min_similarity: float | None = None
-                 ) -> Generator[Fetch, Any, list[Hit]]:
-    """Yield one fetch per hop; return expanded hits ordered by score (at most max_nodes).
+class Expansion(NamedTuple):
+    """What graph expansion found: the related hits, and the documents of the top that the
+    seed links to (by an edge of the expansion's types and direction), which the adaptive
+    cutoff holds to its lower, linked ratio (decision 0016)."""
+
+    hits: list[Hit]
+    linked: frozenset[int]
+
+
+def graph_seed(top: Sequence[Hit]) -> Hit | None:
+    """The document graph expansion starts from: the first canonical document with a slug
+    (the answer's document; decision 0016) that is neither a project index (navigation) nor
+    a rejected approach (a warning), else the first canonical one."""
+    seeds = [h for h in top if h.document.is_canonical and h.document.slug]
+    return next((h for h in seeds if h.document.canonical_type != PROJECT_INDEX
+                 and not is_rejected_approach(h.document)), seeds[0] if seeds else None)
+
+
+def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, settings: Settings,
+                 qvec: Any, *, staying: Callable[[frozenset[int]], Collection[int]],
+                 min_similarity: float | None = None) -> Generator[Fetch, Any, Expansion]:
+    """Yield one fetch per hop from ``seed``; return the expanded hits, ordered by score (at
+    most max_nodes), and the documents of ``top`` that the seed links to. ``staying``: given
+    those, the ids of the documents that stay in primary (the adaptive cutoff), which are
+    never neighbours; a document of ``top`` that the cutoff moves out may come back as one.
     ``min_similarity``: the evidence a neighbour needs without a strong edge (None: none)."""
-    # canonical documents of the primary list, in rank order, once each
-    seeds = list(dict.fromkeys(
-        (h.document.project_key, h.document.slug) for h in primary
-        if h.document.is_canonical and h.document.slug
-    ))
     types = list(settings.graph_expansion_edge_types)
-    if not seeds or not types:
-        return []
-    primary_docs = {h.document.id for h in primary}
-    # every primary document with a slug (the seeds included) is never a neighbour
-    visited = {f"{h.document.project_key}{_SEP}{h.document.slug}" for h in primary if h.document.slug}
-    hubs = {h.document.slug for h in primary if h.document.canonical_type == PROJECT_INDEX}
-    frontier: list[tuple[str, str]] = [(p, s or "") for p, s in seeds]
+    if seed is None or not types:
+        return Expansion([], frozenset())
+    top_docs = {h.document.id for h in top}
+    primary_docs: Collection[int] = top_docs  # never neighbours: what stays in primary
+    project, slug = seed.document.project_key, seed.document.slug or ""
+    # the seed's own links to the other top documents come back on the first hop
+    visited = {f"{project}{_SEP}{slug}"}
+    hubs: set[str | None] = {slug} if seed.document.canonical_type == PROJECT_INDEX else set()
+    frontier: list[tuple[str, str]] = [(project, slug)]
     out: list[Hit] = []
+    linked: frozenset[int] = frozenset()
     for hop in range(1, settings.graph_expansion_hops + 1):
         if not frontier or len(out) >= settings.graph_expansion_max_nodes:
             break
         found: list[Neighbour] = yield reads.neighbours(
             req.scope, direction=settings.graph_expansion_direction, filters=req.filters,
             frontier=frontier, visited=sorted(visited), types=types, qvec=qvec, hop=hop)
+        if hop == 1:
+            linked = frozenset(n.candidate.document.id for n in found
+                               if n.candidate.document.id in top_docs)
+            primary_docs = staying(linked)
+            visited |= {f"{h.document.project_key}{_SEP}{h.document.slug}"
+                        for h in top if h.document.slug}
         decay = settings.graph_hop_decay ** (hop - 1)
         fan_out = Counter(n.from_slug for n in found)
-        hubs |= {slug for slug, n in fan_out.items() if n >= settings.graph_hub_min_degree}
+        hubs |= {s for s, n in fan_out.items() if n >= settings.graph_hub_min_degree}
         hop_hits = [_graph_hit(n, hop, decay) for n in found
                     if n.candidate.document.id not in primary_docs
                     and _admitted(n, req.query, settings, hubs, min_similarity)]
@@ -73,7 +101,7 @@ def expand_graph(primary: Sequence[Hit], req: SearchRequest, settings: Settings,
         out.extend(hop_hits)
         frontier = [(h.document.project_key, h.document.slug or "") for h in hop_hits]
         visited |= {f"{p}{_SEP}{s}" for p, s in frontier}
-    return out
+    return Expansion(out, linked)
 
 
 def _admitted(n: Neighbour, query: str, settings: Settings, hubs: set[str | None],

@@ -5,13 +5,14 @@ embedding) and receives the answer, so the sync and async entry points share eve
 logic and differ only in how they perform I/O (``plan.run_plan`` / ``plan.arun_plan``).
 
 synonyms → embed → scope catalog → candidates (two independent SQL legs, HNSW and FTS, fused
-by weighted RRF) → rank → history → rejected → cap → graph → refusal → meta. Each stage is a
-function of its own (a sub-generator when it reads); :func:`search_plan` only calls them.
+by weighted RRF) → rank → history → rejected → cap → graph → cutoff → refusal → meta. Each
+stage is a function of its own (a sub-generator when it reads); :func:`search_plan` only calls
+them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -19,6 +20,7 @@ from ..checks import check_text
 from ..errors import InputError
 from ..models import Candidate, Hit, Origin, SearchResult
 from ..models.legs import LegResult
+from ..models.results import CONTEXT_CUTOFF
 from ..ranking import diversify, expand_query_text, expansion_phrases, should_refuse
 from ..ranking.bm25 import CorpusLexemes
 from ..ranking.calibration import Calibration
@@ -31,7 +33,7 @@ from ..settings import Settings
 from ..store import reads
 from ..store import sql as q
 from ..store.fulltext import LexemeBudget
-from .graph import expand_graph
+from .graph import Expansion, expand_graph, graph_seed
 from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
 from .rejected_channel import RejectedChannel, decide_rejected, unit_vectors, yield_to_accepted
@@ -42,7 +44,7 @@ __all__ = ["CUT", "candidates", "context_evidence", "leg_shape", "neighbour_floo
 #: How many chunks of a superseded record a history question brings next to its successor.
 HISTORY_CHUNKS = 2
 #: ``Hit.metadata`` key of a runner-up that the adaptive cutoff moved out of the top ``limit``.
-CUT = "context_cutoff"
+CUT = CONTEXT_CUTOFF
 
 
 def validate_query(query: Any, settings: Settings) -> str:
@@ -114,7 +116,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     if settings.rejected_injection_enabled:
         with watch.lap("rejected"):
             pool = yield reads.rejected_chunks(req.scope, catalog.ttl, unit_vectors)
-            channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings)
+            channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings,
+                                      top=req.limit, ratio=req.legs.cutoff(settings.context_cutoff))
             # a rejected idea that does not correlate is no context either (rejected.py); one
             # the ⚠ block warns about stands there, not in primary (placement.py)
             warned = channel.warns(pool, qvec, settings)
@@ -126,22 +129,34 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     top = [s.hit() for s in kept]  # hits for what the result keeps, not for every candidate
     # what the question @mentions, or placement put there on purpose, is never cut
-    mentioned = {h.chunk_id for h in top if h.document.id in found.mentions}
+    keep = placed.promoted | placed.yielded | {h.chunk_id for h in top
+                                               if h.document.id in found.mentions}
+    evidence = context_evidence(settings, catalog.calibration)
     ratio = req.legs.cutoff(settings.context_cutoff)
-    top, cut = cut_weak(top, context_evidence(settings, catalog.calibration), ratio=ratio,
-                        keep=placed.promoted | placed.yielded | mentioned)
+    linked_ratio = min(ratio, settings.context_cutoff_linked)  # for what the answer links to
+
+    def cutoff(linked: Collection[int] = ()) -> tuple[list[Hit], list[Hit]]:
+        return cut_weak(top, evidence, ratio=ratio, keep=keep, linked=linked,
+                        linked_ratio=linked_ratio)
+
+    expansion = Expansion([], frozenset())
+    if settings.graph_expansion_enabled:
+        with watch.lap("graph"):
+            # the seed is the answer's document, unless the cutoff drops it on its own
+            expansion = yield from expand_graph(
+                top, graph_seed(cutoff()[0]), req, settings, qvec,
+                staying=lambda linked: {h.document.id for h in cutoff(linked)[0]},
+                min_similarity=neighbour_floor(top, linked_ratio, settings,
+                                               catalog.calibration))
+    # the gate judges what was found; the cutoff only trims what the prompt carries
+    refuse = should_refuse(top, settings, catalog.calibration)
+    top, cut = cutoff(expansion.linked)
     runner_up = tuple([*(replace(h, origin=Origin.RUNNER_UP,
                                  metadata={**h.metadata, CUT: True}) for h in cut),
                        *(s.hit(Origin.RUNNER_UP) for s in rest)][: settings.runner_up_limit])
-    expanded: list[Hit] = []
-    if settings.graph_expansion_enabled:
-        with watch.lap("graph"):
-            expanded = yield from expand_graph(
-                top, req, settings, qvec,
-                min_similarity=neighbour_floor(top, ratio, settings, catalog.calibration))
-            if channel is not None:
-                expanded = [h for h in expanded if channel.keeps(h.document)]
-    refuse = should_refuse(top, settings, catalog.calibration)
+    expanded = expansion.hits
+    if channel is not None:
+        expanded = [h for h in expanded if channel.keeps(h.document)]
     rejected: list[Hit] = []
     if channel is not None and pool is not None:
         rejected = channel.inject(pool, qvec, [*top, *expanded,
@@ -177,9 +192,10 @@ def context_evidence(settings: Settings, calibration: Calibration) -> Callable[[
 
 def neighbour_floor(top: Sequence[Hit], ratio: float, settings: Settings,
                     calibration: Calibration) -> float | None:
-    """The similarity a graph neighbour needs without a strong edge: the cutoff's ``ratio`` of
-    the best primary similarity's margin over the null (of the similarity itself,
-    uncalibrated); None (no floor) when the cutoff is off."""
+    """The similarity a graph neighbour needs without a strong edge: ``ratio`` (the cutoff's
+    share for what the answer links to, as every neighbour is) of the best primary
+    similarity's margin over the null (of the similarity itself, uncalibrated); None (no
+    floor) when the cutoff is off."""
     sims = [h.similarity for h in top if h.similarity is not None]
     if not sims or ratio <= 0:
         return None

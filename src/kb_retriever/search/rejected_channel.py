@@ -3,7 +3,9 @@
 The scope's rejected-approach chunks come cached with their vectors (:class:`RejectedVectors`),
 so scoring them costs no round trip. On a calibrated scope the decision is
 :func:`~kb_retriever.ranking.rejected_evidence.correlate_rejected`'s evidence (decision 0009): correlated
-documents are injected unless the query is refused, the others leave every list.
+documents are injected unless the query is refused, the others leave every list; with the
+adaptive cutoff on, a rejected document also needs the cutoff's share of the best evidence of
+the top, as a primary document does (decision 0016).
 ``KB_REJECTED_RULE=absolute``, or a scope never calibrated, keeps the absolute cosine rule
 (``KB_REJECTED_MIN_SIMILARITY``); either way a rejected document that stands in ``primary`` or
 ``expanded`` is also injected, so it never shows as ordinary context without its warning.
@@ -19,6 +21,7 @@ import numpy as np
 
 from ..models import DocumentRef, Hit, Origin, ScoreBreakdown
 from ..ranking.calibration import Calibration
+from ..ranking.grounding import calibrated_evidence
 from ..ranking.history import between
 from ..ranking.rejected_evidence import EDGE_SEEDS, RejectedEvidence, correlate_rejected
 from ..ranking.rerank import Scored
@@ -154,8 +157,14 @@ class RejectedChannel:
 
 
 def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored],
-                    calibration: Calibration, settings: Settings) -> RejectedChannel:
-    """Correlate the scope's rejected documents with the query (module docstring)."""
+                    calibration: Calibration, settings: Settings, *, top: int = 0,
+                    ratio: float = 0.0) -> RejectedChannel:
+    """Correlate the scope's rejected documents with the query (module docstring).
+
+    A rejected document correlates when its evidence reaches ``rejected_min_evidence`` and,
+    with ``ratio`` above 0 (the adaptive cutoff's), when its cosine margin and keyword
+    signal reach ``ratio`` times the best of the first ``top`` ranked chunks' (the ⚠ block
+    holds what bears on the question as much as the context does: decision 0016)."""
     if settings.rejected_rule == "absolute" or not calibration.calibrated:
         return RejectedChannel("absolute")
     if not vectors.ids:
@@ -168,11 +177,14 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
             keywords[doc.id] = max(keywords.get(doc.id, 0.0), s.terms["keyword"])
         elif doc.slug and len(seeds) < EDGE_SEEDS and (doc.project_key, doc.slug) not in seeds:
             seeds.append((doc.project_key, doc.slug))
+    weight = settings.evidence_lexical_weight
     evidence = correlate_rejected(
         _best_per_doc(vectors, qvec), keywords=keywords, links=vectors.links, seed_slugs=seeds,
-        calibration=calibration, keyword_weight=settings.evidence_lexical_weight,
-        edge_bonus=settings.rejected_edge_bonus)
-    correlated = frozenset(e.doc_id for e in evidence if e.score >= settings.rejected_min_evidence)
+        calibration=calibration, keyword_weight=weight, edge_bonus=settings.rejected_edge_bonus)
+    floor = ratio * max((calibrated_evidence(s.hit(), settings, calibration)
+                         for s in ranked[:top]), default=0.0)
+    correlated = frozenset(e.doc_id for e in evidence if e.score >= settings.rejected_min_evidence
+                           and e.margin + weight * e.keyword >= floor)
     return RejectedChannel("calibrated", evidence=tuple(evidence), correlated=correlated)
 
 

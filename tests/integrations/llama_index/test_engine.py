@@ -35,7 +35,7 @@ def test_query_engine_with_kb_synthesizer_sends_the_three_blocks(kb: KnowledgeBa
     text = response.response  # MockLLM echoes the system + user messages
     assert text.startswith("system: You are the knowledge assistant")
     assert text.index(REJECTED) < text.index(RELATED) < text.index("## Context")
-    assert "- **[rej-rabbitmq-event-bus]**" in text
+    assert "- **[rej-memcached-2023]**" in text
     assert "From edge `" in text and "Project: p" in text
     assert f"user: {ALL_ORIGINS}" in text
 

@@ -10,12 +10,11 @@ from kb_retriever import FilterError, HashingEmbedder, KnowledgeBase
 
 from .conftest import CountingEmbedder
 
-# With the hashing embedder and k=1 this query yields all three origins: the rejected
-# approach is the primary hit *and* injected as rejected, and the accepted decision it links
-# to comes in through the graph.
-# primary (the Kafka decision, then the rejected RabbitMQ record it lost to: issue 27's placement),
-# a graph neighbour and the warning, at k = 3
-ALL_ORIGINS = "kafka event bus"
+# With the hashing embedder this query yields all three origins at k = 3: primary (the Redis
+# decision, then the rejected Memcached record it names, issue 27's placement), the graph
+# neighbour of the answer's document (decision 0016: only the first canonical document seeds
+# the walk) and the warning.
+ALL_ORIGINS = "memcached shared cache"
 ALL_K = 3
 CACHE = "what cache layer did we standardise on?"
 
@@ -33,7 +32,7 @@ def test_nodes_carry_score_metadata_and_unique_ids(kb: KnowledgeBase) -> None:
     assert len(ids) == len(set(ids))  # LlamaIndex dedups by node id: none may collide
     # the rejected record shown in primary is warned about with the chunk it shows
     primary = next(n for n in nodes if n.metadata["kb"]["origin"] == "primary"
-                   and n.metadata["slug"] == "rej-rabbitmq-event-bus")
+                   and n.metadata["slug"] == "rej-memcached-2023")
     rejected = next(n for n in nodes if n.metadata["kb"]["origin"] == "rejected")
     assert primary.metadata["kb"]["chunk_id"] == rejected.metadata["kb"]["chunk_id"]
     assert primary.node_id != rejected.node_id
@@ -42,8 +41,8 @@ def test_nodes_carry_score_metadata_and_unique_ids(kb: KnowledgeBase) -> None:
     expected = [*result.primary, *result.expanded, *result.rejected]
     assert [(n.node_id, n.score) for n in nodes] == [(h.uid, h.score) for h in expected]
     meta = primary.metadata
-    hit = next(h for h in result.primary if h.document.slug == "rej-rabbitmq-event-bus")
-    assert meta["slug"] == hit.document.slug == "rej-rabbitmq-event-bus"
+    hit = next(h for h in result.primary if h.document.slug == "rej-memcached-2023")
+    assert meta["slug"] == hit.document.slug == "rej-memcached-2023"
     assert meta["title"] == hit.document.title
     assert meta["source_path"] == hit.document.source_path
     assert meta["heading_path"] == hit.heading_path
