@@ -18,6 +18,7 @@ from .errors import (
     EmbeddingError,
     FilterError,
     IngestError,
+    IngestInterruptedError,
     InputError,
     KbError,
     SchemaError,
@@ -65,7 +66,8 @@ _LAZY = {
 __all__ = [
     "Candidate", "ChunkRecord", "ConfigError", "DocumentRecord", "DocumentRef", "Embedder",
     "EmbeddingError", "FilterError",
-    "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
+    "HashingEmbedder", "Hit", "IngestError", "IngestInterruptedError", "IngestReport",
+    "InputError", "KbError",
     "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ReembedReport",
     "ScoreBreakdown",
     "SchemaError", "SearchFilters", "SearchMeta", "SearchResult", "Settings", "StoreError",

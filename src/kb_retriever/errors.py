@@ -8,6 +8,7 @@
     │   └── FilterError          unknown filter key or malformed filter value
     ├── StoreError               the database failed or could not be reached (password redacted)
     │   ├── UnavailableError     the server could not be reached (connection refused, lost, none free)
+    │   │   └── IngestInterruptedError  lost during an ingest: what was saved before it, what was not
     │   └── SchemaError          schema/embedding-dimension mismatch, missing ``vector`` extension
     ├── EmbeddingError           the embedder failed or returned NaN/inf/wrong-dimension vectors
     └── IngestError              a file could not be read or parsed (the old version stays intact)
@@ -20,12 +21,14 @@ Driver errors (psycopg) are translated into :class:`StoreError` in one place,
 from __future__ import annotations
 
 import re
+from typing import Any
 
 __all__ = [
     "ConfigError",
     "EmbeddingError",
     "FilterError",
     "IngestError",
+    "IngestInterruptedError",
     "InputError",
     "KbError",
     "SchemaError",
@@ -59,6 +62,23 @@ class StoreError(KbError):
 class UnavailableError(StoreError):
     """The server could not be reached: the connection was refused or lost, or none was free
     in time. A read may go to another server; a write's outcome may be unknown."""
+
+
+class IngestInterruptedError(UnavailableError):
+    """The database connection was lost during an ingest, which stopped there.
+
+    ``report`` holds what the ingest did before (each file in ``added`` / ``updated`` was
+    committed whole; ``failed`` as reported), ``interrupted`` the file being written when the
+    connection dropped (its outcome is unknown), ``remaining`` how many files after it were
+    not read. Running the ingest again completes it: unchanged files are skipped."""
+
+    def __init__(self, report: Any, *, interrupted: str, remaining: int, cause: str) -> None:
+        # report: a kb_retriever.IngestReport (errors import nothing of the library)
+        self.report, self.interrupted, self.remaining = report, interrupted, remaining
+        super().__init__(
+            f"the database connection was lost while ingesting {interrupted} (its outcome is "
+            f"unknown; {remaining} more files not read); before it: {report.summary()}. Run "
+            f"the ingest again: unchanged files are skipped. ({cause})")
 
 
 class SchemaError(StoreError):

@@ -198,7 +198,9 @@ class KnowledgeBase(DocumentMethods):
         changed file replaces its previous version in one transaction; a file that fails is
         reported in ``failed`` and leaves its previous version intact, and the run goes on.
         Symlinks that leave their root are skipped unless ``follow_symlinks``. ``prune=True``
-        deletes the documents found under these paths before whose file is now gone.
+        deletes the documents found under these paths before whose file is now gone. A
+        connection lost mid-way raises :class:`~kb_retriever.IngestInterruptedError`, whose
+        ``report`` says what was saved before it.
         """
         roots = as_paths(paths)
         scope = (valid_name("tenant", self.tenant if tenant is None else tenant),

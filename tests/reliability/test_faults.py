@@ -21,7 +21,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
-from kb_retriever.errors import StoreError
+from kb_retriever.errors import IngestInterruptedError, StoreError, UnavailableError
 from kb_retriever.ingest import parse_document
 
 from ._util import HELPERS, PYTHON, canonical, doc_chunks
@@ -81,6 +81,31 @@ def test_writes_start_on_live_connections_after_backends_are_terminated(
     (tmp_path / "b.md").write_text("# B\n\nvalkey replaced redis for sessions.\n")
     report = kb.ingest([tmp_path])
     assert not report.failed and len(report.added) == 1
+
+
+def test_an_ingest_that_loses_its_connection_says_what_it_saved(
+        make_kb: Callable[..., KnowledgeBase], pg_server_url: str, tmp_path: Path) -> None:
+    """The connection dropped between two files: the error carries the report of the files
+    committed before it, names the file it was writing and counts the ones not read; running
+    the ingest again completes it."""
+    for n in range(6):
+        (tmp_path / f"f{n}.md").write_text(f"# File {n}\n\nRedis note number {n}.\n")
+    kb = make_kb()
+    dbname = conninfo_to_dict(kb.url)["dbname"]
+
+    def cut_at_the_fourth(i: int, total: int, rel: str) -> None:
+        if i == 3 and rel:
+            assert _terminate_backends(pg_server_url, dbname) >= 1
+
+    with pytest.raises(IngestInterruptedError) as caught:
+        kb.ingest([tmp_path], progress=cut_at_the_fourth)
+    err = caught.value
+    assert isinstance(err, UnavailableError) and err.remaining == 2
+    assert len(err.report.added) == 3 and err.interrupted not in err.report.added
+    assert err.interrupted in str(err) and "3 added" in str(err)
+    again = kb.ingest([tmp_path])
+    assert sorted(again.unchanged) == sorted(err.report.added) and len(again.added) == 3
+    assert not again.failed
 
 
 class _Proxy:

@@ -24,7 +24,8 @@ def test_public_surface_is_pinned():
     assert sorted(kb_retriever.__all__) == sorted([
         "Candidate", "ChunkRecord", "ConfigError", "DocumentRecord", "DocumentRef", "Embedder",
         "EmbeddingError", "FilterError",
-        "HashingEmbedder", "Hit", "IngestError", "IngestReport", "InputError", "KbError",
+        "HashingEmbedder", "Hit", "IngestError", "IngestInterruptedError", "IngestReport", "InputError",
+        "KbError",
         "KnowledgeBase", "MiniLMEmbedder", "Origin", "PromptTemplate", "ReembedReport",
         "ScoreBreakdown",
         "SchemaError", "SearchFilters", "SearchMeta", "SearchResult", "Settings", "StoreError",

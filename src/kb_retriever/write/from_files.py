@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..embedding import Embedder, check_vectors, embedder_errors
-from ..errors import IngestError, InputError, StoreError
+from ..errors import IngestError, IngestInterruptedError, InputError, StoreError
 from ..ingest import SUPPORTED_SUFFIXES, parse_document
 from ..ingest.files import FileId, Listed, file_id
 from ..models import DocumentDraft
@@ -264,8 +264,9 @@ def ingest_paths(session: Session, embedder: Embedder, settings: Settings, *,
         except IngestError as exc:
             report.failed.append((found.rel, _without_path(str(exc), found.rel)))
         except StoreError as exc:
-            if session.broken:  # nothing after this can be written: stop, do not report N times
-                raise
+            if session.broken:  # nothing after this can be written: stop, with what was done
+                raise IngestInterruptedError(report, interrupted=found.rel,
+                                             remaining=len(files) - i - 1, cause=str(exc)) from exc
             report.failed.append((found.rel, str(exc)))
         except (OSError, UnicodeError, ValueError) as exc:
             report.failed.append((found.rel, f"{type(exc).__name__}: {exc}"))
