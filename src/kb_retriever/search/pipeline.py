@@ -127,16 +127,16 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
             ranked, placed.yielded = yield_to_accepted(ranked, pool,
                                                        ratio=settings.rejected_yield_ratio)
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
-    top = [s.hit() for s in kept]  # hits for what the result keeps, not for every candidate
+    shown = [s.hit() for s in kept]  # hits for what is kept, not every candidate: the cutoff's input
     # what the question @mentions, or placement put there on purpose, is never cut
-    keep = placed.promoted | placed.yielded | {h.chunk_id for h in top
+    keep = placed.promoted | placed.yielded | {h.chunk_id for h in shown
                                                if h.document.id in found.mentions}
     evidence = context_evidence(settings, catalog.calibration)
     ratio = req.legs.cutoff(settings.context_cutoff)
     linked_ratio = min(ratio, settings.context_cutoff_linked)  # for what the answer links to
 
     def cutoff(linked: Collection[int] = ()) -> tuple[list[Hit], list[Hit]]:
-        return cut_weak(top, evidence, ratio=ratio, keep=keep, linked=linked,
+        return cut_weak(shown, evidence, ratio=ratio, keep=keep, linked=linked,
                         linked_ratio=linked_ratio)
 
     expansion = Expansion([], frozenset())
@@ -144,12 +144,12 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         with watch.lap("graph"):
             # the seed is the answer's document, unless the cutoff drops it on its own
             expansion = yield from expand_graph(
-                top, graph_seed(cutoff()[0]), req, settings, qvec,
+                shown, graph_seed(cutoff()[0]), req, settings, qvec,
                 staying=lambda linked: {h.document.id for h in cutoff(linked)[0]},
-                min_similarity=neighbour_floor(top, linked_ratio, settings,
+                min_similarity=neighbour_floor(shown, linked_ratio, settings,
                                                catalog.calibration))
     # the gate judges what was found; the cutoff only trims what the prompt carries
-    refuse = should_refuse(top, settings, catalog.calibration)
+    refuse = should_refuse(shown, settings, catalog.calibration)
     top, cut = cutoff(expansion.linked)
     runner_up = tuple([*(replace(h, origin=Origin.RUNNER_UP,
                                  metadata={**h.metadata, CUT: True}) for h in cut),
