@@ -38,6 +38,9 @@ class RejectedEvidence:
     keyword: float  # the keyword signal of its best candidate chunk, 0 when no leg found it
     linked: bool  # an edge to or from one of the best primary documents
     score: float
+    # margin + keyword weight x keyword, without the edge bonus: the evidence the refusal gate
+    # and the adaptive cutoff compare (grounding.calibrated_evidence)
+    grounded: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"doc_id": self.doc_id, "chunk_id": self.chunk_id,
@@ -74,6 +77,8 @@ def correlate_rejected(
         margin = calibration.margin(sim)
         keyword = float(keywords.get(doc_id, 0.0))
         linked = bool(set(links.get(doc_id, ())) & set(seed_slugs))
-        score = margin + keyword_weight * keyword + (edge_bonus if linked else 0.0)
-        out.append(RejectedEvidence(doc_id, chunk_id, sim, margin, keyword, linked, score))
+        grounded = margin + keyword_weight * keyword
+        score = grounded + (edge_bonus if linked else 0.0)
+        out.append(RejectedEvidence(doc_id, chunk_id, sim, margin, keyword, linked, score,
+                                    grounded))
     return sorted(out, key=lambda e: (-e.score, e.doc_id))

@@ -177,14 +177,14 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
             keywords[doc.id] = max(keywords.get(doc.id, 0.0), s.terms["keyword"])
         elif doc.slug and len(seeds) < EDGE_SEEDS and (doc.project_key, doc.slug) not in seeds:
             seeds.append((doc.project_key, doc.slug))
-    weight = settings.evidence_lexical_weight
     evidence = correlate_rejected(
         _best_per_doc(vectors, qvec), keywords=keywords, links=vectors.links, seed_slugs=seeds,
-        calibration=calibration, keyword_weight=weight, edge_bonus=settings.rejected_edge_bonus)
+        calibration=calibration, keyword_weight=settings.evidence_lexical_weight,
+        edge_bonus=settings.rejected_edge_bonus)
     floor = ratio * max((calibrated_evidence(s.hit(), settings, calibration)
                          for s in ranked[:top]), default=0.0)
     correlated = frozenset(e.doc_id for e in evidence if e.score >= settings.rejected_min_evidence
-                           and e.margin + weight * e.keyword >= floor)
+                           and e.grounded >= floor)
     return RejectedChannel("calibrated", evidence=tuple(evidence), correlated=correlated)
 
 
