@@ -19,7 +19,9 @@ from psycopg.conninfo import make_conninfo
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings, UnavailableError
 from kb_retriever.store.embedded import start_embedded
+from kb_retriever.store.replicas import Replicas
 
+from ..db.test_close import returns_within
 from .standby import Standby, stop_primary
 
 pytestmark = [pytest.mark.db, pytest.mark.slow, pytest.mark.replica]
@@ -88,6 +90,26 @@ def test_searches_and_reads_go_to_the_replica_writes_to_the_primary(pair: Pair) 
                 conn.execute("DELETE FROM kb_documents")
 
 
+def test_asyncio_run_of_a_search_on_the_replica_returns(pair: Pair) -> None:
+    """A search, then ``asyncio.run(kb.asearch(...))``, forty times, each on a new knowledge
+    base: every run returns and reads the replica. The replica's async pool used to open without waiting for
+    its connections, so the loop ended with a connect under way, which psycopg_pool took for
+    a failed one and retried: ``asyncio.run`` hung, within 20 runs here."""
+    primary, replica = pair.database()
+    with _kb(primary, replica) as kb:
+        kb.add_documents(DOCS)
+    _wait_for(replica, "d5")
+
+    def runs() -> None:
+        for _ in range(40):
+            with _kb(primary, replica) as kb:
+                assert kb.search("redis cache layer").meta["server"] == "replica 1"
+                found = asyncio.run(kb.asearch("redis cache layer"))
+                assert found.meta["server"] == "replica 1" and found.primary
+
+    returns_within(120, runs)
+
+
 def test_a_consistent_read_sees_this_processs_own_write(pair: Pair) -> None:
     primary, replica = pair.database()
     with _kb(primary, replica) as kb:
@@ -134,6 +156,21 @@ def test_a_replica_that_is_down_is_skipped(pair: Pair) -> None:
             assert result.meta["server"] == "primary" and result.primary
         finally:
             pair.standby.start()
+
+
+def test_an_async_pool_that_cannot_connect_marks_its_replica_down(pair: Pair) -> None:
+    """The replica went down after it was picked: its async pool does not open within
+    ``KB_REPLICA_CONNECT_TIMEOUT_S``, so there is none (the search reads the primary) and
+    the replica is skipped for ``KB_REPLICA_RETRY_S``."""
+    _, replica = pair.database()
+    replicas = Replicas((replica,), Settings(replica_connect_timeout_s=1.0))
+    pair.standby.stop()
+    try:
+        r = replicas._replicas[0]
+        assert asyncio.run(replicas.apool(r, {})) is None
+        assert r.apool is None and r.down_until > time.monotonic()
+    finally:
+        pair.standby.start()
 
 
 def test_searches_go_on_from_the_replica_with_the_primary_down() -> None:

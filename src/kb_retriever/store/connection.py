@@ -63,7 +63,13 @@ def make_pool(url: str, settings: Settings, *, vector_ready: bool,
 
 def make_async_pool(url: str, settings: Settings,
                     conn_kwargs: dict[str, Any] | None = None) -> AsyncConnectionPool:
-    """The async twin of :func:`make_pool`."""
+    """The async twin of :func:`make_pool`, of a fixed size: ``KB_POOL_MAX_SIZE`` connections,
+    all made when it opens (``open(wait=True)``), so it never grows.
+
+    A pool that grows connects in a task of the caller's event loop; when the loop ends with
+    that connect under way (``asyncio.run`` of a few searches at once), psycopg_pool takes
+    the cancelled connect for a failed one and schedules it again, and ``asyncio.run`` never
+    returns (tests/db/test_async_pools.py)."""
 
     async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.set_autocommit(True)
@@ -73,7 +79,7 @@ def make_async_pool(url: str, settings: Settings,
 
     return AsyncConnectionPool(
         url,
-        min_size=settings.pool_min_size,
+        min_size=settings.pool_max_size,
         max_size=settings.pool_max_size,
         configure=configure,
         timeout=settings.pool_timeout_s,

@@ -150,8 +150,9 @@ class Pools:
         if self.replicas:
             replica = await asyncio.to_thread(self.replicas.pick,
                                                self.wrote_lsn if consistent else None)
-            if replica is not None:
-                apool = await self.replicas.apool(replica, self._conn_kwargs)
+            apool = None if replica is None else await self.replicas.apool(replica,
+                                                                            self._conn_kwargs)
+            if replica is not None and apool is not None:
                 return Target(apool, replica.label, replica)
         return Target(await self.asynchronous(), "primary" if self.replicas else None,
                       load=self.primary_load)

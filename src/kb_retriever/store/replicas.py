@@ -99,12 +99,25 @@ class Replicas:
                                    conn_kwargs=conn_kwargs)
                 r.pool.open(wait=False)
 
-    async def apool(self, r: Replica, conn_kwargs: dict[str, Any]) -> Any:
-        """``r``'s async pool for the running event loop, opened on first use."""
+    async def apool(self, r: Replica, conn_kwargs: dict[str, Any]) -> Any | None:
+        """``r``'s async pool for the running event loop, opened on first use with its
+        connections made, as the primary's is; None, and ``r`` marked down, when it cannot
+        make them within ``KB_REPLICA_CONNECT_TIMEOUT_S``.
+
+        Opened without waiting, a pool still connects when a short event loop ends
+        (``asyncio.run(kb.asearch(...))``); psycopg_pool takes the cancelled connect for a
+        failed one and schedules it again, and ``asyncio.run`` never returns."""
         loop = asyncio.get_running_loop()
         if r.apool is None or r.apool_loop is not loop:
-            r.apool, r.apool_loop = make_async_pool(r.url, self.settings, conn_kwargs), loop
-            await r.apool.open(wait=False)
+            pool = make_async_pool(r.url, self.settings, conn_kwargs)
+            try:
+                await pool.open(wait=True, timeout=self.settings.replica_connect_timeout_s)
+            except psycopg.Error as exc:  # PoolTimeout is a psycopg.Error too
+                await pool.close()
+                logger.debug("%s: %s", r.label, exc)
+                self.mark_down(r)
+                return None
+            r.apool, r.apool_loop = pool, loop
         return r.apool
 
     def check_schema(self, choices: Any, conn_kwargs: dict[str, Any]) -> tuple[bool, Any]:
