@@ -99,6 +99,7 @@ def searcher(system: str, url: str) -> Any:
 
 def worker(system: str, url: str, data: Path, n: int, offset: int) -> None:
     """One client: set up, warm up, say READY, wait for GO, run ``n`` searches, print JSON."""
+    from kb_retriever.search.graph import graph_seed
     qv = np.load(data / "qvec.npy")
     texts = json.loads((data / "queries.json").read_text())["texts"]
     search = searcher(system, url)
@@ -108,6 +109,7 @@ def worker(system: str, url: str, data: Path, n: int, offset: int) -> None:
     sys.stdin.readline()
     lat = []
     stages: dict[str, list[float]] = {}  # kb-retriever's own per-stage timings (meta)
+    hops: list[bool] = []  # kb-retriever: whether the search's graph stage made a round trip
     cpu = time.process_time()
     for j in range(n):
         i = (offset * 997 + j) % len(texts)  # each client its own walk through the queries
@@ -116,12 +118,41 @@ def worker(system: str, url: str, data: Path, n: int, offset: int) -> None:
         lat.append((time.perf_counter() - t) * 1000)
         for stage, ms in (getattr(getattr(result, "meta", None), "timings_ms", None) or {}).items():
             stages.setdefault(stage, []).append(ms)
+        if hasattr(result, "primary"):  # the graph walks from a seed the top holds
+            hops.append(graph_seed(result.primary) is not None)
     cpu_ms = (time.process_time() - cpu) * 1000 / max(n, 1)
-    print(json.dumps({"lat": lat, "cpu_ms": cpu_ms, "stages": stages}), flush=True)
+    print(json.dumps({"lat": lat, "cpu_ms": cpu_ms, "stages": stages, "hops": hops}), flush=True)
+    sys.stdin.readline()  # stay connected until the parent has read the server's CPU
+
+
+# Server processes whose work is not the searches' (their titles, as ps shows them).
+_MAINTENANCE = ("checkpointer", "background writer", "walwriter", "autovacuum", "archiver",
+                "logical replication", "walsummarizer")
+
+
+def server_cpu(postmaster: int | None) -> dict[int, float]:
+    """CPU seconds (user + system) so far of each process the server's postmaster started,
+    its maintenance processes left out (a checkpoint or autovacuum is not a search's work;
+    the backends and I/O workers are), from /proc; empty where /proc cannot tell."""
+    if postmaster is None:
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            title = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, IndexError):
+            continue  # a process that ended while we read
+        # fields[1]: the parent's pid; 11 and 12: user and system time in clock ticks
+        if int(fields[1]) == postmaster and not any(m in title for m in _MAINTENANCE):
+            out[int(proc.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
-              trees: dict[str, Path], variants: dict[str, dict[str, str]]) -> dict[str, Any]:
+              trees: dict[str, Path], variants: dict[str, dict[str, str]],
+              postmaster: int | None = None) -> dict[str, Any]:
     env = None
     if system.startswith("kb@"):  # kb-retriever's defaults from another source tree
         env = {**os.environ, "PYTHONPATH": str(trees[system[3:]] / "src")}
@@ -139,14 +170,18 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
             line = p.stdout.readline()
             if not line.startswith("READY"):
                 raise RuntimeError(f"{system} client did not start: {line!r}")
+        cpu0 = server_cpu(postmaster)
         t0 = time.perf_counter()
         for p in procs:
             assert p.stdin is not None
             p.stdin.write("GO\n")
             p.stdin.flush()
-        outs = [json.loads(p.communicate(timeout=1800)[0].strip().splitlines()[-1])
-                for p in procs]
+        outs = [json.loads(p.stdout.readline()) for p in procs if p.stdout is not None]
         wall = time.perf_counter() - t0
+        # the backends are still there (each client waits for EXIT): their CPU during the level
+        cpu1 = server_cpu(postmaster)
+        for p in procs:
+            p.communicate("EXIT\n", timeout=60)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -161,6 +196,16 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
     out = {"clients": clients, "searches": len(lat), "wall_s": round(wall, 2),
            "throughput_per_s": round(len(lat) / wall, 1), **perf.pct(lat),
            "client_cpu_ms": round(client_cpu, 3), "loadavg": os.getloadavg()[0]}
+    hops = [h for o in outs for h in o.get("hops", [])]
+    if hops and len(hops) == len(lat) and any(hops) and not all(hops):
+        # the tail of the searches that made a second round trip (graph expansion) and of the rest
+        out["graph_round_trip"] = {
+            "share": round(sum(hops) / len(hops), 3),
+            "p95_with": perf.pct([x for x, h in zip(lat, hops, strict=True) if h])["p95"],
+            "p95_without": perf.pct([x for x, h in zip(lat, hops, strict=True) if not h])["p95"]}
+    if cpu1:  # the server's CPU per search: its backends and I/O workers
+        spent = sum(t - cpu0.get(pid, 0.0) for pid, t in cpu1.items())
+        out["server_cpu_ms"] = round(spent * 1000 / len(lat), 3)
     if stages:  # p50 / p95 of each stage, over the searches that ran it
         out["stages_ms"] = {stage: perf.pct(ms) for stage, ms in stages.items()}
     return out
@@ -168,7 +213,8 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
 
 def _median(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """One level's rounds as one: the median of each figure, and every round's figures."""
-    figures = ("throughput_per_s", "p50", "p95", "client_cpu_ms")
+    figures = [k for k in ("throughput_per_s", "p50", "p95", "client_cpu_ms", "server_cpu_ms")
+               if all(k in o for o in outs)]
     med = {k: round(float(np.median([o[k] for o in outs])), 3) for k in figures}
     return {**outs[0], **med, "rounds": [{k: o[k] for k in figures} for o in outs]}
 
@@ -221,6 +267,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kb-load-", ignore_cleanup_errors=True) as tmp_home:
         home = Path(args.home) if args.home else Path(tmp_home)
         server_url = start_embedded(home)
+        # the postmaster's pid: the first line of postmaster.pid
+        postmaster = int((home / "pgdata" / "postmaster.pid").read_text().split()[0])
         db = f"load_{args.size}"
         url = make_conninfo(server_url, dbname=db)
         corpus = _synth.make_corpus(args.size)
@@ -247,11 +295,12 @@ def main() -> int:
                 for _ in range(args.rounds):
                     for system in systems:
                         out = run_level(system, url, data, clients, args.per_client, trees,
-                                        variants)
+                                        variants, postmaster)
                         runs.setdefault(system, []).append(out)
                         print(f"[{args.size}] {clients:>2} clients {system:<18} "
                               f"{out['throughput_per_s']:>7.1f}/s  p50 {out['p50']:.2f}  "
-                              f"p95 {out['p95']:.2f} ms  client CPU {out['client_cpu_ms']:.3f} ms",
+                              f"p95 {out['p95']:.2f} ms  client CPU {out['client_cpu_ms']:.3f} ms  "
+                              f"server CPU {out.get('server_cpu_ms', float('nan')):.3f} ms",
                               file=sys.stderr)
                         for stage, st in out.get("stages_ms", {}).items():
                             print(f"    {stage:<12} p50 {st['p50']:.2f}  p95 {st['p95']:.2f} ms"
