@@ -72,7 +72,8 @@ def _searches(home: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def dump(target: Path) -> int:
-    with tempfile.TemporaryDirectory(prefix="kb-eq-") as tmp:
+    # The server may still be writing when the directory goes: that is no failure of the run.
+    with tempfile.TemporaryDirectory(prefix="kb-eq-", ignore_cleanup_errors=True) as tmp:
         home = Path(tmp)
         home.chmod(0o755)  # as root the server's user must reach it
         results = dict(_searches(home))

@@ -506,7 +506,8 @@ def main() -> int:
     from kb_retriever.store.embedded import start_embedded
 
     sizes = [int(s) for s in args.sizes.split(",") if s] + ([1_000_000] if args.with_1m else [])
-    with tempfile.TemporaryDirectory(prefix="kb-perf-") as home:
+    # The server may still be writing when the directory goes: that is no failure of the run.
+    with tempfile.TemporaryDirectory(prefix="kb-perf-", ignore_cleanup_errors=True) as home:
         server_url = start_embedded(Path(home))
         for n in sizes:
             res = run_size(server_url, n, args)
