@@ -17,6 +17,21 @@ from .factories import canonical_doc, make_hit
 N = len(PROBES)
 
 
+def _rejected_row(chunk_id: int, doc_pk: int, embedding: list[float],
+                  linked: tuple[str, ...] = ()) -> dict[str, object]:
+    """A row of ``store.catalog_sql.rejected_chunks_sql``: the chunk of a rejected approach,
+    its document's columns, its vector and the slugs it links to."""
+    return {"chunk_id": chunk_id, "doc_pk": doc_pk, "embedding": embedding,
+            "linked_slugs": list(linked), "text": f"rejected idea {doc_pk}", "heading_path": "",
+            "chunk_order": 0, "chunk_uid": None, "tenant_id": "default",
+            "project_key": "default", "doc_key": f"rej-{doc_pk}", "title": f"Rejected {doc_pk}",
+            "source_path": f"rej-{doc_pk}.md", "source_type": "markdown", "slug": f"rej-{doc_pk}",
+            "doc_id": None, "is_canonical": True, "canonical_type": "rejected-approach",
+            "canonical_status": "accepted", "retrieval_priority": 0, "generation_source": None,
+            "evidence_tier": None, "tags": [], "summary": None, "language": None,
+            "doc_date": None}
+
+
 def _null(level: float) -> Calibration:
     return Calibration((level,) * N)
 
@@ -66,8 +81,7 @@ def test_the_rejected_rule_is_a_setting_not_a_threshold_given(monkeypatch):
     from kb_retriever.errors import ConfigError
     from kb_retriever.search.rejected_channel import decide_rejected, unit_vectors
 
-    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [1.0, 0.0],
-                          "project_key": "default", "linked_slugs": []}])
+    pool = unit_vectors([_rejected_row(10, 1, [1.0, 0.0])])
 
     def rule(settings, calibration=None):
         calibration = _null(0.2) if calibration is None else calibration
@@ -132,8 +146,7 @@ def test_an_accepted_decision_linked_to_a_rejected_one_ranks_above_it_when_close
     rej = canonical_doc(1, slug="rej-jwt", canonical_type="rejected-approach")
     dec = canonical_doc(2, slug="dec-oidc")
     other = canonical_doc(3, slug="runbook")
-    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [1.0, 0.0],
-                          "project_key": "default", "linked_slugs": ["dec-oidc"]}])
+    pool = unit_vectors([_rejected_row(10, 1, [1.0, 0.0], ("dec-oidc",))])
 
     def scored(chunk_id, doc, score):
         return Scored(score, make_candidate(chunk_id, doc=doc), dict.fromkeys(TERMS, 0.0))
@@ -161,8 +174,7 @@ def test_the_rejected_channel_reads_the_keyword_term_by_name(monkeypatch):
     other = canonical_doc(2, slug="runbook")
     cands = [make_candidate(10, doc=rej, sim=0.5, text="long lived jwt tokens"),
              make_candidate(20, doc=other, sim=0.6, text="rotation runbook")]
-    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [1.0, 0.0],
-                          "project_key": "default", "linked_slugs": []}])
+    pool = unit_vectors([_rejected_row(10, 1, [1.0, 0.0])])
     settings = make_settings()
 
     def keyword_evidence():
@@ -191,8 +203,7 @@ def test_a_rejected_record_far_below_the_answer_is_not_warned_about():
     answer = canonical_doc(2, slug="dec-auth")
     settings = make_settings(rejected_min_evidence=0.1)
     # the scope's one rejected record, document 1
-    pool = unit_vectors([{"chunk_id": 10, "doc_pk": 1, "embedding": [0.6, 0.8],
-                          "project_key": "default", "linked_slugs": []}])
+    pool = unit_vectors([_rejected_row(10, 1, [0.6, 0.8])])
     # cosines 0.6 and 0.95 over a 0.2 null: margins 0.5 and 0.9375, no keyword signal
     ranked = rank("jwt lifetime", [make_candidate(20, doc=answer, sim=0.95,
                                                   text="session handling")], settings)

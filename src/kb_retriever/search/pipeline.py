@@ -120,7 +120,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                                       top=req.limit, ratio=req.legs.cutoff(settings.context_cutoff))
             # a rejected idea that does not correlate is no context either (rejected.py); one
             # the ⚠ block warns about stands there, not in primary (placement.py)
-            warned = channel.warns(pool, qvec, settings)
+            warned = channel.warns(settings)
             ranked, placed.warned = place_rejected(
                 req.query, [s for s in ranked if channel.keeps(s.document)],
                 warned=lambda d: d.id in warned, top=req.limit)
@@ -159,8 +159,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         expanded = [h for h in expanded if channel.keeps(h.document)]
     rejected: list[Hit] = []
     if channel is not None and pool is not None:
-        rejected = channel.inject(pool, qvec, [*top, *expanded,
-                                               *(s.hit(Origin.REJECTED) for s in placed.warned)],
+        rejected = channel.inject(pool, [*top, *expanded,
+                                         *(s.hit(Origin.REJECTED) for s in placed.warned)],
                                   refused=refuse, settings=settings)
         # a rejected record the ⚠ block warns about is not related context as well
         warned_ids = {h.document.id for h in rejected}

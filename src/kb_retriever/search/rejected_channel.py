@@ -29,8 +29,21 @@ from ..settings import Settings
 from ..store.rows import document_from_row, vector_array
 from ..vocabulary import ACCEPTED, is_rejected_approach
 
-__all__ = ["RejectedChannel", "RejectedVectors", "best_rejected", "decide_rejected",
-           "rejected_hit", "unit_vectors", "yield_to_accepted"]
+__all__ = ["QueryCosines", "RejectedChannel", "RejectedChunk", "RejectedVectors",
+           "decide_rejected", "query_cosines", "rejected_hit", "unit_vectors",
+           "yield_to_accepted"]
+
+
+class RejectedChunk(NamedTuple):
+    """A rejected-approach chunk as the ``⚠`` block shows it (its embedding is in
+    :attr:`RejectedVectors.unit`)."""
+
+    chunk_id: int
+    text: str
+    heading_path: str
+    chunk_order: int
+    chunk_uid: str | None
+    document: DocumentRef
 
 
 class RejectedVectors(NamedTuple):
@@ -38,7 +51,7 @@ class RejectedVectors(NamedTuple):
 
     ids: list[tuple[int, int]]  # (doc, chunk) per row of ``unit``
     unit: np.ndarray  # the embeddings scaled to unit length; zero vectors stay 0
-    rows: dict[int, Mapping[str, Any]]  # chunk id -> its row (without the embedding)
+    chunks: dict[int, RejectedChunk]  # chunk id -> the chunk
     # doc -> the (project, slug) pairs it has an edge with, either way
     links: dict[int, set[tuple[str, str]]]
 
@@ -54,67 +67,72 @@ def unit_vectors(rows: Sequence[Mapping[str, Any]]) -> RejectedVectors:
     for r in rows:
         links.setdefault(int(r["doc_pk"]), set()).update(
             (r["project_key"], slug) for slug in r.get("linked_slugs") or ())
-    return RejectedVectors(
-        [(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit,
-        {int(r["chunk_id"]): {k: v for k, v in r.items() if k != "embedding"} for r in rows},
-        links)
+    chunks = {int(r["chunk_id"]): RejectedChunk(
+        int(r["chunk_id"]), r["text"], r["heading_path"] or "", int(r["chunk_order"]),
+        r.get("chunk_uid"), document_from_row(r)) for r in rows}
+    return RejectedVectors([(int(r["doc_pk"]), int(r["chunk_id"])) for r in rows], unit,
+                           chunks, links)
 
 
-def best_rejected(vectors: RejectedVectors, qvec: Any, *, min_sim: float,
-                  max_docs: int) -> list[tuple[int, float]]:
-    """``(chunk_id, cosine)`` of each rejected document's best chunk at ``min_sim`` or above,
-    best first (ties: lower chunk id), at most ``max_docs``. ``vectors`` from
-    :func:`unit_vectors`.
+class QueryCosines(NamedTuple):
+    """One query against the scope's rejected chunks, computed once per search."""
 
-    >>> rows = [{"chunk_id": 1, "doc_pk": 7, "embedding": [1.0, 0.0]},
-    ...         {"chunk_id": 2, "doc_pk": 7, "embedding": [0.6, 0.8]},
-    ...         {"chunk_id": 3, "doc_pk": 8, "embedding": [0.0, 1.0]}]
-    >>> best = best_rejected(unit_vectors(rows), [0.6, 0.8], min_sim=0.5, max_docs=3)
-    >>> [(c, round(s, 6)) for c, s in best]
-    [(2, 1.0), (3, 0.8)]
+    by_chunk: dict[int, float]  # chunk id -> cosine
+    per_doc: list[tuple[int, int, float]]  # (doc, chunk, cosine) of each document's best chunk,
+    # best first (ties: lower chunk id)
+
+
+def query_cosines(vectors: RejectedVectors, qvec: Any) -> QueryCosines:
+    """The query's cosine with every rejected chunk, and each document's best chunk.
+
+    >>> vectors = RejectedVectors([(7, 1), (7, 2), (8, 3)],
+    ...                           np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]]), {}, {})
+    >>> [(d, c, round(s, 6)) for d, c, s in query_cosines(vectors, [0.6, 0.8]).per_doc]
+    [(7, 2, 1.0), (8, 3, 0.8)]
     """
-    ids, unit = vectors.ids, vectors.unit
-    if not ids or max_docs <= 0:
-        return []
+    ids = vectors.ids
+    if not ids:
+        return QueryCosines({}, [])
     q = np.asarray(qvec, dtype=np.float64)
     qn = float(np.linalg.norm(q))
-    sims = unit @ (q / qn) if qn > 0 else np.zeros(len(ids))
+    sims = (vectors.unit @ (q / qn)).tolist() if qn > 0 else [0.0] * len(ids)
     best: dict[int, tuple[float, int]] = {}  # doc -> (similarity, chunk id)
-    for (doc, chunk), sim in zip(ids, sims.tolist(), strict=True):
+    for (doc, chunk), sim in zip(ids, sims, strict=True):
         have = best.get(doc)
         if have is None or (-sim, chunk) < (-have[0], have[1]):
             best[doc] = (sim, chunk)
-    ranked = sorted((v for v in best.values() if v[0] >= min_sim), key=lambda v: (-v[0], v[1]))
-    return [(chunk, sim) for sim, chunk in ranked[:max_docs]]
+    ranked = sorted(((doc, chunk, sim) for doc, (sim, chunk) in best.items()),
+                    key=lambda v: (-v[2], v[1]))
+    return QueryCosines(dict(zip((c for _, c in ids), sims, strict=True)), ranked)
 
 
-def rejected_hit(row: Mapping[str, Any], sim: float) -> Hit:
+def rejected_hit(chunk: RejectedChunk, sim: float) -> Hit:
     return Hit(
-        chunk_id=int(row["chunk_id"]), text=row["text"], heading_path=row["heading_path"] or "",
-        score=sim, scores=ScoreBreakdown(total=sim, raw_similarity=sim), origin=Origin.REJECTED,
-        document=document_from_row(row), chunk_order=int(row["chunk_order"]), similarity=sim,
-        chunk_uid=row.get("chunk_uid"),
+        chunk_id=chunk.chunk_id, text=chunk.text, heading_path=chunk.heading_path, score=sim,
+        scores=ScoreBreakdown(total=sim, raw_similarity=sim), origin=Origin.REJECTED,
+        document=chunk.document, chunk_order=chunk.chunk_order, similarity=sim,
+        chunk_uid=chunk.chunk_uid,
     )
 
 
 @dataclass(frozen=True)
 class RejectedChannel:
     """The channel's decision for one query: its ``rule`` (``"absolute"``: the cosine
-    threshold), and on ``"calibrated"`` the evidence per rejected document (best first) and the
-    ids that correlate."""
+    threshold), the query's cosines with the rejected chunks, and on ``"calibrated"`` the
+    evidence per rejected document (best first) and the ids that correlate."""
 
     rule: Literal["calibrated", "absolute"]
+    cosines: QueryCosines = QueryCosines({}, [])
     evidence: tuple[RejectedEvidence, ...] = ()
     correlated: frozenset[int] = field(default_factory=frozenset)
 
-    def warns(self, vectors: RejectedVectors, qvec: Any, settings: Settings
-              ) -> frozenset[int]:
+    def warns(self, settings: Settings) -> frozenset[int]:
         """The rejected documents the ``⚠`` block shows on their own evidence: the correlated
         ones, or on the absolute rule those whose best chunk reaches
         ``rejected_min_similarity``."""
         if self.rule == "calibrated":
             return self.correlated
-        return frozenset(doc for doc, _, sim in _best_per_doc(vectors, qvec)
+        return frozenset(doc for doc, _, sim in self.cosines.per_doc
                          if sim >= settings.rejected_min_similarity)
 
     def keeps(self, doc: DocumentRef) -> bool:
@@ -122,18 +140,17 @@ class RejectedChannel:
         return (self.rule == "absolute" or not is_rejected_approach(doc)
                 or doc.id in self.correlated)
 
-    def inject(self, vectors: RejectedVectors, qvec: Any, shown: Sequence[Hit], *,
-               refused: bool, settings: Settings) -> list[Hit]:
+    def inject(self, vectors: RejectedVectors, shown: Sequence[Hit], *, refused: bool,
+               settings: Settings) -> list[Hit]:
         """The ``⚠`` block: every rejected document among ``shown`` (primary and expanded),
         then the best others up to ``rejected_injection_max_docs``. Nothing when a calibrated
         channel's query is refused."""
         if not vectors.ids:
             return []
-        per_doc = _best_per_doc(vectors, qvec)
+        per_doc, sims = self.cosines.per_doc, self.cosines.by_chunk
         best = {doc: (chunk, sim) for doc, chunk, sim in per_doc}
         reached = [h.document.id for h in shown if is_rejected_approach(h.document)]
         # a document the result shows is warned about with the chunk it shows
-        sims = dict(zip((c for _, c in vectors.ids), _cosines(vectors, qvec), strict=True))
         for h in reversed(shown):
             if is_rejected_approach(h.document) and h.chunk_id in sims:
                 best[h.document.id] = (h.chunk_id, sims[h.chunk_id])
@@ -153,7 +170,7 @@ class RejectedChannel:
                 picked.append(doc)
         order = {d: i for i, d in enumerate(ranked)}
         picked.sort(key=lambda d: order.get(d, len(order)))  # best evidence first
-        return [rejected_hit(vectors.rows[best[d][0]], best[d][1]) for d in picked]
+        return [rejected_hit(vectors.chunks[best[d][0]], best[d][1]) for d in picked]
 
 
 def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored],
@@ -165,10 +182,11 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
     with ``ratio`` above 0 (the adaptive cutoff's), when its cosine margin and keyword
     signal reach ``ratio`` times the best of the first ``top`` ranked chunks' (the ⚠ block
     holds what bears on the question as much as the context does: decision 0016)."""
+    cosines = query_cosines(vectors, qvec)
     if settings.rejected_rule == "absolute" or not calibration.calibrated:
-        return RejectedChannel("absolute")
+        return RejectedChannel("absolute", cosines)
     if not vectors.ids:
-        return RejectedChannel("calibrated")
+        return RejectedChannel("calibrated", cosines)
     keywords: dict[int, float] = {}
     seeds: list[tuple[str, str]] = []
     for s in ranked:
@@ -178,27 +196,15 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
         elif doc.slug and len(seeds) < EDGE_SEEDS and (doc.project_key, doc.slug) not in seeds:
             seeds.append((doc.project_key, doc.slug))
     evidence = correlate_rejected(
-        _best_per_doc(vectors, qvec), keywords=keywords, links=vectors.links, seed_slugs=seeds,
+        cosines.per_doc, keywords=keywords, links=vectors.links, seed_slugs=seeds,
         calibration=calibration, keyword_weight=settings.evidence_lexical_weight,
         edge_bonus=settings.rejected_edge_bonus)
     floor = ratio * max((calibrated_evidence(s.hit(), settings, calibration)
                          for s in ranked[:top]), default=0.0)
     correlated = frozenset(e.doc_id for e in evidence if e.score >= settings.rejected_min_evidence
                            and e.grounded >= floor)
-    return RejectedChannel("calibrated", evidence=tuple(evidence), correlated=correlated)
-
-
-def _cosines(vectors: RejectedVectors, qvec: Any) -> list[float]:
-    q = np.asarray(qvec, dtype=np.float64)
-    qn = float(np.linalg.norm(q))
-    return (vectors.unit @ (q / qn)).tolist() if qn > 0 else [0.0] * len(vectors.ids)
-
-
-def _best_per_doc(vectors: RejectedVectors, qvec: Any) -> list[tuple[int, int, float]]:
-    """``(doc, chunk, cosine)`` of every rejected document's best chunk, best first."""
-    best = best_rejected(vectors, qvec, min_sim=-2.0, max_docs=len(vectors.ids))
-    doc_of = {chunk: doc for doc, chunk in vectors.ids}
-    return [(doc_of[c], c, sim) for c, sim in best]
+    return RejectedChannel("calibrated", cosines, evidence=tuple(evidence),
+                           correlated=correlated)
 
 
 def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
