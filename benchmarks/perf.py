@@ -283,60 +283,65 @@ def _copy_peer(conn: Any, table: str, cols: str, types: list[str], rows: Any,
             "indexes": defs + index_sql}
 
 
-def load_peers(url: str, corpus: Any) -> dict[str, Any]:
+def load_peers(url: str, corpus: Any,
+               peers: tuple[str, ...] = ("langchain", "llamaindex")) -> dict[str, Any]:
+    """Load ``corpus`` into the own table of each of ``peers``: their load and index times
+    (or the error of a peer that cannot load: reported, not fatal)."""
+    loaders = {"langchain": _load_langchain, "llamaindex": _load_llamaindex}
+    out: dict[str, Any] = {}
+    for name in peers:
+        try:
+            out[name] = loaders[name](url, corpus)
+        except Exception as exc:
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+    return out
+
+
+def _load_langchain(url: str, corpus: Any) -> dict[str, Any]:
     import uuid
 
     import psycopg
+    from langchain_postgres import PGEngine
+    from langchain_postgres.v2.hybrid_search_config import HybridSearchConfig
     from pgvector.psycopg import register_vector
 
-    out: dict[str, Any] = {}
-    sync_url, async_url = _sa_urls(url)
-    try:
-        from langchain_postgres import PGEngine
-        from langchain_postgres.v2.hybrid_search_config import HybridSearchConfig
+    engine = PGEngine.from_connection_string(url=_sa_urls(url)[0])
+    engine.init_vectorstore_table("lc_perf", 384, hybrid_search_config=HybridSearchConfig(
+        tsv_column="content_tsv"))
+    with psycopg.connect(url, autocommit=True) as conn:
+        register_vector(conn)
+        conn.execute("CREATE TEMP TABLE lc_stage (id uuid, content text, embedding vector(384))")
+        t = time.perf_counter()
+        with conn.cursor() as cur, cur.copy(
+                "COPY lc_stage FROM STDIN WITH (FORMAT BINARY)") as cp:
+            cp.set_types(["uuid", "text", "vector"])
+            for i, txt in enumerate(corpus.texts):
+                cp.write_row((uuid.UUID(int=i + 1), txt, corpus.vectors[i]))
+        conn.execute("INSERT INTO lc_perf (langchain_id, content, embedding, content_tsv, "
+                     "langchain_metadata) SELECT id, content, embedding, "
+                     "to_tsvector('english', content), '{}' FROM lc_stage")
+        load = time.perf_counter() - t
+        t = time.perf_counter()
+        conn.execute("SET maintenance_work_mem = '512MB'")
+        conn.execute("CREATE INDEX ON lc_perf USING hnsw (embedding vector_cosine_ops)")
+        conn.execute("CREATE INDEX ON lc_perf USING gin (content_tsv)")
+        conn.execute("ANALYZE lc_perf")
+        return {"load_s": round(load, 2), "index_build_s": round(time.perf_counter() - t, 2)}
 
-        engine = PGEngine.from_connection_string(url=sync_url)
-        engine.init_vectorstore_table("lc_perf", 384, hybrid_search_config=HybridSearchConfig(
-            tsv_column="content_tsv"))
-        with psycopg.connect(url, autocommit=True) as conn:
-            register_vector(conn)
-            conn.execute(
-                "CREATE TEMP TABLE lc_stage (id uuid, content text, embedding vector(384))")
-            t = time.perf_counter()
-            with conn.cursor() as cur, cur.copy(
-                    "COPY lc_stage FROM STDIN WITH (FORMAT BINARY)") as cp:
-                cp.set_types(["uuid", "text", "vector"])
-                for i, txt in enumerate(corpus.texts):
-                    cp.write_row((uuid.UUID(int=i + 1), txt, corpus.vectors[i]))
-            conn.execute("INSERT INTO lc_perf (langchain_id, content, embedding, content_tsv, "
-                         "langchain_metadata) SELECT id, content, embedding, "
-                         "to_tsvector('english', content), '{}' FROM lc_stage")
-            load = time.perf_counter() - t
-            t = time.perf_counter()
-            conn.execute("SET maintenance_work_mem = '512MB'")
-            conn.execute("CREATE INDEX ON lc_perf USING hnsw (embedding vector_cosine_ops)")
-            conn.execute("CREATE INDEX ON lc_perf USING gin (content_tsv)")
-            conn.execute("ANALYZE lc_perf")
-            out["langchain"] = {"load_s": round(load, 2),
-                                "index_build_s": round(time.perf_counter() - t, 2)}
-    except Exception as exc:  # a peer that cannot load is reported, not fatal
-        out["langchain"] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-    try:
-        store = _llamaindex_store(url)
-        store._initialize()  # its own CREATE TABLE and indexes (no public hook for this)
-        with psycopg.connect(url, autocommit=True) as conn:
-            register_vector(conn)
-            from psycopg.types.json import Json
 
-            rows = (("", corpus.texts[i], Json({}), str(i), corpus.vectors[i])
-                    for i in range(len(corpus.texts)))
-            out["llamaindex"] = _copy_peer(
-                conn, "data_perf", "text, metadata_, node_id, embedding",
-                ["varchar", "json", "varchar", "vector"],
-                ((t, m, n, v) for _, t, m, n, v in rows), [])
-    except Exception as exc:
-        out["llamaindex"] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-    return out
+def _load_llamaindex(url: str, corpus: Any) -> dict[str, Any]:
+    import psycopg
+    from pgvector.psycopg import register_vector
+    from psycopg.types.json import Json
+
+    store = _llamaindex_store(url)
+    store._initialize()  # its own CREATE TABLE and indexes (no public hook for this)
+    with psycopg.connect(url, autocommit=True) as conn:
+        register_vector(conn)
+        rows = ((corpus.texts[i], Json({}), str(i), corpus.vectors[i])
+                for i in range(len(corpus.texts)))
+        return _copy_peer(conn, "data_perf", "text, metadata_, node_id, embedding",
+                          ["varchar", "json", "varchar", "vector"], rows, [])
 
 
 def filtered_recall(url: str, corpus: Any, qv: np.ndarray, tenants: np.ndarray) -> dict[str, Any]:
