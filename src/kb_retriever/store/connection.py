@@ -69,7 +69,7 @@ def make_async_pool(url: str, settings: Settings,
     A pool that grows connects in a task of the caller's event loop; when the loop ends with
     that connect under way (``asyncio.run`` of a few searches at once), psycopg_pool takes
     the cancelled connect for a failed one and schedules it again, and ``asyncio.run`` never
-    returns (tests/db/test_async_pools.py)."""
+    returns (tests/db/test_close.py)."""
 
     async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.set_autocommit(True)

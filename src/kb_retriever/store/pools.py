@@ -150,10 +150,10 @@ class Pools:
         if self.replicas:
             replica = await asyncio.to_thread(self.replicas.pick,
                                                self.wrote_lsn if consistent else None)
-            apool = None if replica is None else await self.replicas.apool(replica,
-                                                                            self._conn_kwargs)
-            if replica is not None and apool is not None:
-                return Target(apool, replica.label, replica)
+            if replica is not None:
+                apool = await self.replicas.apool(replica, self._conn_kwargs)
+                if apool is not None:  # else it could not connect: marked down, the primary reads
+                    return Target(apool, replica.label, replica)
         return Target(await self.asynchronous(), "primary" if self.replicas else None,
                       load=self.primary_load)
 
