@@ -146,6 +146,10 @@ class Settings(BaseSettings):
     candidate_multiplier: int = _field(
         3, "KB_RERANK_CANDIDATE_MULTIPLIER", ge=1, le=100
     )
+    # The rerank pool: the best this many times the candidates per leg of the fused list are
+    # read and scored (0: every candidate of both legs). At 1.5 the pool holds the vector leg's
+    # hits and the full-text leg's best; decision 0017 measures what it saves and keeps.
+    rerank_pool_factor: float = _field(1.5, "KB_RERANK_POOL_FACTOR", ge=0, le=2)
     vector_weight: float = _field(0.55, "KB_RERANK_VECTOR_WEIGHT")
     keyword_weight: float = _field(0.70, "KB_RERANK_KEYWORD_WEIGHT")
     heading_weight: float = _field(0.05, "KB_RERANK_HEADING_WEIGHT")

@@ -317,3 +317,83 @@ def test_a_search_of_new_words_reads_nothing_before_its_two_legs(example_kb, min
         reads.clear()
         assert kb.search("zanzibarish cache wombats").primary
     assert [stage for stage, _ in reads][4] == "hybrid_legs"
+
+def _stages(kb: KnowledgeBase, q: str, monkeypatch, **kwargs):
+    """The reads one search sends to the database (stage names, cached ones left out), and
+    its result."""
+    stages: list[str] = []
+    fetch = SearchSession._fetch
+
+    def spy(session, req, held):
+        if session._cache.get(req) is None:
+            stages.append(req.stage)
+        return fetch(session, req, held)
+
+    monkeypatch.setattr(SearchSession, "_fetch", spy)
+    result = kb.search(q, **kwargs)
+    monkeypatch.undo()
+    return stages, result
+
+
+def _same(a, b) -> bool:
+    """Two results' hits in every block, with their scores."""
+    def ids(r):
+        return [[(h.chunk_id, round(h.score, 9)) for h in block]
+                for block in (r.primary, r.expanded, r.rejected, r.runner_up)]
+    return ids(a) == ids(b)
+
+
+def test_one_statement_reads_the_seeds_first_hop_with_the_candidates(example_kb, minilm,
+                                                                      monkeypatch):
+    """The statement of both legs also reads graph expansion's first hop from the likeliest
+    seeds (decision 0017): a search whose seed is one of them makes no second round trip, and
+    relates what the legs at once and their own hop read relate."""
+    q = "what cache layer did we standardise on?"
+    with KnowledgeBase(Settings(parallel_legs=False), embedder=minilm,
+                       database_url=example_kb.url) as one, \
+            KnowledgeBase(Settings(parallel_legs=True), embedder=minilm,
+                          database_url=example_kb.url) as parallel:
+        one.search(q), parallel.search(q)  # the cached reads
+        stages, read_ahead = _stages(one, q, monkeypatch)
+        assert stages == ["hybrid_legs"] and read_ahead.expanded
+        stages, hopped = _stages(parallel, q, monkeypatch)
+        assert "graph_hop_1" in stages
+        assert _same(read_ahead, hopped)
+        # a seed without neighbours needs no read either: its first hop came back empty
+        stages, lone = _stages(one, "pager escalation policy for the on-call rotation",
+                               monkeypatch)
+        assert "graph_hop_1" not in stages
+        assert _same(lone, parallel.search("pager escalation policy for the on-call rotation"))
+
+
+def test_the_rerank_pool_is_the_same_in_one_statement_and_with_the_legs_at_once(
+        make_kb, tmp_path):
+    """The one statement returns only the rerank pool (KB_RERANK_POOL_FACTOR x the candidates
+    per leg, by weighted RRF); the legs at once return their whole lists and the fusion cuts
+    the same pool: the same results either way, @mentioned chunks kept."""
+    from kb_retriever.search.modes import Legs
+
+    texts = [f"Deploy step {i}: roll back the {w} service when its health check fails."
+             for i, w in enumerate(["billing", "search", "auth", "ledger", "mail", "cache"] * 5)]
+    texts += [f"Note {i} about gardening, tomatoes, the ledger and the weather." for i in range(20)]
+    kb = make_kb()
+    kb.ingest([_notes(tmp_path / "kb", texts)])
+    url = kb.url
+    everything = Legs(min_similarity=-1)  # every vector neighbour is a candidate
+    q = "ledger"  # in deploy steps and garden notes alike: the legs disagree
+    mention = kb.search("billing health check", limit=1).primary[0].document.id
+    for limit in (1, 2):
+        pool = -(-3 * limit * 3 // 2)  # ceil(1.5 x limit x candidate_multiplier 3)
+        results = []
+        for settings in (Settings(parallel_legs=False), Settings(parallel_legs=True),
+                         Settings(parallel_legs=True, rerank_pool_factor=0)):
+            with KnowledgeBase(settings, embedder=HashingEmbedder(256), database_url=url) as k:
+                results.append([k.search(q, limit=limit, legs=everything),
+                                k.search(q, limit=limit, legs=everything,
+                                         mention_doc_ids=[mention])])
+        (one, one_m), (parallel, parallel_m), (whole, _) = results
+        assert whole.meta["retrieval_stats"]["candidates_post_threshold"] > pool  # a cut
+        assert one.meta["retrieval_stats"]["candidates_post_threshold"] == pool
+        assert _same(one, parallel) and _same(one_m, parallel_m)
+        assert one.meta["retrieval_stats"] == parallel.meta["retrieval_stats"]
+        assert any(h.document.id == mention for h in (*one_m.primary, *one_m.runner_up))

@@ -41,8 +41,8 @@ def _row(**over):
         "retrieval_priority": 80, "generation_source": "human", "evidence_tier": None,
         "tags": ["cache"], "summary": None, "language": "en", "doc_date": None,
         "chunk_id": 3, "text": "redis", "heading_path": None, "chunk_order": 0,
-        "metadata": {"status_active": True}, "similarity": 0.5, "tf_lexemes": ["redi"],
-        "tf_counts": [2], "lexeme_count": 9,
+        "metadata": {"status_active": True}, "similarity": 0.5, "tf": "'redi':1A,4A",
+        "lexeme_count": 9,
     }
     row.update(over)
     return row
@@ -67,7 +67,7 @@ def test_rows_build_the_same_models_as_their_constructors():
     assert cand == expected and dict(cand.metadata) == {"status_active": True}
     with pytest.raises(dataclasses.FrozenInstanceError):
         cand.document.title = "changed"  # type: ignore[misc]
-    assert candidate_from_row(_row(tf_lexemes=None)).lexeme_tf is None
+    assert candidate_from_row(_row(tf=None)).lexeme_tf is None
 
 
 def test_a_legs_rows_become_its_hits_in_rank_order():

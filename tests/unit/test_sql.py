@@ -42,7 +42,7 @@ def test_the_legs_are_two_independent_statements():
                "%(fts_text)s)) AS lexemes)" in text
         assert "setweight(c.tsv, 'A', (SELECT lexemes FROM ql))" in text
         assert text.count("JOIN kb_documents d") == 1  # only in the join back when no filters
-        assert "LEFT JOIN leg_rows ON true" in text  # the leg's count even when it is empty
+        assert "LEFT JOIN leg_rows r ON true" in text  # the leg's count even when it is empty
     ql = "WITH ql AS (SELECT tsvector_to_array(to_tsvector(%(fts_lang)s::regconfig, " \
          "%(fts_text)s)) AS lexemes), "
     # the true cosine on every row: the vector leg's hits bring it from CTE vec (the same
@@ -94,6 +94,35 @@ def test_both_legs_in_one_statement():
     halved, _ = q.hybrid_sql(half, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)
     assert "1 - (c.embedding <=> %(qvec)s) AS similarity" in render(halved)
     assert "coalesce(h.dist" not in render(halved)
+
+
+def test_the_one_statement_returns_the_rerank_pool_and_reads_the_first_hop_ahead():
+    """Decision 0017: only the best ``pool`` chunks by weighted RRF (literal weights and k, the
+    fusion's arithmetic) fetch their columns, @mentioned ones kept; with a graph direction the
+    first hop from the three likeliest seeds follows, per seed, scoped like a hop of its own."""
+    import dataclasses
+
+    f = parse_filters({"tags": ["x"]})
+    pooled = dataclasses.replace(SHAPE, pool=45, weights=(0.7, 0.3), rrf_k=60)
+    text = render(q.hybrid_sql(pooled, fts_mode="or", n_phrases=0, filters=f,
+                               with_doc_ids=False)[0])
+    assert ("row_number() OVER (ORDER BY coalesce(0.7 / (60 + vector_rank), 0) + "
+            "coalesce(0.3 / (60 + fts_rank), 0) DESC, h.id) AS fused_n") in text
+    assert "WHERE fused_n <= 45 OR (mention AND vector_rank IS NULL AND fts_rank IS NULL)" in text
+    assert 'FROM "pool" h JOIN kb_chunks c' in text and "nbr_rows" not in text
+    both, params = q.hybrid_sql(pooled, fts_mode="or", n_phrases=0, filters=f,
+                                with_doc_ids=False, graph_direction="outgoing")
+    text = render(both)
+    assert "frontier AS (SELECT project_key AS p, slug AS s FROM \"leg_rows\"" in text
+    assert "LIMIT 3)" in text and "canonical_type IS DISTINCT FROM 'project-index'" in text
+    assert "'outgoing'" in text and "'incoming'" not in text
+    # per seed: its own strongest edges, the seed itself left out, each neighbour's nearest chunk
+    assert "DISTINCT ON (x.src, x.project_key, x.nbr)" in text and "WHERE x.nbr <> x.src" in text
+    assert "DISTINCT ON (e.src, d.id)" in text
+    assert "e.tenant_id = 'acme'" in text and "g.tenant_id = 'acme'" in text
+    assert text.count("d.tags && %(f_tags)s::text[]") == 3  # both legs and the neighbours
+    assert "UNION ALL SELECT * FROM nbr_rows" in text and "AS seeds" in text
+    assert params["f_tags"] == ["x"]
 
 
 def test_the_legs_scope_and_sizes_are_literals():

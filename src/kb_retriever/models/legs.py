@@ -7,6 +7,7 @@ before its threshold. Graph expansion reads :class:`Neighbour` s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from .results import Candidate
@@ -24,15 +25,6 @@ class LegHit(NamedTuple):
     candidate: Candidate
 
 
-class LegResult(NamedTuple):
-    """A candidate leg's answer: its hits best first, the matches it saw before its
-    threshold, and the query's lexemes as the statement stemmed them (sorted)."""
-
-    hits: tuple[LegHit, ...]
-    n_pre: int
-    query_lexemes: tuple[str, ...] = ()
-
-
 class Neighbour(NamedTuple):
     """A document one hop from the frontier: its chunk most similar to the query, and the
     strongest edge that leads to it."""
@@ -44,3 +36,15 @@ class Neighbour(NamedTuple):
     from_slug: str
     direction: str
     degree: int = 0  # the neighbour's edges, either way: a hub links to everything
+
+
+class LegResult(NamedTuple):
+    """A candidate leg's answer: its hits best first, the matches it saw before its
+    threshold, the query's lexemes as the statement stemmed them (sorted), and, when the
+    statement that read it also read graph expansion's first hop from the likeliest seeds
+    (decision 0017), each of those seeds' neighbours by (project, slug)."""
+
+    hits: tuple[LegHit, ...]
+    n_pre: int
+    query_lexemes: tuple[str, ...] = ()
+    seed_neighbours: Mapping[tuple[str, str], tuple[Neighbour, ...]] | None = None

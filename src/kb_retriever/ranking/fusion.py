@@ -56,7 +56,7 @@ def fuse_rrf(
 
 
 def fuse_legs(vector: LegResult, keyword: LegResult | None, *, weights: tuple[float, float],
-              k: int = DEFAULT_RRF_K) -> tuple[list[Candidate], int]:
+              k: int = DEFAULT_RRF_K, pool: int = 0) -> tuple[list[Candidate], int]:
     """Weighted RRF of the search's two legs (``weights``: semantic, full-text): their
     candidates, best first, with the fusion's fields set; and how many matches both legs saw
     before their thresholds.
@@ -64,6 +64,8 @@ def fuse_legs(vector: LegResult, keyword: LegResult | None, *, weights: tuple[fl
     A chunk found by both legs sums ``w / (k + rank)`` over them; an @mentioned chunk neither
     found joins with 0. Ties: lower chunk id first. Without ``keyword`` (semantic only) the
     vector rank alone scores. A chunk's candidate is the vector leg's when that leg found it.
+    ``pool`` (0: all) keeps the best ``pool`` of the fused list and the @mentioned chunks
+    neither leg found: the rerank pool, as ``store.sql.hybrid_sql`` cuts it (decision 0017).
 
     >>> from kb_retriever.models import Candidate, DocumentRef
     >>> from kb_retriever.models.legs import LegHit, LegResult
@@ -75,24 +77,31 @@ def fuse_legs(vector: LegResult, keyword: LegResult | None, *, weights: tuple[fl
     >>> fused, n_pre = fuse_legs(vec, kw, weights=(0.7, 0.3))
     >>> [(c.chunk_id, c.vector_rank, c.fts_rank, round(c.fused_score, 5)) for c in fused], n_pre
     ([(7, 2, 1, 0.01621), (5, 1, None, 0.01148)], 11)
+    >>> [c.chunk_id for c in fuse_legs(vec, kw, weights=(0.7, 0.3), pool=1)[0]]
+    [7]
     """
     legs = [vector] if keyword is None else [vector, keyword]
     n_pre = sum(leg.n_pre for leg in legs)
     by_vec = {h.candidate.chunk_id: h for h in vector.hits if not h.mention}
     by_kw = {h.candidate.chunk_id: h for h in keyword.hits} if keyword is not None else {}
-    lists = [list(by_vec)] if keyword is None else [list(by_vec), list(by_kw)]
-    scores = dict(fuse_rrf(lists, list(weights[: len(lists)]), k=k))
+    # each leg's own ranks, not positions: a pool the store cut (hybrid_sql) has gaps
+    scores: dict[int, float] = {}
+    for leg, weight in zip((by_vec, by_kw), weights, strict=True):
+        for chunk_id, h in leg.items():
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (k + (h.rank or 0))
     # @mentioned chunks neither leg found join with 0
     mentioned = {h.candidate.chunk_id: h for h in vector.hits
                  if h.mention and h.candidate.chunk_id not in scores}
-    scores.update(dict.fromkeys(mentioned, 0.0))
+    order = sorted(scores, key=lambda c: (-scores[c], c))
+    if pool:
+        order = order[:pool]
     out = []
-    for chunk_id in sorted(scores, key=lambda c: (-scores[c], c)):
+    for chunk_id in [*order, *sorted(mentioned)]:
         v, f = by_vec.get(chunk_id), by_kw.get(chunk_id)
         found = (v or f or mentioned[chunk_id]).candidate
         out.append(construct(Candidate, {
             **found.__dict__, "vector_rank": None if v is None else v.rank,
             "fts_rank": None if f is None else f.rank,
             "fts_score": None if f is None or f.score is None else float(f.score),
-            "fused_score": float(scores[chunk_id])}))
+            "fused_score": float(scores.get(chunk_id, 0.0))}))
     return out, n_pre

@@ -18,7 +18,7 @@ documents of the top the seed links to (:class:`Expansion`), for the adaptive cu
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Generator, Sequence
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..models import Hit, Origin, ScoreBreakdown
@@ -53,12 +53,16 @@ def graph_seed(top: Sequence[Hit]) -> Hit | None:
 
 def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, settings: Settings,
                  qvec: Any, *, staying: Callable[[frozenset[int]], Collection[int]],
-                 min_similarity: float | None = None) -> Generator[Fetch, Any, Expansion]:
+                 min_similarity: float | None = None,
+                 read_ahead: Mapping[tuple[str, str], Sequence[Neighbour]] | None = None
+                 ) -> Generator[Fetch, Any, Expansion]:
     """Yield one fetch per hop from ``seed``; return the expanded hits, ordered by score (at
     most max_nodes), and the documents of ``top`` that the seed links to. ``staying``: given
     those, the ids of the documents that stay in primary (the adaptive cutoff), which are
     never neighbours; a document of ``top`` that the cutoff moves out may come back as one.
-    ``min_similarity``: the evidence a neighbour needs without a strong edge (None: none)."""
+    ``min_similarity``: the evidence a neighbour needs without a strong edge (None: none).
+    ``read_ahead``: the first hop from some documents, read with the candidates (decision
+    0017): the seed's, when it is one of them, needs no fetch."""
     types = list(settings.graph_expansion_edge_types)
     if seed is None or not types:
         return Expansion([], frozenset())
@@ -74,9 +78,13 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
     for hop in range(1, settings.graph_expansion_hops + 1):
         if not frontier or len(out) >= settings.graph_expansion_max_nodes:
             break
-        found: list[Neighbour] = yield reads.neighbours(
-            req.scope, direction=settings.graph_expansion_direction, filters=req.filters,
-            frontier=frontier, visited=sorted(visited), types=types, qvec=qvec, hop=hop)
+        found: Sequence[Neighbour]
+        if hop == 1 and read_ahead is not None and (project, slug) in read_ahead:
+            found = read_ahead[(project, slug)]
+        else:
+            found = yield reads.neighbours(
+                req.scope, direction=settings.graph_expansion_direction, filters=req.filters,
+                frontier=frontier, visited=sorted(visited), types=types, qvec=qvec, hop=hop)
         if hop == 1:
             linked = frozenset(n.candidate.document.id for n in found
                                if n.candidate.document.id in top_docs)

@@ -12,14 +12,16 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Generator, Sequence
+import math
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain, islice
 from typing import Any, NamedTuple
 
 from ..checks import check_text
 from ..errors import InputError
 from ..models import Candidate, Hit, Origin, SearchResult
-from ..models.legs import LegResult
+from ..models.legs import LegResult, Neighbour
 from ..models.results import CONTEXT_CUTOFF
 from ..ranking import diversify, expand_query_text, expansion_phrases, should_refuse
 from ..ranking.bm25 import CorpusLexemes
@@ -38,8 +40,9 @@ from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
 from .rejected_channel import RejectedChannel, decide_rejected, unit_vectors, yield_to_accepted
 
-__all__ = ["CUT", "candidates", "context_evidence", "leg_shape", "neighbour_floor", "scope_catalog",
-           "search_plan", "synonym_groups", "validate_limit", "validate_query"]
+__all__ = ["CUT", "candidates", "context_evidence", "first_hop", "leg_shape", "neighbour_floor",
+           "runner_ups", "scope_catalog", "search_plan", "synonym_groups", "validate_limit",
+           "validate_query"]
 
 #: How many chunks of a superseded record a history question brings next to its successor.
 HISTORY_CHUNKS = 2
@@ -72,14 +75,21 @@ def validate_limit(limit: Any, settings: Settings) -> int:
 def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | None = None,
               fts_configs: Sequence[str] = ()) -> q.LegShape:
     """The legs' literal scope and sizes: ``limit x candidate_multiplier`` candidates per leg
-    when reranking (just ``limit`` without it), the similarity threshold, the match cap, and
-    the lexeme statistics (``corpus``) by which the full-text leg chooses its OR lexemes."""
+    when reranking (just ``limit`` without it), the similarity threshold, the match cap, the
+    lexeme statistics (``corpus``) by which the full-text leg chooses its OR lexemes, and the
+    rerank pool (``KB_RERANK_POOL_FACTOR`` x the candidates per leg, when reranking) with the
+    fusion's weights."""
     kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
     estimates = corpus.estimates if corpus is not None else None
     return q.LegShape(req.scope, kc=kc, min_sim=req.legs.floor(settings.default_min_similarity),
                       fts_cap=settings.fts_match_cap,
                       lexemes=LexemeBudget(*estimates) if estimates else None,
-                      fts_configs=tuple(fts_configs) if len(fts_configs) > 1 else ())
+                      fts_configs=tuple(fts_configs) if len(fts_configs) > 1 else (),
+                      pool=math.ceil(settings.rerank_pool_factor * kc)
+                      if settings.reranking_enabled else 0,
+                      weights=req.legs.weights((float(settings.hybrid_semantic_weight),
+                                                float(settings.hybrid_fts_weight))),
+                      rrf_k=settings.rrf_k)
 
 
 def text_leg(req: SearchRequest, settings: Settings) -> bool:
@@ -147,13 +157,12 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                 shown, graph_seed(cutoff()[0]), req, settings, qvec,
                 staying=lambda linked: {h.document.id for h in cutoff(linked)[0]},
                 min_similarity=neighbour_floor(shown, linked_ratio, settings,
-                                               catalog.calibration))
+                                               catalog.calibration),
+                read_ahead=found.seed_neighbours)
     # the gate judges what was found; the cutoff only trims what the prompt carries
     refuse = should_refuse(shown, settings, catalog.calibration)
     top, cut = cutoff(expansion.linked)
-    runner_up = tuple([*(replace(h, origin=Origin.RUNNER_UP,
-                                 metadata={**h.metadata, CUT: True}) for h in cut),
-                       *(s.hit(Origin.RUNNER_UP) for s in rest)][: settings.runner_up_limit])
+    runner_up = runner_ups(cut, rest, settings.runner_up_limit)
     expanded = expansion.hits
     if channel is not None:
         expanded = [h for h in expanded if channel.keeps(h.document)]
@@ -170,6 +179,14 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         promoted=promoted, channel=channel, cut=len(cut))
     return SearchResult(primary=tuple(top), expanded=tuple(expanded), rejected=tuple(rejected),
                         runner_up=runner_up, meta=meta, query=req.query)
+
+
+def runner_ups(cut: Sequence[Hit], rest: Sequence[Scored], limit: int) -> tuple[Hit, ...]:
+    """The first ``limit`` runner-ups: what the adaptive cutoff moved out of the top, then
+    the pool's rest, as hits (built only for those shown: most of the pool is never one)."""
+    return tuple(islice(chain(
+        (replace(h, origin=Origin.RUNNER_UP, metadata={**h.metadata, CUT: True}) for h in cut),
+        (s.hit(Origin.RUNNER_UP) for s in rest)), limit))
 
 
 @dataclass
@@ -243,6 +260,8 @@ class Found(NamedTuple):
     mentions: frozenset[int]  # the @mentioned documents that boost (KB_MENTIONS_MODE=boost)
     phrases: list[str]  # the synonym phrases the query matched
     lexeme_stats: dict[str, Any] | None  # the scope's frequencies of the query's lexemes
+    # graph expansion's first hop from the likeliest seeds, when the candidates' statement read it
+    seed_neighbours: Mapping[tuple[str, str], tuple[Neighbour, ...]] | None = None
 
 
 def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
@@ -268,21 +287,31 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
         else settings.fts_language,
         fts_text=" ".join([req.query, *phrases]) if mode == "or" else req.query,
         phrases=tuple(phrases), mention_ids=tuple(sorted(mentions)))
-    weights = req.legs.weights((float(settings.hybrid_semantic_weight),
-                                float(settings.hybrid_fts_weight)))
     keyword: LegResult | None = None
     if text_leg(req, settings):
         keyword, vector = yield reads.candidate_legs(shape, query, mode=mode,
                                                      filters=req.filters,
-                                                     with_doc_ids=with_doc_ids)
+                                                     with_doc_ids=with_doc_ids,
+                                                     first_hop=first_hop(settings))
     else:
         vector = yield reads.vector_leg(shape, query, filters=req.filters,
                                         with_doc_ids=with_doc_ids)
-    fused, n_pre = fuse_legs(vector, keyword, k=settings.rrf_k, weights=weights)
-    if keyword is not None and weights[0] == 0:  # the full-text leg's candidates only
+    fused, n_pre = fuse_legs(vector, keyword, k=shape.rrf_k, weights=shape.weights,
+                             pool=shape.pool)
+    if keyword is not None and shape.weights[0] == 0:  # the full-text leg's candidates only
         fused = [c for c in fused if c.fts_rank is not None]
     return Found(fused, n_pre, mentions, phrases,
-                 catalog.corpus.for_query(list(vector.query_lexemes)) if fused else None)
+                 catalog.corpus.for_query(list(vector.query_lexemes)) if fused else None,
+                 vector.seed_neighbours)
+
+
+def first_hop(settings: Settings) -> reads.FirstHop | None:
+    """Graph expansion's first hop, for the candidate statement to read ahead (None when
+    the search expands no graph)."""
+    types = tuple(settings.graph_expansion_edge_types)
+    if not settings.graph_expansion_enabled or not types:
+        return None
+    return reads.FirstHop(settings.graph_expansion_direction, types)
 
 
 def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, found: Found,

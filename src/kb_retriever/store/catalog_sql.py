@@ -9,7 +9,8 @@ from __future__ import annotations
 from psycopg import sql
 
 from ..settings import FTS_CONFIG_BY_LANGUAGE
-from .sql import CHUNK_COLUMNS, DOC_COLUMNS, built_once
+from .columns import CHUNK_COLUMNS, DOC_COLUMNS
+from .sql import built_once
 
 __all__ = ["LEXEME_STATS_LISTED", "fts_configs_sql", "lexeme_stats_sql", "rejected_chunks_sql",
            "scope_stats_sql", "supersessions_sql", "synonyms_sql"]

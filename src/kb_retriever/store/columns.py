@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CHUNK_FIELDS", "DOCUMENT_COLUMNS", "DOCUMENT_FIELDS"]
+from psycopg import sql
+
+__all__ = ["CHUNK_COLUMNS", "CHUNK_FIELDS", "DOCUMENT_COLUMNS", "DOCUMENT_FIELDS", "DOC_COLUMNS"]
 
 
 def _tags(value: Any) -> tuple[str, ...]:
@@ -42,3 +44,9 @@ DOCUMENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("doc_date", "timestamptz"), ("frontmatter", "jsonb"), ("content", "text"),
     ("metadata", "jsonb"),
 )
+
+# The document and chunk columns every search query returns (aliases ``d`` and ``c``).
+DOC_COLUMNS = sql.SQL(", ").join(
+    [sql.SQL("d.id AS doc_pk"), *(sql.SQL(f"d.{name}") for name, _ in DOCUMENT_FIELDS)])
+CHUNK_COLUMNS = sql.SQL(", ").join(
+    [sql.SQL("c.id AS chunk_id"), *(sql.SQL(f"c.{name}") for name in CHUNK_FIELDS)])

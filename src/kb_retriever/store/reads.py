@@ -22,9 +22,9 @@ from . import catalog_sql as catalog
 from . import sql as q
 from .rows import hybrid_result, leg_result, neighbours_from_rows, successor_map
 
-__all__ = ["Fetch", "LegQuery", "Parallel", "calibration", "candidate_legs", "fts_configs",
-           "keyword_leg", "lexeme_stats", "neighbours", "rejected_chunks", "supersessions",
-           "synonyms", "vector_leg"]
+__all__ = ["Fetch", "FirstHop", "LegQuery", "Parallel", "calibration", "candidate_legs",
+           "fts_configs", "keyword_leg", "lexeme_stats", "neighbours", "rejected_chunks",
+           "supersessions", "synonyms", "vector_leg"]
 
 Rows = list[dict[str, Any]]
 
@@ -139,19 +139,32 @@ def keyword_leg(shape: q.LegShape, query: LegQuery, *, mode: str, filters: Searc
     return Fetch(stmt, {**fparams, **query.params()}, "keyword_leg", _keyword_leg)
 
 
+class FirstHop(NamedTuple):
+    """Graph expansion's first hop as the one statement of both legs reads it ahead, from the
+    likeliest seeds (``store.graph_sql.seed_neighbours_ctes``): the walk's direction and edge
+    types."""
+
+    direction: str
+    types: tuple[str, ...]
+
+
 def candidate_legs(shape: q.LegShape, query: LegQuery, *, mode: str, filters: SearchFilters,
-                   with_doc_ids: bool) -> Parallel:
+                   with_doc_ids: bool, first_hop: FirstHop | None = None) -> Parallel:
     """The two candidate legs, answered as their :class:`LegResult` s (full-text first): on
     two connections at once, or both in one statement (``store.sql.hybrid_sql``; the
-    session chooses, ``KB_PARALLEL_LEGS``)."""
+    session chooses, ``KB_PARALLEL_LEGS``). The one statement also reads ``first_hop``
+    (the vector leg's ``seed_neighbours``); the legs at once leave it to its own read."""
     stmt, fparams = q.hybrid_sql(shape, fts_mode=mode,
                                  n_phrases=0 if mode == "or" else len(query.phrases),
                                  filters=filters, with_doc_ids=with_doc_ids,
-                                 with_mentions=bool(query.mention_ids))
+                                 with_mentions=bool(query.mention_ids),
+                                 graph_direction=first_hop.direction if first_hop else None)
+    hop = {"types": list(first_hop.types), "expandable": list(EXPANDABLE_STATUSES)
+           } if first_hop else {}
     return Parallel(
         (keyword_leg(shape, query, mode=mode, filters=filters, with_doc_ids=with_doc_ids),
          vector_leg(shape, query, filters=filters, with_doc_ids=with_doc_ids)),
-        together=Fetch(stmt, {**fparams, **query.params()}, "hybrid_legs", _both_legs,
+        together=Fetch(stmt, {**fparams, **query.params(), **hop}, "hybrid_legs", _both_legs,
                        ann=True))
 
 

@@ -12,6 +12,7 @@ from ..errors import SchemaError
 from ..models import Candidate, DocumentRef, construct
 from ..models.legs import LegHit, LegResult, Neighbour
 from .columns import DOCUMENT_FIELDS
+from .fulltext import ENGINE
 
 __all__ = ["candidate_from_row", "document_from_row", "hybrid_result", "leg_result",
            "neighbours_from_rows", "successor_map", "vector_array"]
@@ -56,7 +57,7 @@ def leg_result(rows: Sequence[Mapping[str, Any]], *, rank: str) -> LegResult:
     carries only that (and the query's lexemes).
 
     >>> leg_result([{"n_pre": 3, "chunk_id": None}], rank="fts_rank")
-    LegResult(hits=(), n_pre=3, query_lexemes=())
+    LegResult(hits=(), n_pre=3, query_lexemes=(), seed_neighbours=None)
     """
     if not rows:
         return LegResult((), 0)
@@ -78,8 +79,9 @@ def hybrid_result(rows: Sequence[Mapping[str, Any]]) -> tuple[LegResult, LegResu
     _check_model(head)
     vector: list[LegHit] = []
     keyword: list[LegHit] = []
+    seeds = _seed_neighbours(head, rows)
     for r in rows:
-        if r["chunk_id"] is None:
+        if r["chunk_id"] is None or r.get("edge_type") is not None:
             continue
         candidate = candidate_from_row(r)
         if r["vector_rank"] is not None or r["mention"]:
@@ -87,8 +89,24 @@ def hybrid_result(rows: Sequence[Mapping[str, Any]]) -> tuple[LegResult, LegResu
         if r["fts_rank"] is not None:
             keyword.append(LegHit(r["fts_rank"], r["fts_score"], False, candidate))
     lexemes = tuple(head.get("query_lexemes") or ())
-    return (LegResult(_in_rank_order(vector), int(head["n_pre_vector"]), lexemes),
+    return (LegResult(_in_rank_order(vector), int(head["n_pre_vector"]), lexemes, seeds),
             LegResult(_in_rank_order(keyword), int(head["n_pre_fts"])))
+
+
+def _seed_neighbours(head: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+                     ) -> dict[tuple[str, str], tuple[Neighbour, ...]] | None:
+    """The first hop from each seed the statement read it for (``seeds``: project and slug
+    joined by chr(31)), from the neighbour rows (those with an ``edge_type``); None when it
+    read none (no ``seeds`` column)."""
+    if "seeds" not in head:
+        return None
+    found: dict[tuple[str, str], list[Neighbour]] = {}
+    for seed in head["seeds"] or ():
+        project, _, slug = seed.partition(chr(31))
+        found[(project, slug)] = []
+    for n in neighbours_from_rows([r for r in rows if r.get("edge_type") is not None]):
+        found[(n.candidate.document.project_key, n.from_slug)].append(n)
+    return {seed: tuple(ns) for seed, ns in found.items()}
 
 
 def _check_model(head: Mapping[str, Any]) -> None:
@@ -106,7 +124,7 @@ def _in_rank_order(hits: list[LegHit]) -> tuple[LegHit, ...]:
 
 
 def neighbours_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Neighbour]:
-    """The rows of a graph hop (``store.sql.neighbours_sql``) as :class:`Neighbour` s."""
+    """The rows of a graph hop (``store.graph_sql``) as :class:`Neighbour` s."""
     return [Neighbour(candidate_from_row(r), float(r["similarity"]), r["edge_type"],
                       float(r["edge_weight"]), r["from_slug"], r["direction"],
                       int(r.get("degree") or 0)) for r in rows]
@@ -134,13 +152,13 @@ def successor_map(rows: Sequence[Mapping[str, Any]]
 
 
 def _lexeme_tf(row: Mapping[str, Any]) -> Mapping[str, int] | None:
-    """The query lexemes' counts in the chunk (``tf_lexemes``, ``tf_counts`` of candidate rows),
-    or None for rows without them.
+    """The query lexemes' counts in the chunk (the ``tf`` evidence of candidate rows, read by
+    the full-text engine), or None for rows without it.
 
-    >>> dict(_lexeme_tf({"tf_lexemes": ["cach", "redi"], "tf_counts": [2, 1]}))
+    >>> dict(_lexeme_tf({"tf": "'cach':1A,4A 'redi':2A"}))
     {'cach': 2, 'redi': 1}
     """
-    lexemes = row.get("tf_lexemes")
-    if lexemes is None:
+    evidence = row.get("tf")
+    if evidence is None:
         return None
-    return MappingProxyType(dict(zip(lexemes, row["tf_counts"], strict=True)))
+    return MappingProxyType(ENGINE.term_counts(evidence))

@@ -16,19 +16,16 @@ from typing import Any
 from psycopg import sql
 
 from ..filters.dimensions import SearchFilters
-from .columns import CHUNK_FIELDS, DOCUMENT_FIELDS
+from . import graph_sql
+from .columns import CHUNK_COLUMNS, DOC_COLUMNS
 from .filter_sql import doc_filter_sql, needs_doc_join
 from .fulltext import ENGINE, LexemeBudget
+from .graph_sql import seed_neighbours_ctes
 from .literal import Literal
 from .spaces import Space
 
 Params = dict[str, Any]
 
-# The document and chunk columns every search query returns (store/columns.py).
-DOC_COLUMNS = sql.SQL(", ").join(
-    [sql.SQL("d.id AS doc_pk"), *(sql.SQL(f"d.{name}") for name, _ in DOCUMENT_FIELDS)])
-CHUNK_COLUMNS = sql.SQL(", ").join(
-    [sql.SQL("c.id AS chunk_id"), *(sql.SQL(f"c.{name}") for name in CHUNK_FIELDS)])
 DOC_JOIN = sql.SQL("JOIN kb_documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id")
 
 @dataclass(frozen=True)
@@ -91,13 +88,21 @@ class LegShape:
     # The full-text configurations of the scope's documents when there are several: the query
     # is stemmed by each (query_lexemes_sql). One (or none): the ``fts_lang`` parameter's.
     fts_configs: tuple[str, ...] = ()
+    # The rerank pool (0: every candidate of both legs): the statement of both legs returns
+    # only the best ``pool`` chunks of their weighted RRF (``weights``: vector, full-text;
+    # ``rrf_k``), as ``ranking.fusion.fuse_legs`` keeps them (decision 0017).
+    pool: int = 0
+    weights: tuple[float, float] = (0.7, 0.3)
+    rrf_k: int = 60
 
     def literals(self) -> dict[str, sql.Composable]:
         return {"ql": ENGINE.query_lexemes(self.fts_configs), "tenant": Literal(self.scope.tenant),
                 "projects": Literal(list(self.scope.projects)),
                 "model": self.scope.space.literal,
                 "kc": Literal(int(self.kc)), "min_sim": Literal(float(self.min_sim)),
-                "fts_cap": Literal(int(self.fts_cap))}
+                "fts_cap": Literal(int(self.fts_cap)), "pool": Literal(int(self.pool)),
+                "wv": Literal(float(self.weights[0])), "wf": Literal(float(self.weights[1])),
+                "rrf_k": Literal(int(self.rrf_k))}
 
 
 # A candidate row: chunk and document columns, the true cosine (fix §24.6), and the full-text
@@ -109,14 +114,22 @@ _COSINE_DISTANCE = sql.SQL("c.embedding <=> %(qvec)s")
 # when the index holds the vectors themselves (not halfvec), read without fetching the
 # embedding from TOAST again.
 _KNOWN_DISTANCE = sql.SQL("coalesce(h.dist, c.embedding <=> %(qvec)s)")
-_CANDIDATE_JOINS = sql.SQL(
-    "JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = h.id {docjoin} {tf}")
+_CANDIDATE_JOINS = sql.SQL("JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = h.id {docjoin}")
+# The candidate rows, then the neighbour rows of graph_sql.seed_neighbours_ctes: each kind
+# with the other's columns NULL (a candidate has no edge, a neighbour no rank or term counts).
+_WITH_NEIGHBOURS = sql.SQL(
+    "(SELECT leg_rows.*, NULL::text AS from_slug, NULL::text AS edge_type, NULL::real AS "
+    "edge_weight, NULL::text AS direction, NULL::bigint AS degree FROM leg_rows UNION ALL "
+    "SELECT * FROM nbr_rows)")
+_NEIGHBOUR_HEAD = ("NULL::bigint AS id, NULL::bigint AS vector_rank, false AS mention, "
+                   "NULL::bigint AS fts_rank, NULL::real AS fts_score, NULL::float8 AS dist, ")
+_NEIGHBOUR_TAIL = "NULL::text AS tf, NULL::integer AS lexeme_count, "
 
 
 # The scope's projects whose chunks are of another embedding model than the search's (named
 # with that model): the search raises instead of finding nothing by vector (rows.leg_result).
 _FOREIGN_PROJECTS = sql.SQL(
-    ", (SELECT array_agg(p.project_key || ' (' || m.model_id || ', ' || m.dimension || '-d)' "
+    "(SELECT array_agg(p.project_key || ' (' || m.model_id || ', ' || m.dimension || '-d)' "
     "ORDER BY p.project_key) FROM kb_projects p JOIN kb_models m ON m.id = p.model "
     "WHERE p.tenant_id = {tenant} AND p.project_key = ANY({projects}::text[]) "
     "AND p.model <> {model} AND EXISTS (SELECT 1 FROM kb_chunks x WHERE x.tenant_id = {tenant} "
@@ -125,30 +138,38 @@ _FOREIGN_PROJECTS = sql.SQL(
 
 def _leg(ctes: sql.Composable, hits: str, counted: dict[str, str],
          lit: dict[str, sql.Composable], *, with_lexemes: bool = False,
-         distance: sql.Composable = _COSINE_DISTANCE) -> sql.Composed:
+         distance: sql.Composable = _COSINE_DISTANCE,
+         graph: sql.Composable | None = None) -> sql.Composed:
     """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
 
     The matches before the similarity threshold come on every row, one column per entry of
     ``counted`` (column name: the CTE it counts), and so does ``query_lexemes`` (CTE ql: the
     query's lexemes, sorted) when ``with_lexemes`` (one leg is enough: the search reads them
-    from the vector leg); an empty leg returns one row of NULLs carrying them.
+    from the vector leg); an empty leg returns one row of NULLs carrying them. With ``graph``
+    (CTEs after ``leg_rows`` that end in ``nbr_rows``: graph_sql.seed_neighbours_ctes) the
+    neighbour rows follow the candidate rows, and every row carries the ``seeds`` whose first
+    hop they are.
     """
-    lexemes: sql.Composable = sql.SQL("")
-    if with_lexemes:
-        lexemes = sql.SQL(", (SELECT lexemes FROM ql) AS query_lexemes") + _FOREIGN_PROJECTS.format(
-            tenant=lit["tenant"], projects=lit["projects"], model=lit["model"])
-    counts = sql.SQL(", ").join(
+    header: list[sql.Composable] = [
         sql.SQL("(SELECT count(*) FROM {}) AS {}").format(sql.Identifier(cte), sql.Identifier(col))
-        for col, cte in counted.items())
-    return sql.SQL(
-        "WITH {ql}, {ctes}, leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins}) "
-        "SELECT n.*, leg_rows.* FROM (SELECT {counts}{lexemes}) n LEFT JOIN leg_rows ON true"
-    ).format(ql=lit["ql"], ctes=ctes, hits=sql.Identifier(hits), lexemes=lexemes,
-             row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, distance=distance,
-                                       tf=ENGINE.evidence_columns()),
-             joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN,
-                                           tf=ENGINE.evidence_join()),
-             counts=counts)
+        for col, cte in counted.items()]
+    if with_lexemes:
+        header += [sql.SQL("(SELECT lexemes FROM ql) AS query_lexemes"), _FOREIGN_PROJECTS.format(
+            tenant=lit["tenant"], projects=lit["projects"], model=lit["model"])]
+    leg_rows = sql.SQL("leg_rows AS (SELECT h.*, {row} FROM {hits} h {joins})").format(
+        hits=sql.Identifier(hits),
+        row=_CANDIDATE_ROW.format(chunk=CHUNK_COLUMNS, doc=DOC_COLUMNS, distance=distance,
+                                  tf=ENGINE.evidence_columns()),
+        joins=_CANDIDATE_JOINS.format(tenant=lit["tenant"], docjoin=DOC_JOIN))
+    parts: list[sql.Composable] = [lit["ql"], ctes, leg_rows]
+    rows: sql.Composable = sql.SQL("leg_rows")
+    if graph is not None:
+        parts.append(graph)
+        header.append(sql.SQL("(SELECT array_agg(p || chr(31) || s) FROM frontier) AS seeds"))
+        rows = _WITH_NEIGHBOURS
+    return sql.SQL("WITH {ctes} SELECT n.*, r.* FROM (SELECT {header}) n LEFT JOIN {rows} r "
+                   "ON true").format(ctes=sql.SQL(", ").join(parts),
+                                     header=sql.SQL(", ").join(header), rows=rows)
 
 
 def _scope_and_filters(lit: dict[str, sql.Composable], filters: SearchFilters, with_doc_ids: bool
@@ -273,73 +294,53 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
 _BOTH_HITS = sql.SQL(
     "hits AS (SELECT coalesce(v.id, f.id) AS id, v.vector_rank, coalesce(v.mention, false) "
     "AS mention, f.fts_rank, f.fts_score, v.dist FROM {vector} v FULL JOIN fts f ON f.id = v.id)")
+# The rerank pool: the best ``pool`` hits by weighted RRF, computed as fusion.fuse_legs does
+# (w / (k + rank), vector first, ties by chunk id: the same doubles), and the @mentioned chunks
+# neither leg ranked. Only these rows fetch their candidate columns.
+_FUSED = sql.SQL("coalesce({wv} / ({rrf_k} + vector_rank), 0) "
+                 "+ coalesce({wf} / ({rrf_k} + fts_rank), 0)")
+_POOL = sql.SQL(
+    "pool AS (SELECT id, vector_rank, mention, fts_rank, fts_score, dist FROM (SELECT h.*, "
+    "row_number() OVER (ORDER BY {fused} DESC, h.id) AS fused_n FROM hits h) x "
+    "WHERE fused_n <= {pool} OR (mention AND vector_rank IS NULL AND fts_rank IS NULL))")
 
 
 @_remembered
 def hybrid_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: SearchFilters,
-               with_doc_ids: bool, with_mentions: bool = False) -> tuple[sql.Composed, Params]:
+               with_doc_ids: bool, with_mentions: bool = False,
+               graph_direction: str | None = None) -> tuple[sql.Composed, Params]:
     """Both candidate legs in one statement: the CTEs of :func:`vector_leg_sql` and
     :func:`keyword_leg_sql` side by side, their hits joined on the chunk, and each chunk's
     candidate columns read once (a chunk that both legs found is one row with both ranks).
 
     One backend and one round trip per search (decision 0015 measures it under load against
-    the two legs on two connections). Rows: the candidate columns with ``vector_rank``,
-    ``mention``, ``fts_rank`` and ``fts_score``; every row also carries ``n_pre_vector``,
-    ``n_pre_fts``, ``query_lexemes`` and ``foreign_projects``, and when neither leg found
-    anything one row of NULLs carries just those. Params: the two legs' together.
+    the two legs on two connections). With ``shape.pool`` only the rerank pool's chunks come
+    back (decision 0017). Rows: the candidate columns with ``vector_rank``, ``mention``,
+    ``fts_rank`` and ``fts_score``; every row also carries ``n_pre_vector``, ``n_pre_fts``,
+    ``query_lexemes`` and ``foreign_projects``, and when neither leg found anything one row of
+    NULLs carries just those. With ``graph_direction`` the first hop of graph expansion from
+    the likeliest seeds follows (graph_sql.seed_neighbours_ctes; every row carries ``seeds``,
+    the neighbour rows their edge columns). Params: the two legs' together, and with
+    ``graph_direction`` types, expandable (the graph hop's).
     """
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
     vector, hits = _vector_ctes(shape, lit, join, scope, filt, with_mentions)
-    ctes = sql.SQL(", ").join([
-        vector, _keyword_ctes(shape, lit, join, scope, filt, fts_mode, n_phrases),
-        _BOTH_HITS.format(vector=sql.Identifier(hits))])
-    return _leg(ctes, "hits", {"n_pre_vector": "vec", "n_pre_fts": "fts_m"}, lit,
-                with_lexemes=True, distance=_hit_distance(shape)), p
+    ctes = [vector, _keyword_ctes(shape, lit, join, scope, filt, fts_mode, n_phrases),
+            _BOTH_HITS.format(vector=sql.Identifier(hits))]
+    fused = _FUSED.format(**lit)
+    if shape.pool:
+        ctes.append(_POOL.format(fused=fused, pool=lit["pool"]))
+    graph = None
+    if graph_direction is not None:
+        graph, gp = seed_neighbours_ctes(
+            direction=graph_direction, filters=filters, tenant=lit["tenant"], model=lit["model"],
+            candidates="leg_rows", fused=fused, head=_NEIGHBOUR_HEAD, tail=_NEIGHBOUR_TAIL)
+        p = {**p, **gp}
+    return _leg(sql.SQL(", ").join(ctes), "pool" if shape.pool else "hits",
+                {"n_pre_vector": "vec", "n_pre_fts": "fts_m"}, lit, with_lexemes=True,
+                distance=_hit_distance(shape), graph=graph), p
 
 
-@_remembered
-def neighbours_sql(*, direction: str, filters: SearchFilters) -> tuple[sql.Composed, Params]:
-    """One hop of graph expansion from ``frontier`` (project, slug) pairs.
-
-    Per neighbour document: the strongest edge, its chunk most similar to the query, and its
-    degree (its edges either way: hubs are told apart by it).
-    Params to add: tenant, projects, model, fp, fs (frontier projects/slugs), visited, types, qvec,
-    expandable (the statuses a neighbour may have).
-    """
-    filt, p = doc_filter_sql(filters, with_doc_ids=False)
-    arms = []
-    if direction in ("outgoing", "both"):
-        arms.append(
-            "SELECT e.project_key, e.to_slug AS nbr, e.from_slug AS src, e.edge_type, e.weight, "
-            "'outgoing' AS direction FROM kb_edges e JOIN frontier f "
-            "ON e.project_key = f.p AND e.from_slug = f.s WHERE e.tenant_id = %(tenant)s "
-            "AND e.edge_type = ANY(%(types)s)"
-        )
-    if direction in ("incoming", "both"):
-        arms.append(
-            "SELECT e.project_key, e.from_slug AS nbr, e.to_slug AS src, e.edge_type, e.weight, "
-            "'incoming' AS direction FROM kb_edges e JOIN frontier f "
-            "ON e.project_key = f.p AND e.to_slug = f.s WHERE e.tenant_id = %(tenant)s "
-            "AND e.edge_type = ANY(%(types)s)"
-        )
-    query = sql.SQL(
-        "WITH frontier AS (SELECT * FROM unnest(%(fp)s::text[], %(fs)s::text[]) AS t(p, s)), "
-        "edges AS (SELECT DISTINCT ON (x.project_key, x.nbr) x.* FROM ({arms}) x "
-        "WHERE x.project_key = ANY(%(projects)s) "
-        "AND NOT (x.project_key || chr(31) || x.nbr) = ANY(%(visited)s) "
-        "ORDER BY x.project_key, x.nbr, x.weight DESC, x.src) "
-        "SELECT DISTINCT ON (d.id) {chunk}, {doc}, 1 - (c.embedding <=> %(qvec)s) AS similarity, "
-        "e.src AS from_slug, e.edge_type, e.weight AS edge_weight, e.direction, "
-        "(SELECT count(*) FROM kb_edges g WHERE g.tenant_id = %(tenant)s "
-        "AND g.project_key = d.project_key AND (g.from_slug = d.slug OR g.to_slug = d.slug)"
-        ") AS degree "
-        "FROM edges e JOIN kb_documents d ON d.tenant_id = %(tenant)s "
-        "AND d.project_key = e.project_key AND d.slug = e.nbr "
-        "JOIN kb_chunks c ON c.tenant_id = d.tenant_id AND c.document_id = d.id "
-        "AND c.model = %(model)s "
-        "WHERE d.is_canonical AND d.canonical_status = ANY(%(expandable)s){filt} "
-        "ORDER BY d.id, c.embedding <=> %(qvec)s, c.id"
-    ).format(arms=sql.SQL(" UNION ALL ").join(sql.SQL(a) for a in arms), chunk=CHUNK_COLUMNS,
-             doc=DOC_COLUMNS, filt=filt)
-    return query, p
+#: One hop of graph expansion (graph_sql.neighbours_sql), remembered per arguments.
+neighbours_sql = _remembered(graph_sql.neighbours_sql)

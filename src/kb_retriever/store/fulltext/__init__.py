@@ -9,7 +9,8 @@ call only this interface.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from psycopg import sql
 
@@ -37,10 +38,11 @@ class FullText(Protocol):
         ``fts_score`` of the best ``kc``)."""
 
     def evidence_columns(self) -> sql.Composable:
-        """A candidate row's BM25 inputs: ``tf_lexemes``, ``tf_counts``, ``lexeme_count``."""
+        """A candidate row's BM25 inputs: ``tf`` (the query's lexemes in the chunk, as
+        :meth:`term_counts` reads them) and ``lexeme_count``."""
 
-    def evidence_join(self) -> sql.Composable:
-        """The join the evidence columns need (after the candidate's chunk ``c``)."""
+    def term_counts(self, evidence: Any) -> Mapping[str, int]:
+        """The query's lexemes in a chunk with their counts, from its ``tf`` column."""
 
     def lexemes(self, row: str) -> sql.Composable:
         """A set-returning expression of the lexemes (column ``lexeme``) of chunk row ``row``."""

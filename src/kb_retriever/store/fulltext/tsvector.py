@@ -8,7 +8,10 @@ for BM25 (``ranking/bm25.py``); and the lexemes of a chunk for the scope statist
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from psycopg import sql
 
@@ -16,7 +19,7 @@ from ...settings import FTS_CONFIG_BY_LANGUAGE
 from ..literal import Literal
 
 __all__ = ["QUERY_LEXEMES", "TSVECTOR", "LexemeBudget", "Tsvector", "lexeme_selection_sql",
-           "query_lexemes_sql", "tsquery_sql"]
+           "query_lexemes_sql", "term_counts", "tsquery_sql"]
 
 
 @dataclass(frozen=True)
@@ -126,16 +129,34 @@ def tsv_expression(default: str) -> sql.Composed:
 _INLINE = sql.SQL("ALTER TABLE kb_chunks ALTER COLUMN tsv SET STORAGE MAIN")
 _INDEX = sql.SQL("CREATE INDEX IF NOT EXISTS kb_chunks_tsv_ix ON kb_chunks USING gin (tsv)")
 
-# A candidate's full-text evidence: the query's stemmed lexemes found in the chunk with their
-# counts, and its lexeme count (the BM25 inputs). setweight + ts_filter cut the tsvector down
-# to the query's lexemes in C; two arrays, not a JSON object, because arrays decode in C and
-# JSON in Python. The query's lexemes are the statement's own (CTE ql, computed once).
+# A candidate's full-text evidence: its tsvector cut down to the query's lexemes (setweight +
+# ts_filter, in C), sent as text, and its lexeme count: the BM25 inputs. The cut tsvector holds
+# a lexeme's positions, so its count is read in Python (term_counts); unnesting it into arrays
+# in SQL cost the server more per candidate than the whole cut (decision 0017). The query's
+# lexemes are the statement's own (CTE ql, computed once).
 _EVIDENCE_COLUMNS = sql.SQL(
-    "tf.lexemes AS tf_lexemes, tf.counts AS tf_counts, length(c.tsv) AS lexeme_count")
-_EVIDENCE_JOIN = sql.SQL(
-    "CROSS JOIN LATERAL (SELECT coalesce(array_agg(u.lexeme), '{}') AS lexemes, "
-    "coalesce(array_agg(coalesce(array_length(u.positions, 1), 1)), '{}') AS counts "
-    "FROM unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM ql)), '{a}')) u) tf")
+    "coalesce(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM ql)), '{a}')::text, '') AS tf, "
+    "length(c.tsv) AS lexeme_count")
+
+# A lexeme of tsvector's text form: quoted (a quote inside doubled, a backslash doubled), then
+# its positions after a colon (comma-separated, each maybe with a weight letter), if any.
+_ENTRY = re.compile(r"'((?:[^']|'')*)'(?::(\S+))?")
+
+
+def term_counts(evidence: str) -> dict[str, int]:
+    """The lexemes of a tsvector's text form with their counts (positions; 1 for a lexeme
+    stored without them, as ``strip`` leaves it).
+
+    >>> term_counts("'cach':1A,7A 'it''s':3A 'redi'")
+    {'cach': 2, "it's": 1, 'redi': 1}
+    >>> term_counts("")
+    {}
+    """
+    counts: dict[str, int] = {}
+    for quoted, positions in _ENTRY.findall(evidence):
+        lexeme = quoted.replace("''", "'").replace("\\\\", "\\")
+        counts[lexeme] = positions.count(",") + 1 if positions else 1
+    return counts
 
 
 class Tsvector:
@@ -173,8 +194,8 @@ class Tsvector:
     def evidence_columns(self) -> sql.Composable:
         return _EVIDENCE_COLUMNS
 
-    def evidence_join(self) -> sql.Composable:
-        return _EVIDENCE_JOIN
+    def term_counts(self, evidence: Any) -> Mapping[str, int]:
+        return term_counts(evidence)
 
     def lexemes(self, row: str) -> sql.Composable:
         """A set-returning expression of the lexemes of the chunk row aliased ``row`` (its
