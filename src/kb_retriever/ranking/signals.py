@@ -114,6 +114,8 @@ Term = Signal | Adjustment  # a row of either table
 
 
 def _tag_overlap(e: Evidence) -> float:
+    if not e.query_tags:  # most questions name no tag: no chunk's tags to read
+        return 0.0
     return _jaccard(e.query_tags, _chunk_tags(e.candidate))
 
 

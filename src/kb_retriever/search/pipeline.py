@@ -141,7 +141,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     # what the question @mentions, or placement put there on purpose, is never cut
     keep = placed.promoted | placed.yielded | {h.chunk_id for h in shown
                                                if h.document.id in found.mentions}
-    evidence = context_evidence(settings, catalog.calibration)
+    evidence = context_evidence(shown, settings, catalog.calibration)
     ratio = req.legs.cutoff(settings.context_cutoff)
     linked_ratio = min(ratio, settings.context_cutoff_linked)  # for what the answer links to
 
@@ -199,12 +199,16 @@ class Placed:
     warned: list[Scored] = field(default_factory=list)
 
 
-def context_evidence(settings: Settings, calibration: Calibration) -> Callable[[Hit], float]:
-    """The evidence by which the adaptive cutoff compares hits: against the scope's null when
-    calibrated (as the refusal gate), else the score on raw evidence."""
+def context_evidence(shown: Sequence[Hit], settings: Settings,
+                     calibration: Calibration) -> Callable[[Hit], float]:
+    """The evidence by which the adaptive cutoff compares the ``shown`` hits: against the
+    scope's null when calibrated (as the refusal gate), else the score on raw evidence;
+    computed once per hit (the cutoff runs up to three times per search)."""
     if uses_calibration(settings, calibration):
-        return lambda h: calibrated_evidence(h, settings, calibration)
-    return lambda h: evidence_score(h, settings)
+        by_chunk = {h.chunk_id: calibrated_evidence(h, settings, calibration) for h in shown}
+    else:
+        by_chunk = {h.chunk_id: evidence_score(h, settings) for h in shown}
+    return lambda h: by_chunk[h.chunk_id]
 
 
 def neighbour_floor(top: Sequence[Hit], ratio: float, settings: Settings,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -44,11 +45,19 @@ def candidate_from_row(row: Mapping[str, Any]) -> Candidate:
         "chunk_order": int(row["chunk_order"]),
         "document": document_from_row(row),
         "vector_similarity": None if sim is None else float(sim),
-        "metadata": MappingProxyType(dict(row["metadata"] or {})),
+        "metadata": MappingProxyType(_metadata(row["metadata"])),
         "lexeme_tf": _lexeme_tf(row),
         "lexeme_count": row.get("lexeme_count"),
         "chunk_uid": row.get("chunk_uid"),
     })
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    """A chunk's metadata: the JSON text the search statements send
+    (``store.columns.CHUNK_COLUMNS``), or a mapping already decoded."""
+    if isinstance(value, str):
+        return json.loads(value)  # type: ignore[no-any-return]
+    return dict(value or {})
 
 
 def leg_result(rows: Sequence[Mapping[str, Any]], *, rank: str) -> LegResult:
