@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/load.py [--size 100000] [--clients 1,4,16] [--per-client 100]
                                         [--skip-peers] [--rounds 1]
                                         [--kb-tree NAME=DIR ...] [--kb-tree-only]
-                                        [--home DIR]
+                                        [--home DIR] [--warmup N]
 
 A client is a process of its own (a web worker, say), with its own connection pool, searching
 with the query vector given (no embedding time). All clients of a level start together (a
@@ -22,6 +22,9 @@ quality of the same configuration on real data). Results: benchmarks/results/loa
 in turn with the others; ``--kb-tree-only`` runs only those. With ``--rounds`` above 1 every
 level runs that many times, the systems taking turns each round, and the figures are the
 median over the rounds. This is how decision 0004's devices were re-measured under load.
+
+``--warmup N`` (default 10) is how many searches each client runs before the level starts;
+``--warmup 0`` measures a fresh client's first searches (its connections new, nothing prepared).
 
 ``--home DIR`` keeps the embedded server and its loaded corpus in ``DIR`` (a fresh temporary
 directory otherwise): a second run with the same ``DIR`` and ``--size`` searches the corpus the
@@ -97,13 +100,13 @@ def searcher(system: str, url: str) -> Any:
         mode=VectorStoreQueryMode.HYBRID))
 
 
-def worker(system: str, url: str, data: Path, n: int, offset: int) -> None:
+def worker(system: str, url: str, data: Path, n: int, offset: int, warmup: int = WARMUP) -> None:
     """One client: set up, warm up, say READY, wait for GO, run ``n`` searches, print JSON."""
     from kb_retriever.search.graph import graph_seed
     qv = np.load(data / "qvec.npy")
     texts = json.loads((data / "queries.json").read_text())["texts"]
     search = searcher(system, url)
-    for i in range(WARMUP):
+    for i in range(warmup):
         search(qv[i % len(qv)], texts[i % len(texts)])
     print("READY", flush=True)
     sys.stdin.readline()
@@ -152,7 +155,7 @@ def server_cpu(postmaster: int | None) -> dict[int, float]:
 
 def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
               trees: dict[str, Path], variants: dict[str, dict[str, str]],
-              postmaster: int | None = None) -> dict[str, Any]:
+              postmaster: int | None = None, warmup: int = WARMUP) -> dict[str, Any]:
     env = None
     if system.startswith("kb@"):  # kb-retriever's defaults from another source tree
         env = {**os.environ, "PYTHONPATH": str(trees[system[3:]] / "src")}
@@ -161,7 +164,8 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
         env = {**os.environ, **variants[system[3:]]}
         system = "kb"
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", system, "--url", url,
-                               "--data", str(data), "--n", str(per_client), "--offset", str(c)],
+                               "--data", str(data), "--n", str(per_client), "--offset", str(c),
+                               "--warmup", str(warmup)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
              for c in range(clients)]
     try:
@@ -193,8 +197,10 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
     for o in outs:
         for stage, ms in o.get("stages", {}).items():
             stages.setdefault(stage, []).extend(ms)
+    n_queries = len(json.loads((data / "queries.json").read_text())["texts"])
     out = {"clients": clients, "searches": len(lat), "wall_s": round(wall, 2),
            "throughput_per_s": round(len(lat) / wall, 1), **perf.pct(lat),
+           "spread": spread(outs, n_queries),
            "client_cpu_ms": round(client_cpu, 3), "loadavg": os.getloadavg()[0]}
     hops = [h for o in outs for h in o.get("hops", [])]
     if hops and len(hops) == len(lat) and any(hops) and not all(hops):
@@ -209,6 +215,26 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
     if stages:  # p50 / p95 of each stage, over the searches that ran it
         out["stages_ms"] = {stage: perf.pct(ms) for stage, ms in stages.items()}
     return out
+
+
+def spread(outs: list[dict[str, Any]], n_queries: int) -> dict[str, Any]:
+    """How a level's latencies spread: their percentiles, the median of each client's first
+    ten searches against its later ones, and how many distinct queries the slowest 5 % of the
+    searches were (a handful: expensive queries make the tail; about as many as the
+    searches: waiting for the CPU does). Client ``c``'s search ``j`` is query
+    ``(c * 997 + j) % n_queries``, as the worker walks them."""
+    lat = [(ms, (c * 997 + j) % n_queries, j)
+           for c, o in enumerate(outs) for j, ms in enumerate(o["lat"])]
+    xs = np.array([ms for ms, _, _ in lat])
+    slow = np.percentile(xs, 95)
+    tail = [q for ms, q, _ in lat if ms >= slow]
+    first = [ms for ms, _, j in lat if j < 10]
+    later = [ms for ms, _, j in lat if j >= 10]
+    return {"percentiles": {str(p): round(float(np.percentile(xs, p)), 2)
+                            for p in (1, 10, 25, 50, 75, 90, 95, 99)},
+            "p50_first_10": round(float(np.median(first)), 2) if first else None,
+            "p50_later": round(float(np.median(later)), 2) if later else None,
+            "slowest_5pct": len(tail), "slowest_5pct_distinct_queries": len(set(tail))}
 
 
 def _median(outs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -240,9 +266,11 @@ def main() -> int:
     ap.add_argument("--data")
     ap.add_argument("--n", type=int)
     ap.add_argument("--offset", type=int, default=0)
+    # searches each client runs before the level starts: 0 measures a fresh client's first ones
+    ap.add_argument("--warmup", type=int, default=WARMUP)
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker, args.url, Path(args.data), args.n, args.offset)
+        worker(args.worker, args.url, Path(args.data), args.n, args.offset, args.warmup)
         return 0
 
     import _synth
@@ -298,7 +326,7 @@ def main() -> int:
                 for _ in range(args.rounds):
                     for system in systems:
                         out = run_level(system, url, data, clients, args.per_client, trees,
-                                        variants, postmaster)
+                                        variants, postmaster, args.warmup)
                         runs.setdefault(system, []).append(out)
                         print(f"[{args.size}] {clients:>2} clients {system:<18} "
                               f"{out['throughput_per_s']:>7.1f}/s  p50 {out['p50']:.2f}  "
