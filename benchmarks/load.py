@@ -209,6 +209,7 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
             "share": round(sum(hops) / len(hops), 3),
             "p95_with": perf.pct([x for x, h in zip(lat, hops, strict=True) if h])["p95"],
             "p95_without": perf.pct([x for x, h in zip(lat, hops, strict=True) if not h])["p95"]}
+    out["p50_first_10"] = out["spread"]["p50_first_10"]  # each client's first ten searches
     if cpu1:  # the server's CPU per search: its backends and I/O workers
         spent = sum(t - cpu0.get(pid, 0.0) for pid, t in cpu1.items())
         out["server_cpu_ms"] = round(spent * 1000 / len(lat), 3)
@@ -239,8 +240,8 @@ def spread(outs: list[dict[str, Any]], n_queries: int) -> dict[str, Any]:
 
 def _median(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """One level's rounds as one: the median of each figure, and every round's figures."""
-    figures = [k for k in ("throughput_per_s", "p50", "p95", "client_cpu_ms", "server_cpu_ms")
-               if all(k in o for o in outs)]
+    figures = [k for k in ("throughput_per_s", "p50", "p95", "client_cpu_ms", "server_cpu_ms",
+                           "p50_first_10") if all(o.get(k) is not None for o in outs)]
     med = {k: round(float(np.median([o[k] for o in outs])), 3) for k in figures}
     return {**outs[0], **med, "rounds": [{k: o[k] for k in figures} for o in outs]}
 
