@@ -320,6 +320,7 @@ def test_a_search_of_new_words_reads_nothing_before_its_two_legs(example_kb, min
         assert kb.search("zanzibarish cache wombats").primary
     assert [stage for stage, _ in reads][4] == "hybrid_legs"
 
+
 def _stages(kb: KnowledgeBase, q: str, monkeypatch, **kwargs):
     """The reads one search sends to the database (stage names, cached ones left out), and
     its result."""

@@ -6,7 +6,7 @@ adapters fuse lists coming from other retrievers.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import TypeVar
 
 from ..models import Candidate, construct
@@ -37,22 +37,31 @@ def fuse_rrf(
     Raises ``ValueError`` when the number of weights differs from the number of lists or
     ``k`` is negative.
     """
-    if len(weights) != len(ranked_lists):
+    scores = _rrf_scores([enumerate(keys, start=1) for keys in ranked_lists], weights, k)
+    return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def _rrf_scores(ranked: Sequence[Iterable[tuple[int, K]]], weights: Sequence[float],
+                k: int) -> dict[K, float]:
+    """Each key's ``weight / (k + rank)`` summed over the lists of ``(rank, key)`` it is in,
+    once per list (its first entry there); keys in first-seen order. ``fuse_rrf`` ranks by
+    position, ``fuse_legs`` by the legs' own ranks (a pool has gaps)."""
+    if len(weights) != len(ranked):
         raise ValueError(
             f"fuse_rrf needs one weight per list: got {len(weights)} weights "
-            f"for {len(ranked_lists)} lists"
+            f"for {len(ranked)} lists"
         )
     if k < 0:
         raise ValueError(f"rrf k must be >= 0, got {k}")
     scores: dict[K, float] = {}  # dicts keep insertion order = first-seen order
-    for keys, weight in zip(ranked_lists, weights, strict=True):
+    for pairs, weight in zip(ranked, weights, strict=True):
         seen: set[K] = set()
-        for rank, key in enumerate(keys, start=1):
+        for rank, key in pairs:
             if key in seen:
                 continue
             seen.add(key)
             scores[key] = scores.get(key, 0.0) + weight / (k + rank)
-    return sorted(scores.items(), key=lambda item: -item[1])
+    return scores
 
 
 def fuse_legs(vector: LegResult, keyword: LegResult | None, *, weights: tuple[float, float],
@@ -85,10 +94,8 @@ def fuse_legs(vector: LegResult, keyword: LegResult | None, *, weights: tuple[fl
     by_vec = {h.candidate.chunk_id: h for h in vector.hits if not h.mention}
     by_kw = {h.candidate.chunk_id: h for h in keyword.hits} if keyword is not None else {}
     # each leg's own ranks, not positions: a pool the store cut (hybrid_sql) has gaps
-    scores: dict[int, float] = {}
-    for leg, weight in zip((by_vec, by_kw), weights, strict=True):
-        for chunk_id, h in leg.items():
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (k + (h.rank or 0))
+    scores = _rrf_scores([[(h.rank or 0, chunk_id) for chunk_id, h in leg.items()]
+                          for leg in (by_vec, by_kw)], weights, k)
     # @mentioned chunks neither leg found join with 0
     mentioned = {h.candidate.chunk_id: h for h in vector.hits
                  if h.mention and h.candidate.chunk_id not in scores}

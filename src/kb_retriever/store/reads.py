@@ -159,8 +159,7 @@ def candidate_legs(shape: q.LegShape, query: LegQuery, *, mode: str, filters: Se
                                  filters=filters, with_doc_ids=with_doc_ids,
                                  with_mentions=bool(query.mention_ids),
                                  graph_direction=first_hop.direction if first_hop else None)
-    hop = {"types": list(first_hop.types), "expandable": list(EXPANDABLE_STATUSES)
-           } if first_hop else {}
+    hop = _hop_params(first_hop.types) if first_hop else {}
     return Parallel(
         (keyword_leg(shape, query, mode=mode, filters=filters, with_doc_ids=with_doc_ids),
          vector_leg(shape, query, filters=filters, with_doc_ids=with_doc_ids)),
@@ -188,8 +187,13 @@ def neighbours(scope: q.Scope, *, direction: str, filters: SearchFilters,
     :class:`~kb_retriever.models.legs.Neighbour` s."""
     stmt, fparams = q.neighbours_sql(direction=direction, filters=filters)
     return Fetch(stmt, {**q.scope_params(scope), **fparams, "fp": [p for p, _ in frontier],
-                        "fs": [s for _, s in frontier], "visited": list(visited),
-                        "types": list(types), "qvec": qvec,
-                        "expandable": list(EXPANDABLE_STATUSES)}, f"graph_hop_{hop}",
-                 neighbours_from_rows)
+                        "fs": [s for _, s in frontier], "visited": list(visited), "qvec": qvec,
+                        **_hop_params(types)}, f"graph_hop_{hop}", neighbours_from_rows)
+
+
+def _hop_params(types: Sequence[str]) -> dict[str, Any]:
+    """What a graph hop's SQL binds besides its frontier and the query vector, in its own read
+    and read ahead by the candidates' statement alike: the edge types, the statuses a
+    neighbour may have."""
+    return {"types": list(types), "expandable": list(EXPANDABLE_STATUSES)}
 
