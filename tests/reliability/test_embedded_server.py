@@ -20,7 +20,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from kb_retriever.store import lifecycle
-from kb_retriever.store.embedded import _locate, start_embedded
+from kb_retriever.store.embedded import _locate, shared_buffers_mb, start_embedded
 from kb_retriever.store.server_access import SYSTEM_DIR as _SYSTEM_DIR
 
 from ._util import ready as _ready
@@ -150,6 +150,14 @@ def test_in_process_start_is_idempotent(base: Path) -> None:
     server = _locate(home)
     lifecycle.release(home, server.pgdata, server.bindir, server.user, os.getpid())
     assert lifecycle.live_clients(home) == [] and _wait_gone(server.pgdata, 5)
+
+
+def test_a_new_cluster_sizes_its_buffers_to_the_memory(base: Path) -> None:
+    url = start_embedded(base / "home")
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT setting::bigint * 8192 / 1048576 FROM pg_settings "
+                           "WHERE name = 'shared_buffers'").fetchone()
+    assert row is not None and row[0] == shared_buffers_mb()
 
 
 def test_a_crash_before_the_password_took_effect_recovers(base: Path) -> None:

@@ -53,12 +53,12 @@ _WATCH_INTERVAL_S = 2.0
 _START_ATTEMPTS = 3
 _HBA = "# written by kb-retriever: local socket only, password required\nlocal all all scram-sha-256\n"
 
-# Appended once to postgresql.conf of a new cluster. Sized for a laptop-class machine;
-# reference/postgres-performance.md §3.2 measured why (HNSW builds in memory, jit off for short
-# OLTP queries). The listener settings are also passed at every start.
+# Appended once to postgresql.conf of a new cluster, with shared_buffers sized to the machine
+# (shared_buffers_mb). reference/postgres-performance.md §3.2 measured why (HNSW builds in
+# memory, jit off for short OLTP queries). The listener settings are also passed at every start.
 _TUNING = """
 # --- kb-retriever defaults ---
-shared_buffers = 512MB
+shared_buffers = {shared_buffers_mb}MB
 maintenance_work_mem = 512MB
 work_mem = 16MB
 max_parallel_maintenance_workers = 1
@@ -70,6 +70,48 @@ listen_addresses = ''
 unix_socket_permissions = 0700
 password_encryption = scram-sha-256
 """
+
+# shared_buffers: a quarter of the memory (PostgreSQL's own advice), within these bounds. The
+# HNSW graph is read page by page through it: at a million 384-d chunks (a 2 GB graph) a vector
+# search took 9.2 ms with 512 MB, its pages copied in from the OS cache, and 3.2 ms once they
+# fitted (decision 0017, "The server's buffers").
+_SHARED_BUFFERS_MIN_MB = 128
+_SHARED_BUFFERS_MAX_MB = 8192
+# cgroup v2, then v1: a container's limit, when it has one ("max" or a huge number otherwise)
+_CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"),
+                  Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def shared_buffers_mb(memory_bytes: int | None = None) -> int:
+    """The ``shared_buffers`` of a new cluster, in MB: a quarter of ``memory_bytes`` (by
+    default the memory this process may use: the machine's, or its container's limit when
+    lower), between 128 MB and 8 GB; 512 MB when the memory cannot be read. A small knowledge
+    base touches only the pages it uses, so the size costs it nothing.
+
+    >>> shared_buffers_mb(16 * 1024**3), shared_buffers_mb(1024**3), shared_buffers_mb(256 * 1024**3)
+    (4096, 256, 8192)
+    """
+    memory = memory_bytes if memory_bytes is not None else _memory_bytes()
+    if memory is None:
+        return 512
+    quarter = memory // 4 // (1024 * 1024)
+    return max(_SHARED_BUFFERS_MIN_MB, min(quarter, _SHARED_BUFFERS_MAX_MB))
+
+
+def _memory_bytes() -> int | None:
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return None
+    for path in _CGROUP_LIMITS:
+        try:
+            limit = path.read_text(encoding="ascii").strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            memory = min(memory, int(limit))
+    return memory if memory > 0 else None
+
 
 _registered: set[Path] = set()
 _process_lock = threading.Lock()
@@ -195,7 +237,8 @@ def _ensure_cluster(server: EmbeddedServer) -> None:
     if fresh:
         _run(server, "initdb", "-D", str(server.pgdata), "-U", _SUPERUSER, "--auth=trust",
              "--encoding=utf8", "--no-instructions")
-        _write_file(server.pgdata / "postgresql.conf", _TUNING, append=True)
+        _write_file(server.pgdata / "postgresql.conf",
+                    _TUNING.format(shared_buffers_mb=shared_buffers_mb()), append=True)
     hba = server.pgdata / "pg_hba.conf"
     if hba.read_text(encoding="utf-8") == _HBA and server.passfile.is_file():
         return
