@@ -210,9 +210,26 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.smoke:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        previous = json.loads(args.out.read_text()) if args.out.exists() else {}
+        args.out.write_text(json.dumps(merged(previous, results), indent=2) + "\n")
     print(report(results))
     return 0
+
+
+def merged(previous: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    """The results file after a run: what the run measured replaces what it held, and a
+    partial run (``--skip-peers``, ``--skip-ablation``) keeps the rest, named in
+    ``meta.kept``, instead of dropping it.
+
+    >>> merged({"systems": {"peer": 1, "kb": 1}, "ablation": [1], "meta": {}},
+    ...        {"systems": {"kb": 2}, "meta": {"date": "d"}})
+    {'systems': {'peer': 1, 'kb': 2}, 'ablation': [1], 'meta': {'date': 'd', 'kept': ['ablation', 'peer']}}
+    """
+    systems = {**previous.get("systems", {}), **results["systems"]}
+    kept = sorted([k for k in previous if k not in results and k not in ("systems", "meta")]
+                  + [k for k in previous.get("systems", {}) if k not in results["systems"]])
+    meta = {**results.get("meta", {}), **({"kept": kept} if kept else {})}
+    return {**previous, **results, "systems": systems, "meta": meta}
 
 
 # --- ablation -------------------------------------------------------------------------------

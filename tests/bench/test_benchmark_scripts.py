@@ -49,3 +49,9 @@ def test_equivalence_dumps_and_compares(tmp_path: Path) -> None:
 def test_beir_smoke_runs(tmp_path: Path) -> None:
     _run(str(BENCH / "beir.py"), "--dataset", str(SCIFACT), "--smoke", "50", "--skip-peers",
          "--out", str(tmp_path / "scifact.json"))
+
+
+def test_a_partial_beir_run_keeps_what_it_did_not_rerun() -> None:
+    """``beir.py --skip-peers`` once overwrote the results file without the peers' rows, which
+    load.py reads: its examples (``merged``) say what a run keeps."""
+    _run("-m", "doctest", str(BENCH / "beir.py"))
