@@ -86,6 +86,11 @@ def test_doctor_reports_recall_indexes_and_sizes(make_kb):
     methods = {i["method"]: i for i in r.indexes}
     assert methods["hnsw"]["valid"] and methods["gin"]["valid"]
     assert r.sizes_mb["kb_chunks"] > 0
+    with psycopg.connect(kb.url) as conn:
+        buffers = conn.execute("SELECT pg_size_bytes(current_setting('shared_buffers'))"
+                               ).fetchone()[0]
+    assert r.shared_buffers_mb == round(buffers / 2**20, 2)
+    assert not any("shared_buffers" in h for h in r.hints)  # a 300-chunk index fits
 
 
 def test_doctor_hints_when_recall_is_low_or_index_missing(make_kb, monkeypatch):

@@ -95,6 +95,12 @@ class Diagnostics(Session):
                                 [relation]).fetchone()
         return int(row[0]) if row else 0
 
+    def shared_buffers(self) -> int:
+        """Bytes of the server's ``shared_buffers`` (on Citus, the coordinator's)."""
+        row = self.conn.execute("SELECT setting::bigint * current_setting('block_size')::bigint "
+                                "FROM pg_settings WHERE name = 'shared_buffers'").fetchone()
+        return int(row[0]) if row else 0
+
     def project_space(self, tenant: str, project: str) -> Space | None:
         """The embedding model the project's chunks are of (None: it holds none)."""
         return project_space(self.conn, tenant, project)
