@@ -113,9 +113,11 @@ def worker(system: str, url: str, data: Path, n: int, offset: int, warmup: int =
     lat = []
     stages: dict[str, list[float]] = {}  # kb-retriever's own per-stage timings (meta)
     hops: list[bool] = []  # kb-retriever: whether the search's graph stage made a round trip
+    queries: list[int] = []  # which query each search ran
     cpu = time.process_time()
     for j in range(n):
         i = (offset * 997 + j) % len(texts)  # each client its own walk through the queries
+        queries.append(i)
         t = time.perf_counter()
         result = search(qv[i], texts[i])
         lat.append((time.perf_counter() - t) * 1000)
@@ -124,7 +126,8 @@ def worker(system: str, url: str, data: Path, n: int, offset: int, warmup: int =
         if hasattr(result, "primary"):  # the graph walks from a seed the top holds
             hops.append(graph_seed(result.primary) is not None)
     cpu_ms = (time.process_time() - cpu) * 1000 / max(n, 1)
-    print(json.dumps({"lat": lat, "cpu_ms": cpu_ms, "stages": stages, "hops": hops}), flush=True)
+    print(json.dumps({"lat": lat, "queries": queries, "cpu_ms": cpu_ms, "stages": stages,
+                      "hops": hops}), flush=True)
     sys.stdin.readline()  # stay connected until the parent has read the server's CPU
 
 
@@ -197,10 +200,9 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
     for o in outs:
         for stage, ms in o.get("stages", {}).items():
             stages.setdefault(stage, []).extend(ms)
-    n_queries = len(json.loads((data / "queries.json").read_text())["texts"])
     out = {"clients": clients, "searches": len(lat), "wall_s": round(wall, 2),
            "throughput_per_s": round(len(lat) / wall, 1), **perf.pct(lat),
-           "spread": spread(outs, n_queries),
+           "spread": spread(outs),
            "client_cpu_ms": round(client_cpu, 3), "loadavg": os.getloadavg()[0]}
     hops = [h for o in outs for h in o.get("hops", [])]
     if hops and len(hops) == len(lat) and any(hops) and not all(hops):
@@ -218,14 +220,13 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
     return out
 
 
-def spread(outs: list[dict[str, Any]], n_queries: int) -> dict[str, Any]:
+def spread(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """How a level's latencies spread: their percentiles, the median of each client's first
     ten searches against its later ones, and how many distinct queries the slowest 5 % of the
     searches were (a handful: expensive queries make the tail; about as many as the
-    searches: waiting for the CPU does). Client ``c``'s search ``j`` is query
-    ``(c * 997 + j) % n_queries``, as the worker walks them."""
-    lat = [(ms, (c * 997 + j) % n_queries, j)
-           for c, o in enumerate(outs) for j, ms in enumerate(o["lat"])]
+    searches: waiting for the CPU does). Each worker reports the query of each search."""
+    lat = [(ms, q, j) for o in outs
+           for j, (ms, q) in enumerate(zip(o["lat"], o["queries"], strict=True))]
     xs = np.array([ms for ms, _, _ in lat])
     slow = np.percentile(xs, 95)
     tail = [q for ms, q, _ in lat if ms >= slow]

@@ -91,8 +91,8 @@ def buffers_hint(index: dict[str, Any] | None, shared_buffers_mb: float) -> str 
 def _buffers(store: Diagnostics, report: DoctorReport, space: Space | None) -> None:
     """The server's shared_buffers, and the hint when the model's index is larger."""
     report.shared_buffers_mb = round(store.shared_buffers() / 2**20, 2)
-    model_index = next((i for i in report.indexes
-                        if space is not None and i["name"] == space.index_name), None)
+    name = space.index_name if space is not None else None
+    model_index = next((i for i in report.indexes if i["name"] == name), None)
     hint = buffers_hint(model_index, report.shared_buffers_mb)
     if hint:
         report.hints.append(hint)
