@@ -124,6 +124,7 @@ class KnowledgeBase(DocumentMethods):
         self._reads = ReadCache()
         self._pools = Pools(self.settings, pool=pool, async_pool=async_pool)
         self._loader: threading.Thread | None = None  # loads the embedder during open()
+        self._opening = threading.Lock()  # one open() at a time: threads that race open once
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -134,9 +135,21 @@ class KnowledgeBase(DocumentMethods):
         """Connect (starting the embedded server if needed) and migrate. Idempotent.
 
         An embedder with a ``load()`` method (the default model) loads in a thread meanwhile,
-        so the first search does not wait for both one after the other."""
+        so the first search does not wait for both one after the other. Threads that open it
+        at once (a framework store's first calls) wait for one open and share its pools."""
         if self._pools.is_open:
             return self
+        with self._opening:
+            if self._pools.is_open:  # another thread opened it meanwhile
+                return self
+            return self._open_once()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` has connected (and :meth:`close` has not closed since)."""
+        return self._pools.is_open
+
+    def _open_once(self) -> KnowledgeBase:
         load = getattr(self.embedder, "load", None)
         if callable(load) and self._loader is None:
             self._loader = threading.Thread(target=_quietly, args=(load,),
@@ -167,8 +180,9 @@ class KnowledgeBase(DocumentMethods):
         The async pool (opened by an ``asearch``) is closed on its own event loop when that
         loop can still run; when it has ended (``asyncio.run`` returned), its connections are
         closed directly."""
-        self._join_loader()
-        self._pools.close()
+        with self._opening:
+            self._join_loader()
+            self._pools.close()
 
     async def aclose(self) -> None:
         await self._pools.aclose()

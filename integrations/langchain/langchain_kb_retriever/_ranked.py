@@ -15,7 +15,8 @@ from kb_retriever.search.modes import Legs
 
 from . import _units
 
-__all__ = ["best_hits", "check_mmr", "filter_arg", "mmr_hits", "search_args", "with_scores"]
+__all__ = ["best_hits", "check_mmr", "filter_arg", "mmr_hits", "relevance", "search_args",
+           "with_scores"]
 
 # A search asks for this many chunks per document it returns: the per-document cap keeps up to
 # a few chunks of one document in the top-k, and the store returns each document once.
@@ -57,6 +58,18 @@ def with_scores(hits: Sequence[Hit], stored: list[Document]) -> list[tuple[Docum
     by_id = {d.id: d for d in stored}
     pairs = ((_units.unit_id(h), h.score) for h in hits)
     return [(by_id[i], score) for i, score in pairs if i in by_id]
+
+
+def relevance(score: float) -> float:
+    """A final score as LangChain's relevance score, in [0, 1]: the score is relevance
+    already (higher is better, not a distance), but the trust gradient's penalties take weak
+    or superseded chunks below 0 and strong matches reach above 1, so it is clipped (the order
+    of the results stays the score's).
+
+    >>> relevance(-0.3), relevance(0.42), relevance(1.3)
+    (0.0, 0.42, 1.0)
+    """
+    return min(1.0, max(0.0, score))
 
 
 def check_mmr(fetch_k: int, lambda_mult: float) -> None:

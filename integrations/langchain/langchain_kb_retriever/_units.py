@@ -10,6 +10,11 @@ Every ``Document`` added is kept exactly as given, under its id (the ``ids`` pas
   in the graph; parts added in other calls are kept.
 - Any other ``Document`` is a document of its own, split along its headings.
 
+An id names one of them: adding a ``Document`` under an id that the other kind holds replaces
+that one (a part that becomes a document of its own, or the reverse), as an upsert by id does
+in langchain-postgres. A delete by id removes the document or the part with that id, never a
+chunk of a document of its own.
+
 A search returns each part, or each document, once (decision 0007).
 """
 
@@ -25,7 +30,10 @@ from kb_retriever import Hit, KnowledgeBase, StoredDocument
 from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
 from kb_retriever.write.from_memory import canonical_slug, derived_id
 
-__all__ = ["WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "write"]
+__all__ = ["PARTS", "WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "write"]
+
+#: The chunks that are parts of canonical documents (the knowledge base's filters).
+PARTS: Mapping[str, Any] = {"source_types": [CHUNKS_SOURCE_TYPE]}
 
 
 @dataclass
@@ -36,6 +44,9 @@ class WritePlan:
     ids: list[str] = field(default_factory=list)
     whole: list[dict[str, Any]] = field(default_factory=list)
     parts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def part_ids(self) -> list[str]:
+        return [part["id"] for parts in self.parts.values() for part in parts]
 
 
 def plan_writes(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> WritePlan:
@@ -63,6 +74,14 @@ def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str
     whole_ids = kb.add_documents(plan.whole, **scope) if plan.whole else []
     for slug, parts in plan.parts.items():
         kb.upsert_chunks(slug, parts, metadata=parts[-1]["metadata"], **scope)
+    # After the write, so a write that fails leaves the previous version in place.
+    if plan.parts:
+        documents = kb.get_by_ids(plan.part_ids(), consistent=True, **scope)
+        if stale := _whole(documents):
+            kb.delete(stale, **scope)
+    if whole_ids and (parts := kb.get_chunks(whole_ids, filters=PARTS, consistent=True,
+                                             **scope)):
+        kb.delete_chunks([c.id for c in parts], filters=PARTS, **scope)
     return _with_ids(plan, whole_ids)
 
 
@@ -70,7 +89,19 @@ async def awrite(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> l
     whole_ids = await kb.aadd_documents(plan.whole, **scope) if plan.whole else []
     for slug, parts in plan.parts.items():
         await kb.aupsert_chunks(slug, parts, metadata=parts[-1]["metadata"], **scope)
+    if plan.parts:
+        documents = await kb.aget_by_ids(plan.part_ids(), consistent=True, **scope)
+        if stale := _whole(documents):
+            await kb.adelete(stale, **scope)
+    if whole_ids and (parts := await kb.aget_chunks(whole_ids, filters=PARTS, consistent=True,
+                                                    **scope)):
+        await kb.adelete_chunks([c.id for c in parts], filters=PARTS, **scope)
     return _with_ids(plan, whole_ids)
+
+
+def _whole(documents: Sequence[StoredDocument]) -> list[str]:
+    """The ids of the documents of their own among ``documents`` (not parts' containers)."""
+    return [d.id for d in documents if d.source_type != CHUNKS_SOURCE_TYPE]
 
 
 def unit_id(hit: Hit) -> str:

@@ -78,8 +78,9 @@ def _merge_filters(filters: Mapping[str, Any] | None, expression: Any) -> dict[s
 class KBRetriever(BaseRetriever):
     """Retrieve from a kb-retriever knowledge base: hybrid search, canonical rerank, graph.
 
-    By default ``invoke`` returns exactly ``k`` primary chunks (fewer only when the knowledge
-    base holds fewer matches), best first, as LangChain's standard retriever contract expects:
+    By default ``invoke`` returns exactly ``k`` primary chunks (fewer only when fewer pass the
+    knowledge base's similarity floor, ``KB_MIN_SIMILARITY``, and none when its refusal gate
+    finds nothing relevant enough), best first, as LangChain's standard retriever contract expects:
     the chunks the adaptive cutoff trims from a prompt (decision 0016) are among them, marked
     ``metadata["kb"]["context_cutoff"]``; :class:`KBPromptComposer` (through :meth:`search`)
     leaves them out.

@@ -4,7 +4,7 @@ pipeline (hybrid candidates, rerank, canonical trust gradient)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.documents import Document
@@ -65,11 +65,12 @@ class KBVectorStore(VectorStore):
     :meth:`as_retriever` keeps the knowledge base's floor and its refusal gate.
 
     Where it differs from langchain-postgres' ``PGVectorStore``, on purpose: a score is the
-    pipeline's final relevance (higher is better, not a distance; the relevance function is
-    the identity); each stored document (or canonical part) comes back once, with its best
-    chunk's score, not once per chunk; ``*_by_vector`` searches run the vector leg alone (there
-    is no text for the full-text leg) and keep the rerank and trust gradient; MMR's relevance is
-    the pipeline's score and its similarity the cosine between the documents' best chunks.
+    pipeline's final relevance (higher is better, not a distance; the relevance scores are those
+    scores clipped to [0, 1]: ``_ranked.relevance``); each stored document (or canonical part)
+    comes back once, with its best chunk's score, not once per chunk; ``*_by_vector`` searches
+    run the vector leg alone (there is no text for the full-text leg) and keep the rerank and
+    trust gradient; MMR's relevance is the pipeline's score and its similarity the cosine
+    between the documents' best chunks.
 
     Example::
 
@@ -104,31 +105,26 @@ class KBVectorStore(VectorStore):
         self.kb = kb
         self.tenant, self.project = tenant, project
         self._embedding = embedding
-        self._opened = False
 
     # --- lifecycle ------------------------------------------------------------------------
     def _open(self) -> KnowledgeBase:
-        if self._owned and not self._opened:
-            self.kb.open()
-            self._opened = True
+        if self._owned and not self.kb.is_open:
+            self.kb.open()  # threads racing here open it once (KnowledgeBase.open)
         return self.kb
 
     async def _aopen(self) -> KnowledgeBase:
-        if self._owned and not self._opened:
+        if self._owned and not self.kb.is_open:
             await asyncio.to_thread(self.kb.open)
-            self._opened = True
         return self.kb
 
     def close(self) -> None:
         """Close the knowledge base this store opened (never one passed in)."""
         if self._owned:
             self.kb.close()
-            self._opened = False
 
     async def aclose(self) -> None:
         if self._owned:
             await self.kb.aclose()
-            self._opened = False
 
     @property
     def embeddings(self) -> Embeddings | None:
@@ -182,13 +178,15 @@ class KBVectorStore(VectorStore):
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Delete documents (and the parts of canonical documents) by id; ``ids=None``
-        deletes every document of the project."""
+        deletes every document of the project. Other ids are ignored, among them a chunk id
+        of a document of its own (what ``as_retriever()`` returns): delete its document by
+        the id ``add_documents`` returned."""
         kb = self._open()
         if ids is None:
             kb.clear(**self._scope())
         else:
             kb.delete(ids, **self._scope())
-            kb.delete_chunks(ids, **self._scope())
+            kb.delete_chunks(ids, filters=_units.PARTS, **self._scope())
         return True
 
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
@@ -197,7 +195,7 @@ class KBVectorStore(VectorStore):
             await kb.aclear(**self._scope())
         else:
             await kb.adelete(ids, **self._scope())
-            await kb.adelete_chunks(ids, **self._scope())
+            await kb.adelete_chunks(ids, filters=_units.PARTS, **self._scope())
         return True
 
     # --- reading --------------------------------------------------------------------------
@@ -341,9 +339,8 @@ class KBVectorStore(VectorStore):
         return await self._ammr_search(None, embedding, k, fetch_k, lambda_mult, filter,
                                        filters)
 
-    def _select_relevance_score_fn(self) -> Any:
-        # Final scores are relevance already (higher is better); they are not distances.
-        return lambda score: score
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        return _ranked.relevance
 
     def as_retriever(self, **kwargs: Any) -> KBRetriever:  # type: ignore[override]
         """A :class:`KBRetriever` over the same knowledge base: chunks with their score

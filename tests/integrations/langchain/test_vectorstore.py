@@ -3,6 +3,7 @@ behaviour the suite does not cover: the trust gradient, filters, ids, as_retriev
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -255,9 +256,102 @@ def test_searches_by_vector(new_database):
         assert [d.id for d in mmr] == ids[:2]
         assert [d.id for d in asyncio.run(store.amax_marginal_relevance_search_by_vector(
             vec, k=2, fetch_k=3, lambda_mult=1.0))] == ids[:2]
-        # relevance scores: the final scores as they are (higher is better)
-        rel = store.similarity_search_with_relevance_scores("shared cache layer", k=2)
-        assert [s for _, s in rel] == [s for _, s in store.similarity_search_with_score(
-            "shared cache layer", k=2)]
+        # relevance scores: the final scores clipped to [0, 1], LangChain's range, without
+        # its warning (the superseded decision's penalty takes its final score below 0)
+        scored = store.similarity_search_with_score("lunch at noon", k=3)
+        assert min(s for _, s in scored) < 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            rel = store.similarity_search_with_relevance_scores("lunch at noon", k=3)
+        assert [(d.id, s) for d, s in rel] == [(d.id, min(1.0, max(0.0, s))) for d, s in scored]
         with pytest.raises(EmbeddingError):
             store.similarity_search_by_vector([0.1] * 3, k=2)  # not the model's dimension
+
+
+CANONICAL = {"type": "decision", "status": "accepted", "slug": "dec-zebra"}
+
+
+def test_an_id_names_one_thing_whichever_kind_added_it_last(store):
+    """A part of a canonical document and a document of its own added under one id: the one
+    added last replaces the other (before, both stayed, and the old one was what get_by_ids
+    returned and what a search found)."""
+    store.add_documents([Document("zebra migration notes", metadata=CANONICAL)], ids=["x"])
+    store.add_documents([Document("tomatoes need full sun")], ids=["x"])
+    assert [d.page_content for d in store.get_by_ids(["x"])] == ["tomatoes need full sun"]
+    assert store.kb.get_chunks(["x"]) == []  # the part went
+    assert [d.page_content for d in store.similarity_search("zebra migration", k=5)] == \
+        ["tomatoes need full sun"]
+    store.add_documents([Document("penguins huddle", metadata={**CANONICAL, "slug": "dec-p"})],
+                        ids=["x"])
+    assert [d.page_content for d in store.get_by_ids(["x"])] == ["penguins huddle"]
+    assert [d.page_content for d in store.similarity_search("tomatoes", k=5)] == \
+        ["penguins huddle"]
+    store.delete(["x"])
+    assert store.get_by_ids(["x"]) == [] and store.similarity_search("penguins", k=5) == []
+
+
+async def test_async_adds_keep_one_thing_per_id(store):
+    await store.aadd_documents([Document("zebra migration notes", metadata=CANONICAL)],
+                               ids=["y"])
+    await store.aadd_documents([Document("tomatoes need full sun")], ids=["y"])
+    assert [d.page_content for d in await store.aget_by_ids(["y"])] == \
+        ["tomatoes need full sun"]
+    assert await store.kb.aget_chunks(["y"]) == []
+
+
+def test_a_chunk_id_of_a_document_of_its_own_deletes_nothing(store):
+    """The retriever's documents carry chunk ids; deleting by one removed that chunk from its
+    document, which get_by_ids still returned whole. Now a delete removes documents and parts
+    only."""
+    text = "# Redis\nWe use redis for the cache.\n\n# Kafka\nKafka carries the event streams."
+    store.add_documents([Document(text)], ids=["notes"])
+    chunk_id = store.as_retriever(search_kwargs={"k": 1}).invoke("redis cache")[0].id
+    assert chunk_id != "notes"
+    store.delete([chunk_id])
+    assert [d.page_content for d in store.get_by_ids(["notes"])] == [text]
+    assert len(store.kb.get_by_ids(["notes"])[0].chunks) == 2
+
+
+def test_threads_that_use_a_new_store_at_once_open_it_once(new_database, pg_server_url,
+                                                           monkeypatch):
+    """The first calls of a store that opens its own knowledge base, from several threads at
+    once: each opened a pool of its own (a pool that a reference kept stayed open after
+    close())."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    from kb_retriever.store.pools import Pools
+
+    opened: list[object] = []
+    real_open = Pools.open
+
+    def counted(self: Pools, *args: object) -> None:
+        real_open(self, *args)  # type: ignore[arg-type]
+        opened.append(self.sync())
+
+    monkeypatch.setattr(Pools, "open", counted)
+    url = new_database()
+    store = KBVectorStore(DeterministicFakeEmbedding(size=32), database_url=url)
+    start = threading.Barrier(6)
+
+    def add(i: int) -> str:
+        start.wait(timeout=60)
+        return store.add_texts([f"text {i}"], ids=[f"t{i}"])[0]
+
+    with ThreadPoolExecutor(6) as pool:
+        ids = list(pool.map(add, range(6), timeout=120))
+    assert sorted(ids) == [f"t{i}" for i in range(6)]
+    assert len(store.get_by_ids(ids)) == 6
+
+    def connections() -> int:
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
+                               [conninfo_to_dict(url)["dbname"]]).fetchone()
+        return int(row[0]) if row else -1
+
+    assert len(opened) == 1 and 0 < connections() <= store.kb.settings.pool_max_size
+    store.close()
+    assert connections() == 0

@@ -52,7 +52,9 @@ class KBRetriever(BaseRetriever):
     """Retrieve from a kb-retriever knowledge base as LlamaIndex nodes.
 
     Returns exactly ``k`` (``similarity_top_k``) primary hits, as LangChain's ``KBRetriever``
-    does; with ``include_context=True`` the graph-expanded and rejected-approach hits follow.
+    does (fewer only when fewer pass the knowledge base's similarity floor, none when its
+    refusal gate finds nothing relevant enough); with ``include_context=True`` the
+    graph-expanded and rejected-approach hits follow.
     Each is a ``NodeWithScore(TextNode)`` with id :attr:`Hit.uid`, the final score on
     ``.score`` and the breakdown in ``metadata["kb"]["scores"]`` (the ``"kb"`` record is hidden
     from LLM and embedding text; see :mod:`llama_index.retrievers.kb.convert`). A pre-computed
