@@ -216,23 +216,26 @@ class DocumentMethods:
     def get_chunks(self, ids: Iterable[str] | None = None, *,
                    filters: SearchFilters | Mapping[str, Any] | None = None,
                    project: str | None = None, tenant: str | None = None,
-                   consistent: bool = False) -> list[StoredChunk]:
+                   with_embeddings: bool = False, consistent: bool = False
+                   ) -> list[StoredChunk]:
         """The chunks with these stable ids (``Hit.chunk_uid``; in the order asked) and/or
-        matching ``filters`` (the search's filters; in document order)."""
+        matching ``filters`` (the search's filters; in document order). ``with_embeddings``
+        also reads each chunk's vector."""
         wanted, parsed = _selection(ids, filters)
         found = records.chunks_from_rows(self._read(
-            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)],
-            bool(consistent))[0])
+            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed,
+                                    with_embeddings=with_embeddings)], bool(consistent))[0])
         return found if wanted is None else _in_order(found, wanted)
 
     async def aget_chunks(self, ids: Iterable[str] | None = None, *,
                           filters: SearchFilters | Mapping[str, Any] | None = None,
                           project: str | None = None, tenant: str | None = None,
-                          consistent: bool = False) -> list[StoredChunk]:
+                          with_embeddings: bool = False, consistent: bool = False
+                          ) -> list[StoredChunk]:
         wanted, parsed = _selection(ids, filters)
         found = records.chunks_from_rows((await self._aread(
-            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed)],
-            bool(consistent)))[0])
+            [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed,
+                                    with_embeddings=with_embeddings)], bool(consistent)))[0])
         return found if wanted is None else _in_order(found, wanted)
 
     def delete(self, ids: Iterable[str], *, project: str | None = None,

@@ -90,6 +90,18 @@ def test_expressions_and_dimensions_combine(kb: KnowledgeBase) -> None:
     assert _keys(kb, None) == ALL
 
 
+def test_a_chunk_is_selected_by_its_stable_id(kb: KnowledgeBase) -> None:
+    """``chunk_uid`` names chunks (a framework's node ids) in search, get_chunks alike; the
+    vector leg finds them however far down the ranking they are."""
+    uids = {h.document.doc_key: h.chunk_uid for h in kb.search(
+        "shared words about the platform", limit=10).primary}
+    wanted = [uids["note"], uids["dec-queue"]]
+    assert _keys(kb, {"$and": [{"chunk_uid": {"$in": wanted}}]}) == {"note", "dec-queue"}
+    assert _keys(kb, {"$not": {"chunk_uid": uids["note"]}}) == ALL - {"note"}
+    assert {c.id for c in kb.get_chunks(filters={"$and": [{"chunk_uid": wanted[0]}]})} == \
+        {wanted[0]}
+
+
 def test_every_value_is_bound(kb: KnowledgeBase) -> None:
     hostile = "x'); DROP TABLE kb_chunks; --"
     sql = kb.search_sql("platform", filters={"$or": [{"team": hostile}, {"title": hostile}]})

@@ -8,7 +8,7 @@ into it::
               {"$or": [{"tags": {"$in": ["cache", "redis"]}}, {"team": {"$like": "plat%"}}]},
               {"$not": {"canonical_status": "superseded"}}]}
 
-A field is one of :data:`TYPED_FIELDS` (document columns, typed) or any other key, read from
+A field is one of :data:`TYPED_FIELDS` (document and chunk columns, typed) or any other key, read from
 the chunk's metadata and then the document's frontmatter. A bare value means ``$eq``.
 Parsing validates everything; rendering (``store.filter_sql``) binds every value.
 
@@ -36,11 +36,13 @@ OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$betwee
 _ORDERED = ("$gt", "$gte", "$lt", "$lte", "$between")
 
 FieldKind = Literal["text", "bool", "int", "tags", "date"]
-#: Document columns a filter can name, and their kinds. Any other field is metadata.
+#: Document (and two chunk) columns a filter can name, and their kinds: ``heading_path`` and
+#: ``chunk_uid`` (a chunk's stable id, ``Hit.chunk_uid``) are the chunk's. Any other field is
+#: metadata.
 TYPED_FIELDS: dict[str, FieldKind] = {
     "source_type": "text", "canonical_type": "text", "canonical_status": "text", "slug": "text",
     "doc_key": "text", "source_path": "text", "title": "text", "language": "text",
-    "evidence_tier": "text", "heading_path": "text", "is_canonical": "bool",
+    "evidence_tier": "text", "heading_path": "text", "chunk_uid": "text", "is_canonical": "bool",
     "retrieval_priority": "int", "tags": "tags", "doc_date": "date",
 }
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")

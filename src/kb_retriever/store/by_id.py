@@ -47,7 +47,7 @@ def get_documents_sql(tenant: str, project: str, ids: Sequence[str], *,
     """The documents with these ids (one row each), then their chunks in order (one row each,
     without the document's columns): what a document costs to read is its size, whatever its
     number of chunks. Run both in one snapshot (:func:`documents_from_rows` joins them)."""
-    chunk = sql.SQL("{}, c.embedding").format(_CHUNK_COLS) if with_embeddings else _CHUNK_COLS
+    chunk = _chunk_columns(with_embeddings)
     params = _params(tenant, project, ids)
     return [
         (sql.SQL("SELECT {doc} FROM kb_documents d WHERE {scope} AND d.source_path = ANY(%(ids)s) "
@@ -75,11 +75,17 @@ def _chunk_selection(tenant: str, project: str, ids: Sequence[str] | None,
 
 
 def get_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,
-                   filters: SearchFilters | None = None) -> Statement:
-    """The chunks with these ids and/or matching ``filters``, in document order."""
+                   filters: SearchFilters | None = None, *,
+                   with_embeddings: bool = False) -> Statement:
+    """The chunks with these ids and/or matching ``filters``, in document order (with their
+    vectors when ``with_embeddings``)."""
     where, params = _chunk_selection(tenant, project, ids, filters)
     return sql.SQL("SELECT {chunk} {where} ORDER BY d.source_path, c.chunk_order").format(
-        chunk=_CHUNK_COLS, where=where), params
+        chunk=_chunk_columns(with_embeddings), where=where), params
+
+
+def _chunk_columns(with_embeddings: bool) -> sql.Composable:
+    return sql.SQL("{}, c.embedding").format(_CHUNK_COLS) if with_embeddings else _CHUNK_COLS
 
 
 @dataclass(frozen=True)

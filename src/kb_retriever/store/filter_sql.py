@@ -25,6 +25,7 @@ Params = dict[str, Any]
 
 _COLUMNS = {name: f"d.{name}" for name in TYPED_FIELDS}
 _COLUMNS["heading_path"] = "c.heading_path"
+_COLUMNS["chunk_uid"] = "c.chunk_uid"
 # The document's own date when it has one, else when it was ingested (as the date filters).
 _COLUMNS["doc_date"] = "coalesce(d.doc_date, d.indexed_at)"
 _COMPARE = {"$eq": "=", "$ne": "IS DISTINCT FROM", "$gt": ">", "$gte": ">=", "$lt": "<",

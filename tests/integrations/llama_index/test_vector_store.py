@@ -81,6 +81,9 @@ def test_nodes_come_back_as_added(index):
     assert isinstance(got, TextNode) and got.node_id == top.node_id
     assert got.text == DOCS[2].text and got.ref_doc_id == "lunch"
     assert got.metadata == DOCS[2].metadata
+    # with the vector it was added with, as LlamaIndex's PGVectorStore returns it
+    expected = store.client.embedder.embed_documents([top.get_content(metadata_mode="embed")])
+    assert got.embedding == pytest.approx(expected[0], abs=1e-6)
 
 
 def test_query_engine_and_delete_ref_doc(index):
@@ -346,3 +349,41 @@ def test_the_postprocessor_does_not_lift_a_superseded_adr_over_its_successor(mak
         k: v for k, v in n.node.metadata.items() if k != "kb"}}), score=n.score) for n in nodes]
     out = KBNodePostprocessor(top_n=2).postprocess_nodes(bare, query_str=question)
     assert [n.node.ref_doc_id for n in out][0] == "adr-1"
+
+
+def test_node_ids_restrict_the_query_before_it_ranks(make_kb):
+    """A query's ``node_ids`` (VectorIndexRetriever(node_ids=...)) were applied to the
+    search's first few chunks, so a node ranked below them came back as no node at all."""
+    kb = make_kb(embedder=HashingEmbedder(256))
+    store = KBVectorStore(kb)
+    embed = KBCoreEmbedding(kb.embedder)
+    texts = [f"redis cache note number {i}" for i in range(14)] + ["kafka queue for events"]
+    store.add([TextNode(id_=f"n{i}", text=t, embedding=embed.get_text_embedding(t))
+               for i, t in enumerate(texts)])
+    q = "redis cache"
+    result = store.query(VectorStoreQuery(query_str=q, similarity_top_k=1, node_ids=["n14"],
+                                          query_embedding=embed.get_query_embedding(q)))
+    assert result.ids == ["n14"]
+    both = store.query(VectorStoreQuery(query_str=q, similarity_top_k=5, node_ids=["n14", "n3"],
+                                        query_embedding=embed.get_query_embedding(q)))
+    assert sorted(both.ids) == ["n14", "n3"]
+
+
+def test_a_long_document_is_capped_within_top_k(make_kb):
+    """The search asks for a few chunks per node returned, and the store took the first top_k
+    of them: a long document filled top_k that the per-document cap promises to share."""
+    kb = make_kb(embedder=HashingEmbedder(256))
+    store = KBVectorStore(kb)
+    embed = KBCoreEmbedding(kb.embedder)
+    big = Document(doc_id="big", text="x")
+    nodes = [TextNode(id_=f"b{i}", text=f"redis cache tuning step {i}", relationships={
+        NodeRelationship.SOURCE: big.as_related_node_info()}) for i in range(10)]
+    nodes.append(TextNode(id_="other", text="redis cache decision record"))
+    for n in nodes:
+        n.embedding = embed.get_text_embedding(n.text)
+    store.add(nodes)
+    q = "redis cache tuning"
+    result = store.query(VectorStoreQuery(query_str=q, similarity_top_k=4,
+                                          query_embedding=embed.get_query_embedding(q)))
+    cap = kb.settings.max_chunks_per_doc
+    assert [n.ref_doc_id for n in result.nodes].count("big") == cap and "other" in result.ids

@@ -26,6 +26,7 @@ from kb_retriever import (
     SearchResult,
 )
 from kb_retriever.interop import hit_metadata
+from kb_retriever.ranking.diversify import diversify
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.search.modes import Legs
 from kb_retriever.write.from_memory import frontmatter_fields
@@ -46,14 +47,14 @@ class KBVectorStore(BasePydanticVectorStore):
     embeddings. Canonical fields (``type``, ``status``, ``slug``, ``retrieval_priority``,
     ``tags`` …) come from the nodes' metadata, so the trust gradient applies to every query:
     hybrid candidates (the query text's full-text leg plus the query embedding's vector leg),
-    rerank with the canonical adjustment, the per-document cap. ``MetadataFilters`` (nested
-    AND / OR / NOT; ``== != > >= < <= in nin``, ``any all contains`` on ``tags``) and
-    ``doc_ids`` are applied in SQL, read as ``KBRetriever`` reads them: a key that names a
-    document field (``canonical_type``, ``canonical_status``, ``slug``, ``tags``,
-    ``retrieval_priority`` …) filters that field, any other key the node's metadata. Each node
-    a query returns carries the hit's ``metadata["kb"]`` record (``kb.scores``, the breakdown;
-    ``kb.document``, the canonical fields; ``kb.similarity``), hidden from the LLM and the
-    embedder, so ``KBNodePostprocessor`` keeps its trust gradient.
+    rerank with the canonical adjustment, the per-document cap. ``MetadataFilters`` (nested AND
+    / OR / NOT; ``== != > >= < <= in nin``, ``any all contains`` on ``tags``), ``doc_ids`` and
+    ``node_ids`` are applied in SQL, before the ranking, read as ``KBRetriever`` reads them: a
+    key that names a document field (``canonical_type``, ``canonical_status``, ``slug``,
+    ``tags``, ``retrieval_priority`` …) filters that field, any other key the node's metadata.
+    Each node a query returns carries the hit's ``metadata["kb"]`` record (``kb.scores``, the
+    breakdown; ``kb.document``, the canonical fields; ``kb.similarity``), hidden from the LLM
+    and the embedder, so ``KBNodePostprocessor`` keeps its trust gradient.
 
     Query modes (``vector_store_query_mode``): DEFAULT (the pipeline as configured), HYBRID
     (``alpha`` is the vector leg's fusion weight, ``1 - alpha`` the full-text leg's),
@@ -194,23 +195,24 @@ class KBVectorStore(BasePydanticVectorStore):
         selection = self._selection(node_ids, filters)
         if selection is None:
             return []
-        return [_node(c.id, c.document_id, c.text, c.metadata)
-                for c in self._kb.get_chunks(**selection, **self._scope())]
+        return [_node(c.id, c.document_id, c.text, c.metadata, c.embedding)
+                for c in self._kb.get_chunks(**selection, with_embeddings=True, **self._scope())]
 
     async def aget_nodes(self, node_ids: list[str] | None = None,
                          filters: MetadataFilters | None = None) -> list[BaseNode]:
         selection = self._selection(node_ids, filters)
         if selection is None:
             return []
-        return [_node(c.id, c.document_id, c.text, c.metadata)
-                for c in await self._kb.aget_chunks(**selection, **self._scope())]
+        return [_node(c.id, c.document_id, c.text, c.metadata, c.embedding)
+                for c in await self._kb.aget_chunks(**selection, with_embeddings=True,
+                                                    **self._scope())]
 
     def _search(self, query: VectorStoreQuery, kwargs: dict[str, Any]
                 ) -> tuple[Mode, dict[str, Any]]:
         """The query's mode and the arguments of its search."""
         floor = -1.0 if self.min_similarity is None else self.min_similarity
         mode = resolve_mode(query, self._kb.settings, floor=floor, kwargs=kwargs)
-        filters = to_kb_filters(query.filters, doc_ids=query.doc_ids)
+        filters = to_kb_filters(query.filters, doc_ids=query.doc_ids, node_ids=query.node_ids)
         # chunks per document are capped: ask for enough to fill top_k (or fetch_k) documents
         limit = min(mode.fetch_k * _CHUNKS_PER_NODE, self._kb.settings.max_limit)
         return mode, {"limit": limit, "filters": filters, "legs": mode.legs,
@@ -224,7 +226,7 @@ class KBVectorStore(BasePydanticVectorStore):
         hits = []
         for hit in (*result.primary, *result.runner_up):
             node_id = hit.chunk_uid or hit.uid
-            if node_id not in seen and (not query.node_ids or node_id in query.node_ids):
+            if node_id not in seen:
                 seen.add(node_id)
                 hits.append(hit)
         if mode.mmr_lambda is not None:
@@ -233,7 +235,11 @@ class KBVectorStore(BasePydanticVectorStore):
                                  dtype=np.float32) if hits else np.zeros((0, 1))
             hits = [hits[i] for i in mmr_order([h.score for h in hits], vectors,
                                                 query.similarity_top_k, mode.mmr_lambda)]
-        hits = hits[:query.similarity_top_k]
+        else:
+            # The search asked for a few chunks per node, so its list may hold more of one
+            # document than the cap lets into top_k; the cap again, deferring as the search does.
+            hits = diversify(hits, query.similarity_top_k,
+                             self._kb.settings.max_chunks_per_doc)[0]
         nodes = [_hit_node(h) for h in hits]
         return VectorStoreQueryResult(nodes=nodes, similarities=[h.score for h in hits],
                                       ids=[n.node_id for n in nodes])
@@ -254,14 +260,20 @@ class KBVectorStore(BasePydanticVectorStore):
         return await asyncio.to_thread(self._result, result, query, mode)
 
 
-def _node(node_id: str, doc_id: str, text: str, metadata: Any) -> BaseNode:
+def _node(node_id: str, doc_id: str, text: str, metadata: Any,
+          embedding: Sequence[float] | None = None) -> BaseNode:
     """A stored chunk as the node that was added (``_node_content``), else a ``TextNode``
-    (chunks of ingested files) whose SOURCE is its document's id."""
+    (chunks of ingested files) whose SOURCE is its document's id; with its ``embedding`` when
+    it was read (``get_nodes``)."""
     meta = dict(metadata)
     if "_node_content" in meta:
-        return metadata_dict_to_node(meta, text=text)
-    return TextNode(id_=node_id, text=text, metadata=meta, relationships={
-        NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc_id)})
+        node = metadata_dict_to_node(meta, text=text)
+    else:
+        node = TextNode(id_=node_id, text=text, metadata=meta, relationships={
+            NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc_id)})
+    if embedding is not None:
+        node.embedding = list(embedding)
+    return node
 
 
 def _hit_node(hit: Hit) -> BaseNode:

@@ -18,10 +18,12 @@ from llama_index.retrievers.kb.filters import metadata_filters_to_expression
 __all__ = ["to_kb_filters"]
 
 
-def to_kb_filters(filters: MetadataFilters | None, *,
-                  doc_ids: list[str] | None = None) -> dict[str, Any] | None:
-    """The knowledge-base filters of a query: its metadata filters, and ``doc_ids`` (ref doc
-    ids, stored in each node's metadata by ``node_to_metadata_dict``).
+def to_kb_filters(filters: MetadataFilters | None, *, doc_ids: list[str] | None = None,
+                  node_ids: list[str] | None = None) -> dict[str, Any] | None:
+    """The knowledge-base filters of a query: its metadata filters, ``doc_ids`` (ref doc ids,
+    stored in each node's metadata by ``node_to_metadata_dict``) and ``node_ids`` (the nodes'
+    ids are their chunks' stable ids), applied in SQL before the ranking, as LlamaIndex's
+    stores do (``VectorIndexRetriever(node_ids=...)``).
 
     >>> from llama_index.core.vector_stores.types import MetadataFilter
     >>> to_kb_filters(MetadataFilters(filters=[MetadataFilter(key="canonical_type",
@@ -33,6 +35,8 @@ def to_kb_filters(filters: MetadataFilters | None, *,
         parts.append(metadata_filters_to_expression(filters))
     if doc_ids:
         parts.append({"ref_doc_id": {"$in": list(doc_ids)}})  # a metadata key
+    if node_ids:
+        parts.append({"chunk_uid": {"$in": list(node_ids)}})
     if not parts:
         return None
     return {"$and": parts}
