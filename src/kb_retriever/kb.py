@@ -25,7 +25,7 @@ from .search.pipeline import validate_limit, validate_query
 from .search.plan import SearchRequest
 from .settings import Settings, load_settings
 from .store import schema
-from .store.embedded import start_embedded
+from .store.embedded import restart_if_stopped, start_embedded
 from .store.pools import Pools
 from .store.reader import ReadCache
 from .store.sql import Scope
@@ -113,6 +113,9 @@ class KnowledgeBase(DocumentMethods):
             updates["replica_urls"] = tuple(u.strip() for u in replica_urls)
         if home is not None:
             updates["home"] = Path(home)
+            if not str(home).strip():  # Path("") is the current directory
+                raise ConfigError("home is empty: name a directory, or leave it out for "
+                                  "KB_HOME or the default (~/.kb-retriever)")
         self.settings = base.model_copy(update=updates) if updates else base
         self.embedder = embedder or default_embedder(self.settings.embedder)
         if not isinstance(self.embedder, Embedder):
@@ -167,8 +170,11 @@ class KnowledgeBase(DocumentMethods):
             self._loader = None
 
     def _open(self) -> KnowledgeBase:
-        url = (self._pools.borrowed_conninfo() or self.settings.database_url
-               or start_embedded(self.settings.home))
+        url = self._pools.borrowed_conninfo() or self.settings.database_url
+        if url is None:
+            home = self.settings.home
+            url = start_embedded(home)
+            self._pools.restart = lambda: restart_if_stopped(home)  # a search's last resort
         self._pools.open(url, schema.Choices(dimension=self.embedder.dimension,
                                              model_id=self.embedder.model_id,
                                              fts_language=self.settings.fts_language))

@@ -338,6 +338,15 @@ class Settings(BaseSettings):
             return tuple(v.strip() for v in value if v.strip())
         return value
 
+    @field_validator("home", mode="before")
+    @classmethod
+    def _check_home(cls, value: Any) -> Any:
+        # An empty path is the current directory: the server's cluster would land there.
+        if isinstance(value, str | Path) and not str(value).strip():
+            raise ValueError("the home directory is empty; unset KB_HOME for the default "
+                             "(~/.kb-retriever) or name a directory")
+        return value
+
     @field_validator("fts_language")
     @classmethod
     def _check_language(cls, value: str) -> str:

@@ -190,3 +190,36 @@ def test_a_home_others_can_write_is_refused(base: Path) -> None:
     link.symlink_to(home, target_is_directory=True)
     with pytest.raises(StoreError, match="writable by no one else"):
         start_embedded(link)  # the target is what counts
+
+
+def test_a_search_starts_a_stopped_server_again(base: Path) -> None:
+    """The embedded server stopped (a fast shutdown, as an operator or a crash would) under an
+    open knowledge base: every later search waited for the pool and failed, for the life of the
+    process (a long-lived MCP server never recovered). A search now starts it again, sync and
+    async, and the next searches find the data."""
+    import asyncio
+
+    from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+
+    def stop(pgdata: Path) -> int:
+        pid = lifecycle.postmaster_pid(pgdata)
+        assert pid is not None
+        os.kill(pid, signal.SIGINT)
+        assert _wait_gone(pgdata)
+        return pid
+
+    async def twice(kb: KnowledgeBase, pgdata: Path) -> list[str]:
+        assert (await kb.asearch("cache layer")).primary  # the loop's pool is open
+        pid = stop(pgdata)
+        found = [h.document.source_path for h in (await kb.asearch("cache layer")).primary]
+        assert lifecycle.postmaster_pid(pgdata) not in (None, pid)
+        return found
+
+    with KnowledgeBase(Settings(home=base / "home"), embedder=HashingEmbedder(64)) as kb:
+        kb.add_documents([{"text": "Redis is the cache layer.", "id": "cache"}])
+        pgdata = _pgdata(kb.url)
+        pid = stop(pgdata)
+        assert [h.document.source_path for h in kb.search("cache layer").primary] == ["cache"]
+        assert lifecycle.postmaster_pid(pgdata) not in (None, pid)
+        assert asyncio.run(twice(kb, pgdata)) == ["cache"]
+        assert kb.search("cache layer").primary

@@ -77,15 +77,20 @@ async def _aonce(target: Target, pools: Pools, cache: ReadCache, settings: Setti
 
 def search(pools: Pools, cache: ReadCache, settings: Settings, req: SearchRequest,
            embed: Callable[[str], Any], *, consistent: bool = False) -> SearchResult:
-    """Run ``req``'s plan on a read server; ``embed`` embeds a query text."""
-    for attempt in range(_attempts(pools)):
+    """Run ``req``'s plan on a read server; ``embed`` embeds a query text. An embedded server
+    that stopped under the open knowledge base is started again, once (``Pools.revived``)."""
+    revived = False
+    for attempt in range(_attempts(pools) + 1):
         target = pools.read_target(consistent)
         try:
             return _answered(_once(target, pools, cache, settings, req, embed)[0], target)
         except UnavailableError:
-            if target.replica is None or attempt + 1 == _attempts(pools):
+            if target.replica is not None and attempt + 1 < _attempts(pools):
+                pools.replicas.mark_down(target.replica)
+            elif target.replica is None and not revived and pools.revived():
+                revived = True
+            else:
                 raise
-            pools.replicas.mark_down(target.replica)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -93,14 +98,24 @@ async def asearch(pools: Pools, cache: ReadCache, settings: Settings, req: Searc
                   embed: Callable[[str], Awaitable[Any]], *,
                   consistent: bool = False) -> SearchResult:
     """The async twin of :func:`search`."""
-    for attempt in range(_attempts(pools)):
-        target = await pools.aread_target(consistent)
+    revived = False
+    for attempt in range(_attempts(pools) + 1):
+        target: Target | None = None
         try:
+            target = await pools.aread_target(consistent)  # may open the loop's pool
             return _answered(await _aonce(target, pools, cache, settings, req, embed), target)
         except UnavailableError:
-            if target.replica is None or attempt + 1 == _attempts(pools):
+            if target is None:
+                if not revived and await pools.arevived():
+                    revived = True
+                    continue
                 raise
-            pools.replicas.mark_down(target.replica)
+            if target.replica is not None and attempt + 1 < _attempts(pools):
+                pools.replicas.mark_down(target.replica)
+            elif target.replica is None and not revived and await pools.arevived():
+                revived = True
+            else:
+                raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 

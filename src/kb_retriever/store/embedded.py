@@ -160,6 +160,16 @@ def start_embedded(home: Path) -> str:
         raise StoreError(f"could not start the embedded PostgreSQL under {home}: {exc}") from None
 
 
+def restart_if_stopped(home: Path) -> bool:
+    """Start the embedded server of ``home`` again when its postmaster is gone (stopped or
+    crashed under an open knowledge base); True when it was started, False when it runs."""
+    server = _locate(_resolve_home(home))
+    if lifecycle.postmaster_pid(server.pgdata) is not None:
+        return False
+    start_embedded(home)
+    return True
+
+
 # --- where the cluster lives -------------------------------------------------------------
 
 def _resolve_home(home: Path) -> Path:

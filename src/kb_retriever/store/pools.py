@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -75,6 +75,9 @@ class Pools:
         self.replicas = Replicas(settings.replica_urls, settings)
         self.wrote_lsn: str | None = None  # the primary's WAL after this process's last write
         self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
+        # Starts the embedded server again if it stopped (KnowledgeBase sets it; None: the
+        # server is not ours to start): True when it did.
+        self.restart: Callable[[], bool] | None = None
 
     def borrowed_conninfo(self) -> str | None:
         """The server of a borrowed pool, or None when the pools are our own."""
@@ -161,6 +164,26 @@ class Pools:
         """Keep the primary's WAL position after a write (for ``consistent`` reads)."""
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         self.wrote_lsn = latest_lsn(self.wrote_lsn, str(row[0])) if row else self.wrote_lsn
+
+    def revived(self) -> bool:
+        """After the primary could not be reached: start the embedded server again if it
+        stopped, and replace the pool's dead connections; True when it was started (a search
+        then runs again)."""
+        if self.restart is None or self._pool is None or not self.restart():
+            return False
+        logger.warning("the embedded PostgreSQL had stopped: started it again")
+        with translated():
+            self._pool.check()
+        return True
+
+    async def arevived(self) -> bool:
+        """The async twin of :meth:`revived` (the async pool of the running loop checked too)."""
+        if not await asyncio.to_thread(self.revived):
+            return False
+        if self._apool is not None and self._apool_loop is asyncio.get_running_loop():
+            async with atranslated():
+                await self._apool.check()
+        return True
 
     def sync(self) -> Any:
         """The sync pool (the knowledge base must be open)."""
