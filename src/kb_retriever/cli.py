@@ -161,9 +161,20 @@ def _mcp_parser(sub: Any) -> None:
                          "streamable-http to serve http://HOST:PORT/mcp")
     sp.add_argument("--host", default="127.0.0.1",
                     help="HTTP address, loopback only (default: 127.0.0.1)")
-    sp.add_argument("--port", type=int, default=8000, help="HTTP port (default: 8000)")
+    sp.add_argument("--port", type=_port, default=8000, help="HTTP port (default: 8000)")
     sp.add_argument("--allow-writes", action="store_true",
                     help="also serve add_document and delete_document tools")
+
+
+def _port(value: str) -> int:
+    """A TCP port for ``--port``: 1 to 65535."""
+    try:
+        port = int(value)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, got {value!r}")
+    return port
 
 
 def _kb(args: argparse.Namespace, **kw: Any) -> Any:
@@ -339,13 +350,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose)
     try:
         if args.command in cli_listing.COMMANDS:
-            return cli_listing.COMMANDS[args.command](args, _kb, printable)
-        return COMMANDS[args.command](args)
+            code = cli_listing.COMMANDS[args.command](args, _kb, printable)
+        else:
+            code = COMMANDS[args.command](args)
+        if not sys.stdout.closed:  # (the MCP server's stdio transport closes it)
+            sys.stdout.flush()  # a reader that went away shows here, not at the exit
+        return code
     except KbError as exc:
         print(f"kb-retriever: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop without a message, and point stdout at
+        # /dev/null so the interpreter's flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
     except Exception as exc:  # last resort: one line, the traceback only on request
         if os.environ.get("KB_DEBUG"):
             raise

@@ -117,6 +117,10 @@ async def test_get_document_by_the_path_of_a_hit(server) -> None:
                                                        "['colour']; valid: source_types"),
     ({"query": "cache", "project": "payroll"}, "InputError: unknown project 'payroll': this "
                                                "server serves default"),
+    # LangChain's spellings: the SDK dropped them, so the search ran unfiltered
+    ({"query": "cache", "filter": {"tags": ["x"]}, "k": 1},
+     "InputError: unknown argument(s) 'filter', 'k'; the arguments are query, project, limit, "
+     "filters (search_knowledge_base"),
 ])
 async def test_bad_input_is_an_error_result_and_the_server_stays_up(server, arguments,
                                                                     message) -> None:
@@ -144,6 +148,27 @@ async def test_prompt_template_composes_the_whole_prompt(server) -> None:
         text = prompt.messages[0].content.text  # type: ignore[union-attr]
         assert text.startswith("You are the knowledge assistant")
         assert "## ⚠ REJECTED APPROACHES" in text and text.endswith(f"Question: {QUESTION}")
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"question": ""}, "InputError: query is empty"),
+    ({"question": "cache", "project": "payroll"},
+     "InputError: unknown project 'payroll': this server serves default"),
+    ({"question": "cache", "limit": "3"},
+     "InputError: unknown argument(s) 'limit'; the arguments are question, project "
+     "(answer_from_knowledge_base)"),
+])
+async def test_bad_prompt_arguments_are_one_line_errors(server, arguments, message,
+                                                        capfd) -> None:
+    """The SDK wrapped them ("Error rendering prompt ...") and logged each with its
+    traceback."""
+    from mcp.shared.exceptions import McpError
+
+    async with connect(server) as client:
+        with pytest.raises(McpError) as info:
+            await client.get_prompt("answer_from_knowledge_base", arguments)
+    assert str(info.value) == message
+    assert "Traceback" not in capfd.readouterr().err
 
 
 async def test_a_database_that_is_down_is_an_error_result() -> None:

@@ -97,3 +97,41 @@ def test_known_global_options_and_their_prefixes_still_parse() -> None:
 def test_prompt_max_chars_says_it_is_a_soft_budget() -> None:
     text = " ".join(_help("prompt").split())
     assert "soft budget" in text and "may still be longer" in text
+
+
+@pytest.mark.parametrize("port", ["0", "99999", "http"])
+def test_an_mcp_port_out_of_range_is_a_usage_error(port: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """--port 99999 reached uvicorn: a traceback, then exit 1."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["mcp", "--transport", "streamable-http", "--port", port])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"a port is a number from 1 to 65535, got {port!r}" in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, env", [(["--home", ""], {}), ([], {"KB_HOME": ""})])
+def test_an_empty_home_is_a_usage_error(argv: list[str], env: dict[str, str],
+                                        tmp_path, monkeypatch) -> None:
+    """An empty home was the current directory: the server's cluster was made there."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KB_DATABASE_URL", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main([*argv, "projects"]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path) -> None:
+    """``kb-retriever ... | head`` printed "unexpected BrokenPipeError" and exited 1."""
+    script = ("import sys; from kb_retriever import cli\n"
+              "cli.COMMANDS['search'] = lambda args: print('x' * 1_000_000) or 0\n"
+              "sys.exit(cli.main(['search', 'q']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(10)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1 and err == ""

@@ -14,14 +14,14 @@ after a failed attempt, so a database that is down answers with an error, not a 
 
 import asyncio
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import ContentBlock, ToolAnnotations
+from mcp.types import ContentBlock, GetPromptResult, ToolAnnotations
 from pydantic import Field
 
 from ..errors import ConfigError, InputError
@@ -66,19 +66,47 @@ class _Opener:
         return self._kb
 
 
+def _known(name: str, arguments: dict[str, Any] | None, names: Iterable[str]) -> None:
+    """Raise :class:`InputError` for the ``arguments`` that tool or prompt ``name`` does not
+    take (the SDK drops them: a misspelt ``filter`` would search unfiltered)."""
+    valid = list(names)
+    unknown = sorted(set(arguments or {}) - set(valid))
+    if unknown:
+        raise InputError(f"unknown argument(s) {', '.join(map(repr, unknown))}; the arguments "
+                         f"are {', '.join(valid)} ({name})")
+
+
 class _Server(FastMCP):
-    """FastMCP whose tool failures read as one line: the SDK would prefix its own words and
-    show a validation error over several lines."""
+    """FastMCP whose tool and prompt failures read as one line (the SDK would prefix its own
+    words, show a validation error over several lines, and log a prompt's bad input with its
+    traceback), and where an argument a tool or prompt does not take is an error."""
+
+    #: Checks of a prompt's arguments before it renders, by prompt name (they raise).
+    prompt_checks: dict[str, Callable[[dict[str, Any]], None]]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]
                         ) -> Sequence[ContentBlock] | dict[str, Any]:
         try:
+            for tool in await self.list_tools():
+                if tool.name == name:
+                    _known(name, arguments, tool.inputSchema.get("properties", {}))
             return await super().call_tool(name, arguments)
         except Exception as exc:
             cause = exc.__cause__ if isinstance(exc, ToolError) and exc.__cause__ else exc
             if isinstance(cause, ToolError):  # the SDK's own: "Unknown tool: x"
                 raise ToolError(" ".join(str(cause).split())) from None
             raise ToolError(describe_failure(cause)) from None
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None
+                         ) -> GetPromptResult:
+        try:
+            for prompt in await self.list_prompts():
+                if prompt.name == name:
+                    _known(name, arguments, [a.name for a in prompt.arguments or ()])
+                    self.prompt_checks.get(name, lambda _: None)(arguments or {})
+        except Exception as exc:
+            raise ValueError(describe_failure(exc)) from None
+        return await super().get_prompt(name, arguments)
 
 
 def check_host(host: str) -> str:
@@ -115,6 +143,7 @@ def build_server(kb: KnowledgeBase, scope: Scope, *, host: str = "127.0.0.1", po
         allowed_hosts=[f"{h}:*" for h in hosts], allowed_origins=[f"http://{h}:*" for h in hosts])
     server = _Server("kb-retriever", instructions=d.INSTRUCTIONS, host=host, port=port,
                      log_level=log_level, transport_security=security)
+    server.prompt_checks = {}
     opened = _Opener(kb)
     s = kb.settings
     h = d.arg_help(scope.projects, max_query_chars=s.max_query_chars, max_limit=s.max_limit,
@@ -125,7 +154,7 @@ def build_server(kb: KnowledgeBase, scope: Scope, *, host: str = "127.0.0.1", po
     return server
 
 
-def _add_read_tools(server: FastMCP, opened: _Opener, scope: Scope, s: Settings,
+def _add_read_tools(server: _Server, opened: _Opener, scope: Scope, s: Settings,
                     h: dict[str, str]) -> None:
     """The search tools, the document reader and the prompt template."""
     Query = Annotated[str, Field(description=h["query"])]
@@ -188,8 +217,14 @@ def _add_read_tools(server: FastMCP, opened: _Opener, scope: Scope, s: Settings,
         system = compose_prompt(result, project=", ".join(projects), timezone=s.prompt_timezone)
         return f"{system}\nQuestion: {question}"
 
+    def check_question(arguments: dict[str, Any]) -> None:  # the library's checks, no I/O
+        if "question" in arguments:  # else the SDK says it is missing
+            validate_query(arguments["question"], s)
+        scope.searched(arguments.get("project"))
+
     server.prompt(name="answer_from_knowledge_base", description=d.PROMPT)(
         answer_from_knowledge_base)
+    server.prompt_checks["answer_from_knowledge_base"] = check_question
 
 
 def _add_write_tools(server: FastMCP, opened: _Opener, scope: Scope, h: dict[str, str]) -> None:
@@ -241,4 +276,10 @@ def serve(kb: KnowledgeBase, scope: Scope, *, transport: Transport = "stdio",
         finally:
             await kb.aclose()
 
-    anyio.run(run)
+    try:
+        anyio.run(run)
+    except SystemExit as exc:  # uvicorn's startup failure, after logging why (port in use ...)
+        if transport == "stdio" or not exc.code:
+            raise
+        raise ConfigError(f"could not serve on http://{host}:{port}/mcp "
+                          "(the address is in use or not allowed: see the line above)") from None
