@@ -139,6 +139,29 @@ def test_prune_removes_exactly_the_gone_files_under_the_given_roots(make_kb: Mak
     assert kb.ingest([a], prune=True).deleted == 0  # nothing else is gone
 
 
+def test_a_folder_then_its_parent_hold_each_file_once(make_kb: MakeKb, tmp_path: Path) -> None:
+    """A file's id is its path from the root it was ingested from: ingesting docs/adr, then
+    docs, stored adr's files twice (a canonical one failed on its own slug instead), and a
+    prune of docs never removed the first copy once the file was gone."""
+    docs = tmp_path / "docs"
+    adr = _write(docs / "adr", "0001.md", "---\nslug: dec-cache\ntype: decision\n"
+                                          "status: accepted\n---\n# Cache\n\nWe use Redis.\n")
+    note = _write(docs / "adr", "note.md", "# Note\n\nRedis sizing notes.\n")
+    kb = make_kb()
+    kb.ingest([docs / "adr"])
+    report = kb.ingest([docs])
+    assert report.failed == [] and sorted(report.added) == ["adr/0001.md", "adr/note.md"]
+    assert ("adr/note.md", f"the same file was stored as note.md (ingested from "
+                           f"{(docs / 'adr').resolve()}); replaced") in report.warnings
+    assert _paths(kb) == ["adr/0001.md", "adr/note.md"]
+    back = kb.ingest([docs / "adr"])  # and back: the latest root names the file
+    assert back.failed == [] and _paths(kb) == ["0001.md", "note.md"]
+    note.unlink()
+    adr.unlink()
+    assert kb.ingest([docs], prune=True).deleted == 2  # from a folder inside the root
+    assert _paths(kb) == []
+
+
 class CountingEmbedder(HashingEmbedder):
     def __init__(self, dim: int) -> None:
         super().__init__(dim)

@@ -111,3 +111,15 @@ def test_a_file_swapped_for_a_symlink_after_listing_is_not_read(
     assert report.added == ["alias-target.md"]
     assert kb.search("zebracorn launch codes").primary == ()
     assert _stored(kb) == ["alias-target.md"]
+
+
+def test_a_broken_symlink_and_a_fifo_are_reported(make_kb: MakeKb, tmp_path: Path) -> None:
+    """Both were left out of the report: neither failed nor skipped."""
+    _write(tmp_path, "a.md", "# A\n\nredis cache\n")
+    os.symlink("gone.md", tmp_path / "broken.md")
+    os.mkfifo(tmp_path / "pipe.md")
+    report = make_kb().ingest([tmp_path])
+    assert report.failed == []
+    assert sorted(report.skipped) == [
+        ("broken.md", "broken symlink: its target does not exist"),
+        ("pipe.md", "not a regular file (a FIFO, socket or device); not read")]

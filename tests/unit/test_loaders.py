@@ -217,6 +217,18 @@ def test_utf8_bom_is_accepted(tmp_path: Path, settings: Settings) -> None:
     assert draft.chunks[0].text == "Hi"
 
 
+@pytest.mark.parametrize("end", ["\r\n", "\r"])
+def test_windows_and_old_mac_line_ends(tmp_path: Path, settings: Settings, end: str) -> None:
+    """An \r-only file was one line: its title held the whole text, its frontmatter unread."""
+    text = end.join(["---", "slug: a", "type: runbook", "status: draft", "---", "# CR",
+                     "", "line one", "line two"])
+    path = tmp_path / "cr.md"
+    path.write_bytes(text.encode())
+    draft = parse_document(path, root=tmp_path, settings=settings)
+    assert draft.is_canonical and draft.title == "CR"
+    assert "\r" not in "".join(c.text for c in draft.chunks)
+
+
 def test_chunk_settings_are_applied(tmp_path: Path) -> None:
     body = "# H\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 40 for i in range(10))
     path = write(tmp_path, "long.md", body)

@@ -207,12 +207,15 @@ def _decode(raw: bytes, rel: str) -> str:
     if b"\x00" in raw:
         raise IngestError(f"{rel}: looks like a binary file (contains NUL bytes)")
     try:
-        return raw.decode("utf-8-sig")  # also accepts plain UTF-8; drops a leading BOM
+        text = raw.decode("utf-8-sig")  # also accepts plain UTF-8; drops a leading BOM
     except UnicodeDecodeError as exc:
         raise IngestError(
             f"{rel}: not valid UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
             "re-save it as UTF-8"
         ) from None
+    # Windows (\r\n) and old Mac (\r) line ends as \n, before the frontmatter and the title
+    # are read (an \r-only file was one line: its title held the whole text).
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _pdf_chunks(raw: bytes, rel: str, filename: str, hard_cap: int,

@@ -84,9 +84,17 @@ _DOCUMENT_SUMMARIES = (
     "AND c.document_id = d.id) AS chunks FROM kb_documents d "
     "WHERE d.tenant_id = %s AND d.project_key = %s ORDER BY d.source_path"
 )
+# The documents ingested from one of the roots or from a folder inside one.
 _UNDER_ROOTS = (
-    "SELECT source_root, source_path FROM kb_documents WHERE tenant_id = %s "
-    "AND project_key = %s AND source_root = ANY(%s)"
+    "SELECT source_root, source_path FROM kb_documents WHERE tenant_id = %(tenant)s "
+    "AND project_key = %(project)s AND EXISTS (SELECT 1 FROM unnest(%(roots)s::text[]) r "
+    "WHERE source_root = r OR starts_with(source_root, rtrim(r, '/') || '/'))"
+)
+# The documents ingested from a folder inside the root, or from a folder that holds it.
+_NEAR_ROOT = (
+    "SELECT source_root, source_path FROM kb_documents WHERE tenant_id = %(tenant)s "
+    "AND project_key = %(project)s AND (starts_with(source_root, rtrim(%(root)s, '/') || '/') "
+    "OR starts_with(%(root)s, rtrim(source_root, '/') || '/'))"
 )
 
 
@@ -185,10 +193,11 @@ class Session:
 
     @_typed_errors
     def write_document(self, tenant: str, project: str, draft: DocumentDraft,
-                       embeddings: Sequence[Any], source_root: str | None = None) -> str:
+                       embeddings: Sequence[Any], source_root: str | None = None,
+                       replaces: Sequence[str] = ()) -> str:
         return writer.write_document(self.conn, tenant=tenant, project=project, draft=draft,
                                      embeddings=embeddings, space=self.space,
-                                     source_root=source_root)
+                                     source_root=source_root, replaces=replaces)
 
     @_typed_errors
     def merge_chunks(self, tenant: str, project: str, draft: DocumentDraft,
@@ -222,9 +231,19 @@ class Session:
     @_typed_errors
     def documents_under(self, tenant: str, project: str,
                         roots: Sequence[str]) -> list[tuple[str, str]]:
-        """(ingest root, path) of the project's documents found under one of ``roots``."""
-        rows = self.conn.execute(_UNDER_ROOTS, [tenant, project, list(roots)]).fetchall()
+        """(ingest root, path) of the project's documents found under one of ``roots`` (from
+        the root itself or a folder inside it)."""
+        rows = self.conn.execute(_UNDER_ROOTS, {"tenant": tenant, "project": project,
+                                                "roots": list(roots)}).fetchall()
         return [(str(root), str(path)) for root, path in rows]
+
+    @_typed_errors
+    def documents_near(self, tenant: str, project: str, root: str) -> list[tuple[str, str]]:
+        """(ingest root, path) of the project's documents ingested from a folder inside
+        ``root`` or from one that holds it: a file may be stored under either."""
+        rows = self.conn.execute(_NEAR_ROOT, {"tenant": tenant, "project": project,
+                                              "root": root}).fetchall()
+        return [(str(r), str(path)) for r, path in rows]
 
     @_typed_errors
     def delete_documents(self, tenant: str, project: str, ids: Sequence[str]) -> int:

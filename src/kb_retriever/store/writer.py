@@ -21,6 +21,7 @@ from ..errors import IngestError
 from ..models import DocumentDraft
 from ..ranking.text import MAX_HEADING_CHARS, clip_words
 from ..settings import fts_language
+from .by_id import delete_documents_sql
 from .retry import retried
 from .rows import vector_array
 from .spaces import Space, bind
@@ -192,22 +193,24 @@ def insert_edges(conn: psycopg.Connection, rows: Sequence[tuple[Any, ...]]) -> N
 
 
 def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
-                   embeddings: Sequence[Any], space: Space, source_root: str | None = None
-                   ) -> str:
+                   embeddings: Sequence[Any], space: Space, source_root: str | None = None,
+                   replaces: Sequence[str] = ()) -> str:
     """Insert or replace one document atomically. Returns ``added``/``updated``/``unchanged``.
 
     Concurrent writers of the same document are serialised by an advisory lock, and the hash
     is re-checked under it, so two processes ingesting one folder leave one version; the
     transaction runs again when PostgreSQL aborts it as a deadlock victim (store/retry.py).
     ``source_root`` is the ingest root the file was found under (for prune); the embeddings
-    are of ``space``'s model, which the project must use (``spaces.bind``).
+    are of ``space``'s model, which the project must use (``spaces.bind``). ``replaces`` are
+    the ids of documents that hold the same file under another root (a folder ingested, then
+    its parent): deleted in the same transaction, so the file stays one document.
     """
     values = document_values(draft)
     if source_root is not None:
         values["source_root"] = source_root
     with _keys_taken(draft):
         return retried(lambda: _write(conn, tenant, project, draft, embeddings, values,
-                                      space))
+                                      space, replaces))
 
 
 def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
@@ -299,9 +302,13 @@ def _store_fields(conn: psycopg.Connection, tenant: str, project: str, draft: Do
 
 
 def _write(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
-           embeddings: Sequence[Any], values: dict[str, Any], space: Space) -> str:
+           embeddings: Sequence[Any], values: dict[str, Any], space: Space,
+           replaces: Sequence[str] = ()) -> str:
     with conn.transaction():
         bind(conn, tenant, project, space)
+        if replaces:  # before the claim: the draft may take their slug
+            for statement in delete_documents_sql(tenant, project, replaces).statements:
+                conn.execute(*statement)
         stored = _claim(conn, tenant, project, draft)
         if stored is not None and stored[1] == draft.content_hash:
             return "unchanged"

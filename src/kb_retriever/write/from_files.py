@@ -11,7 +11,7 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,21 +197,30 @@ def _walk(root: Path, follow_symlinks: bool,
 
 def _listed(file: Path, root: Path, real_root: Path, follow_symlinks: bool,
             report: IngestReport) -> Listed | None:
-    """What ``file`` leads to, or None, reported when it is a symlink loop or a symlink that
-    leaves the root (os.walk lists loops and broken links as files)."""
+    """What ``file`` leads to, or None, reported when it is a symlink loop, a broken symlink,
+    a symlink that leaves the root (os.walk lists loops and broken links as files) or not a
+    regular file (a FIFO would block the read)."""
     rel = file.relative_to(root).as_posix()
     try:
         link = stat.S_ISLNK(os.lstat(file).st_mode)
+    except OSError:  # gone since it was listed
+        return None
+    try:
         st = os.stat(file)
-    except OSError as exc:  # a loop, a broken link, or gone since it was listed
+    except OSError as exc:  # a loop or a broken link
         if exc.errno == errno.ELOOP:
             report.failed.append((rel, "symlink loop; not read"))
+        else:
+            report.skipped.append((rel, "broken symlink: its target does not exist"))
         return None
     if link and not follow_symlinks \
             and not Path(os.path.realpath(file)).is_relative_to(real_root):
         report.skipped.append((rel, "symlink to a file outside the ingest root (not followed)"))
         return None
-    return Listed(file_id(st), link) if stat.S_ISREG(st.st_mode) else None
+    if not stat.S_ISREG(st.st_mode):
+        report.skipped.append((rel, "not a regular file (a FIFO, socket or device); not read"))
+        return None
+    return Listed(file_id(st), link)
 
 
 def embed_in_batches(session: Session, embedder: Embedder, tenant: str,
@@ -256,11 +265,13 @@ def ingest_paths(session: Session, embedder: Embedder, settings: Settings, *,
     roots = as_paths(paths)
     session.check_project(tenant, project)  # another model's project: one error, not one per file
     files = find_files(roots, follow_symlinks=follow_symlinks, report=report)
+    elsewhere = stored_elsewhere(session, tenant, project, {f.root for f in files})
     for i, found in enumerate(files):
         if progress:
             progress(i, len(files), found.rel)
         try:
-            _ingest_file(session, embedder, settings, tenant, project, found, report)
+            _ingest_file(session, embedder, settings, tenant, project, found, report,
+                         elsewhere)
         except IngestError as exc:
             report.failed.append((found.rel, _without_path(str(exc), found.rel)))
         except StoreError as exc:
@@ -287,8 +298,22 @@ def _without_path(message: str, rel: str) -> str:
     return message[len(prefix):] if message.startswith(prefix) else message
 
 
+def stored_elsewhere(session: Session, tenant: str, project: str,
+                     roots: Iterable[Path]) -> dict[str, list[tuple[str, str]]]:
+    """The files (absolute paths) that the project holds from a folder inside one of
+    ``roots`` or from a folder that holds one: each one's (id, ingest root). A file's id is its
+    path from the root it was ingested from, so a folder ingested, then its parent, would
+    otherwise hold the file twice."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for root in {str(r.resolve()) for r in roots}:
+        for other_root, path in session.documents_near(tenant, project, root):
+            out.setdefault(os.path.join(other_root, path), []).append((path, other_root))
+    return out
+
+
 def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenant: str,
-                 project: str, found: Found, report: IngestReport) -> None:
+                 project: str, found: Found, report: IngestReport,
+                 elsewhere: Mapping[str, list[tuple[str, str]]]) -> None:
     draft = parse_document(found.file, root=found.root, settings=settings, listed=found.listed)
     if not draft.chunks:
         report.skipped.append((found.rel, "no text to index"))
@@ -298,24 +323,31 @@ def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenan
                           f"{settings.ingest_max_chunks}; split the file or raise the limit")
     for w in draft.canonical_warnings:
         report.warnings.append((draft.source_path, w))
-    _ingest_one(session, embedder, tenant, project, draft, report,
-                source_root=str(found.root.resolve()))
+    root = str(found.root.resolve())
+    stored = elsewhere.get(os.path.join(root, draft.source_path), [])
+    for path, other_root in stored:
+        report.warnings.append((draft.source_path, f"the same file was stored as {path} "
+                                                   f"(ingested from {other_root}); replaced"))
+    _ingest_one(session, embedder, tenant, project, draft, report, source_root=root,
+                replaces=[path for path, _ in stored])
 
 
 def _ingest_one(session: Session, embedder: Embedder, tenant: str, project: str,
-                draft: DocumentDraft, report: IngestReport, *, source_root: str | None) -> None:
+                draft: DocumentDraft, report: IngestReport, *, source_root: str | None,
+                replaces: Sequence[str] = ()) -> None:
     stored_hash, stored_root = session.stored_version(tenant, project, draft.source_path)
     if (source_root is not None and stored_root is not None and stored_root != source_root
             and (Path(stored_root) / draft.source_path).is_file()):
         # Another root's file of the same relative path, still there: not a move, a clash.
         raise IngestError(f"this project already holds {draft.source_path} from {stored_root}; "
                           "ingest the two roots into different projects, or their common parent")
-    if stored_hash == draft.content_hash:
+    if stored_hash == draft.content_hash and not replaces:
         report.unchanged.append(draft.source_path)
         return
     vectors, n_new = embed_in_batches(session, embedder, tenant, [c.text for c in draft.chunks])
     session.prepare_writes()
-    status = session.write_document(tenant, project, draft, vectors, source_root=source_root)
+    status = session.write_document(tenant, project, draft, vectors, source_root=source_root,
+                                    replaces=replaces)
     report.chunks_embedded += n_new
     if status == "unchanged":
         report.unchanged.append(draft.source_path)
@@ -326,12 +358,13 @@ def _ingest_one(session: Session, embedder: Embedder, tenant: str, project: str,
 
 def prune_missing(session: Session, *, tenant: str, project: str,
                   roots: Sequence[Path]) -> int:
-    """Delete the project's documents found under one of ``roots`` whose file is gone.
+    """Delete the project's documents found under one of ``roots`` (ingested from it or from
+    a folder inside it) whose file is gone.
 
     Documents from other roots, and those written before the root was recorded, stay.
     """
-    dirs = {str(r.resolve()): r.resolve() for r in roots if r.is_dir()}
-    dirs.update({str(r.parent.resolve()): r.parent.resolve() for r in roots if r.is_file()})
-    gone = [rel for root, rel in session.documents_under(tenant, project, list(dirs))
-            if not (dirs[root] / rel).is_file()]
+    dirs = {str(r.resolve()) for r in roots if r.is_dir()}
+    dirs.update(str(r.parent.resolve()) for r in roots if r.is_file())
+    gone = [rel for root, rel in session.documents_under(tenant, project, sorted(dirs))
+            if not (Path(root) / rel).is_file()]
     return session.delete_documents(tenant, project, gone) if gone else 0
