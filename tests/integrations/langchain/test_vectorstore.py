@@ -348,7 +348,8 @@ def test_threads_that_use_a_new_store_at_once_open_it_once(new_database, pg_serv
 
     def connections() -> int:
         with psycopg.connect(pg_server_url, autocommit=True) as conn:
-            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                               "AND backend_type = 'client backend'",  # not autovacuum
                                [conninfo_to_dict(url)["dbname"]]).fetchone()
         return int(row[0]) if row else -1
 
