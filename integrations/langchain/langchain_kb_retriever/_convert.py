@@ -12,6 +12,7 @@ from langchain_core.documents import Document
 
 from kb_retriever import Hit, SearchResult
 from kb_retriever.interop import ForeignDocument, hit_metadata, result_from_documents
+from kb_retriever.write.from_memory import with_frontmatter
 
 __all__ = ["documents_to_result", "foreign", "hit_to_document", "result_to_documents"]
 
@@ -42,8 +43,10 @@ def result_to_documents(result: SearchResult, *, k: int | None = None,
 
 def foreign(doc: Document) -> ForeignDocument:
     """A ``Document`` of any retriever as the core's plain record (its score, if any, is in
-    its metadata: ``relevance_score`` or ``score``)."""
-    return ForeignDocument(doc.page_content, doc.metadata or {}, id=doc.id)
+    its metadata: ``relevance_score`` or ``score``; the fields of a frontmatter block that
+    opens its text stand under its metadata)."""
+    return ForeignDocument(doc.page_content, with_frontmatter(doc.page_content, doc.metadata or {}),
+                           id=doc.id)
 
 
 def documents_to_result(docs: Sequence[Document], query: str = "") -> SearchResult:

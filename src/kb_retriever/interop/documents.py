@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..models import Candidate, DocumentRef
+from ..vocabulary import CANONICAL_STATUSES, CANONICAL_TYPES
 from .coerce import as_date, as_flag, as_float, as_int, as_opt_str, as_tags
 
 __all__ = ["DEFAULT_PROJECT", "DEFAULT_SOURCE_TYPE", "DEFAULT_TENANT", "ForeignDocument",
@@ -93,12 +94,26 @@ class _Fields:
         return any(name in layer for layer in self.layers)
 
 
+def _named(value: Any, vocabulary: Sequence[str]) -> str | None:
+    """``value`` when it is one of the ``vocabulary``'s words (any case), else None: the
+    frontmatter's ``type`` and ``status`` keys, which a loader's own metadata may also use for
+    something else (``type: pdf``).
+
+    >>> _named("Decision", ("decision",)), _named("pdf", ("decision",))
+    ('decision', None)
+    """
+    word = value.strip().lower() if isinstance(value, str) else None
+    return word if word in vocabulary else None
+
+
 def document_ref(item: ForeignDocument, doc_id: int, *, position: int = 0) -> DocumentRef:
     """The :class:`DocumentRef` that ``item``'s metadata describes, numbered ``doc_id``.
 
     Unknown fields take one default each: tenant and project ``"default"``, source type
-    ``"text"``, priority 50, ``generation_source`` ``"human"``. A document with a canonical type
-    or status but no ``is_canonical`` key is canonical. ``doc_key``: the metadata's, else the
+    ``"text"``, priority 50, ``generation_source`` ``"human"``. The canonical type and status
+    are ``canonical_type`` / ``canonical_status``, else the frontmatter's ``type`` / ``status``
+    when they name one (the keys of the vector stores' documents). A document with a canonical
+    type or status but no ``is_canonical`` key is canonical. ``doc_key``: the metadata's, else the
     path's stem, else the slug, else ``item.source_id``, else ``item.id``, else ``position``;
     the title falls back to the file name, then to the ``doc_key``.
 
@@ -110,7 +125,8 @@ def document_ref(item: ForeignDocument, doc_id: int, *, position: int = 0) -> Do
     field = _Fields(item.metadata)
     path = str(field(*_PATH_KEYS) or "")
     slug = as_opt_str(field("slug"))
-    ctype, status = as_opt_str(field("canonical_type")), as_opt_str(field("canonical_status"))
+    ctype = as_opt_str(field("canonical_type")) or _named(field("type"), CANONICAL_TYPES)
+    status = as_opt_str(field("canonical_status")) or _named(field("status"), CANONICAL_STATUSES)
     canonical = as_flag(field("is_canonical")) if field.has("is_canonical") else bool(
         ctype or status)
     doc_key = str(field("doc_key") or (PurePosixPath(path).stem if path else "") or slug

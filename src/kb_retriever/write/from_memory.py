@@ -102,6 +102,21 @@ def frontmatter_fields(text: str) -> dict[str, Any]:
     return dict(parse_frontmatter(text).data) if raw is not None else {}
 
 
+def with_frontmatter(text: str, metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    r"""``metadata`` over the fields of the frontmatter block that opens ``text``: what a
+    framework's document says of itself when its loader left the block in the text (the
+    metadata's own keys win).
+
+    >>> dict(with_frontmatter("---\nstatus: superseded\n---\nBody", {"status": "x", "k": 1}))
+    {'status': 'x', 'k': 1}
+    >>> with_frontmatter("Body", {"k": 1})
+    {'k': 1}
+    """
+    if not text.startswith("---"):
+        return metadata
+    return {**frontmatter_fields(text), **metadata}
+
+
 def canonical_slug(metadata: Mapping[str, Any], settings: Settings) -> str | None:
     """The canonical slug that ``metadata`` gives a document (its frontmatter fields are
     valid and canonical), else None: the vector stores keep the documents that share one as

@@ -105,3 +105,24 @@ async def test_inside_contextual_compression_retriever() -> None:
         base_compressor=_compressor(top_n=2), base_retriever=_ListRetriever(docs=_docs()))
     assert [d.id for d in retriever.invoke(QUERY)] == ["new", "old"]
     assert [d.id for d in await retriever.ainvoke(QUERY)] == ["new", "old"]
+
+
+def test_type_and_status_keys_and_a_frontmatter_block_are_read() -> None:
+    """The vector stores' own keys (``type``, ``status``) and a frontmatter block a loader left
+    in the text were not read: the superseded decision, the closer match, stayed first."""
+    def doc(i: str, text: str, **meta: Any) -> Document:
+        return Document(id=i, page_content=text, metadata={"score": 0.9 if i == "old" else 0.85,
+                                                           **meta})
+
+    keys = [doc("old", "Sessions live in Postgres.", type="decision", status="superseded"),
+            doc("new", "Sessions live in Redis.", type="Decision", status="accepted")]
+    block = [doc("old", "---\ntype: decision\nstatus: superseded\n---\nSessions in Postgres."),
+             doc("new", "---\ntype: decision\nstatus: accepted\n---\nSessions in Redis.")]
+    for docs in (keys, block):
+        out = _compressor(top_n=2).compress_documents(docs, QUERY)
+        assert [d.id for d in out] == ["new", "old"]
+        assert out[1].metadata["kb"]["scores"]["canonical_penalty"] > 0
+        assert out[0].page_content == docs[1].page_content  # the text as given
+    other = [doc("old", "x", type="pdf", status="superseded"), doc("new", "y", type="pdf")]
+    assert _compressor(top_n=2).compress_documents(other, QUERY)[1].metadata["kb"]["scores"][
+        "canonical_penalty"] > 0  # a status alone counts; type "pdf" names no canonical type

@@ -135,3 +135,21 @@ def test_edge_cases() -> None:
     assert out.score is not None and out.metadata["kb"]["retrieval_score"] is None
     with pytest.raises(ValueError):
         KBNodePostprocessor(top_n=0)
+
+
+def test_a_frontmatter_block_in_the_text_and_type_status_keys_are_read() -> None:
+    """``SimpleDirectoryReader`` leaves a Markdown file's frontmatter in the node's text, and
+    the vector stores' documents say ``type`` / ``status``: neither was read, so the superseded
+    decision (the closer match) stayed first."""
+    def node(i: str, text: str, score: float, **meta: object) -> NodeWithScore:
+        return NodeWithScore(node=TextNode(id_=i, text=text, metadata={"file_path": f"{i}.md",
+                                                                       **meta}), score=score)
+
+    block = [node("v1", f"---\ntype: decision\nstatus: superseded\n---\n{TEXT}", 0.8),
+             node("v2", f"---\ntype: decision\nstatus: accepted\n---\n{TEXT}", 0.75)]
+    keys = [node("v1", TEXT, 0.8, type="decision", status="superseded"),
+            node("v2", TEXT, 0.75, type="decision", status="accepted")]
+    for nodes in (block, keys):
+        out = KBNodePostprocessor(top_n=2).postprocess_nodes(nodes, query_str=QUERY)
+        assert [n.node.node_id for n in out] == ["v2", "v1"]
+        assert out[1].metadata["kb"]["scores"]["canonical_penalty"] > 0

@@ -26,8 +26,9 @@ class KBNodePostprocessor(BaseNodePostprocessor):
     The conversion is the core's (:mod:`kb_retriever.interop`, shared with the LangChain
     compressor). Each node becomes a rerank candidate: its text, its cosine similarity
     (``metadata["similarity"]``, or the one in a kb-retriever node's ``metadata["kb"]``), else
-    ``NodeWithScore.score``, and the canonical fields read from ``node.metadata``
-    (``is_canonical``, ``canonical_type``, ``canonical_status``, ``retrieval_priority``,
+    ``NodeWithScore.score``, and the canonical fields read from ``node.metadata`` (over a
+    frontmatter block that opens the node's text) (``is_canonical``, ``canonical_type`` or
+    ``type``, ``canonical_status`` or ``status``, ``retrieval_priority``,
     ``generation_source``, ``tags``, ``slug``, ``source_path`` or ``file_path``,
     ``heading_path``, ``doc_date``) or from the ``metadata["kb"]["document"]`` record that
     ``KBRetriever`` and ``KBVectorStore`` put on their nodes, so their trust gradient holds. A

@@ -38,6 +38,7 @@ from kb_retriever.interop import (
     hit_metadata,
     result_from_documents,
 )
+from kb_retriever.write.from_memory import with_frontmatter
 
 __all__ = [
     "HIDDEN_METADATA_KEYS", "VISIBLE_METADATA_KEYS", "document_node_id", "foreign",
@@ -102,11 +103,14 @@ def _hit_to_node(hit: Hit, seeds: Mapping[str, str]) -> NodeWithScore:
 
 def foreign(nws: NodeWithScore) -> ForeignDocument:
     """A node of any retriever as the core's plain record: its text, metadata and score, its
-    id, and its SOURCE document's id (which groups chunks by document)."""
+    id, and its SOURCE document's id (which groups chunks by document). The fields of a
+    frontmatter block that opens the text (a reader that kept it there, as
+    ``SimpleDirectoryReader`` does) stand under its metadata: the trust gradient reads them."""
     node = nws.node
     source = node.source_node.node_id if node.source_node is not None else None
-    return ForeignDocument(node.get_content(metadata_mode=MetadataMode.NONE), node.metadata,
-                           score=nws.score, id=node.node_id, source_id=source)
+    text = node.get_content(metadata_mode=MetadataMode.NONE)
+    return ForeignDocument(text, with_frontmatter(text, node.metadata), score=nws.score,
+                           id=node.node_id, source_id=source)
 
 
 def nodes_to_result(nodes: Sequence[NodeWithScore], query: str = "") -> SearchResult:
