@@ -20,6 +20,15 @@ __all__ = ["KBPromptComposer"]
 ComposerInput = str | SearchResult | Sequence[Document]
 
 
+def _with_context(options: dict[str, Any]) -> dict[str, Any]:
+    """A question's retriever options: the composer renders the graph and rejected blocks, so
+    it asks for them; ``include_context`` is not the caller's to turn off here."""
+    if "include_context" in options:
+        raise InputError("KBPromptComposer always shows the related and rejected blocks; "
+                         "include_context is not an option of it")
+    return {**options, "include_context": True}
+
+
 class KBPromptComposer(RunnableSerializable[ComposerInput, str]):
     """Render the ``⚠ REJECTED APPROACHES``, ``📎 RELATED CONTEXT`` and ``## Context`` blocks.
 
@@ -80,7 +89,7 @@ class KBPromptComposer(RunnableSerializable[ComposerInput, str]):
     # --- internals -----------------------------------------------------------------------
     def _compose(self, value: ComposerInput, config: RunnableConfig, **kwargs: Any) -> str:
         if isinstance(value, str):
-            docs = self._need_retriever().invoke(value, config, include_context=True, **kwargs)
+            docs = self._need_retriever().invoke(value, config, **_with_context(kwargs))
             return self.render(documents_to_result(docs, value))
         return self.render(self._result(value, kwargs))
 
@@ -88,7 +97,7 @@ class KBPromptComposer(RunnableSerializable[ComposerInput, str]):
                         **kwargs: Any) -> str:
         if isinstance(value, str):
             retriever = self._need_retriever()
-            docs = await retriever.ainvoke(value, config, include_context=True, **kwargs)
+            docs = await retriever.ainvoke(value, config, **_with_context(kwargs))
             return self.render(documents_to_result(docs, value))
         return self.render(self._result(value, kwargs))
 

@@ -190,14 +190,22 @@ class KBRetriever(BaseRetriever):
         if threshold is not None and (isinstance(threshold, bool)
                                       or not isinstance(threshold, int | float)):
             raise InputError(f"score_threshold must be a number, got {threshold!r}")
+        if threshold is not None and self.search_type == "mmr":  # as the constructor says
+            raise InputError("score_threshold goes with search_type="
+                             "'similarity_score_threshold', not 'mmr'")
+        flags = {name: opts.get(name, getattr(self, name))
+                 for name in ("include_context", "include_expanded", "include_rejected")}
+        for name, value in flags.items():
+            if not isinstance(value, bool):  # bool("false") is True
+                raise InputError(f"{name} must be True or False, got {value!r}")
         return _Call(
             k=k,
             filters=filters,
             project=opts.get("project", self.project),
             tenant=opts.get("tenant", self.tenant),
-            include_context=bool(opts.get("include_context", self.include_context)),
-            include_expanded=bool(opts.get("include_expanded", self.include_expanded)),
-            include_rejected=bool(opts.get("include_rejected", self.include_rejected)),
+            include_context=flags["include_context"],
+            include_expanded=flags["include_expanded"],
+            include_rejected=flags["include_rejected"],
             fetch_k=fetch_k, lambda_mult=float(lambda_mult),
             score_threshold=None if threshold is None else float(threshold),
             mmr=self.search_type == "mmr",

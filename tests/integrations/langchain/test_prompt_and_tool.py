@@ -45,6 +45,10 @@ def test_composer_errors(example_kb: KnowledgeBase) -> None:
         KBPromptComposer().invoke("a question")
     with pytest.raises(InputError, match="takes a question"):
         KBPromptComposer().invoke(42)  # type: ignore[arg-type]
+    # was a raw TypeError ("multiple values for keyword argument 'include_context'")
+    composer = KBPromptComposer(retriever=KBRetriever(kb=example_kb))
+    with pytest.raises(InputError, match="include_context is not an option"):
+        composer.invoke("which cache?", include_context=False)
 
 
 def test_lcel_chain_with_sources(example_kb: KnowledgeBase) -> None:

@@ -97,6 +97,12 @@ def test_unknown_and_bad_kwargs_are_rejected(example_kb: KnowledgeBase) -> None:
         retriever.invoke(CACHE_Q, k=0)
     with pytest.raises(InputError, match="unknown filter"):
         retriever.invoke(CACHE_Q, filters={"colour": "red"})
+    # "false" was read as True (bool of a non-empty string): the context came back
+    with pytest.raises(InputError, match="include_context must be True or False"):
+        retriever.invoke(CACHE_Q, include_context="false")
+    # per call as in the constructor: a threshold does not go with MMR (it was ignored)
+    with pytest.raises(InputError, match="score_threshold goes with"):
+        KBRetriever(kb=example_kb, search_type="mmr").invoke(CACHE_Q, score_threshold=100)
 
 
 async def test_sync_async_parity(async_example_kb: KnowledgeBase) -> None:
