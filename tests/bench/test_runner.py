@@ -105,3 +105,18 @@ def test_labels_must_name_corpus_docs(make_kb, tmp_path):
         run_benchmark(make_kb(), tmp_path, queries)
     with pytest.raises(InputError, match="must be a directory"):
         run_benchmark(make_kb(), tmp_path / "nope", queries)
+
+
+def test_a_query_that_grades_no_document_has_no_ranking_metrics(report):
+    """A query labelling only warnings or related documents scored nDCG, MRR and recall 0,
+    pulling the aggregates down, and its row said "no relevant doc in top-k"."""
+    import dataclasses
+
+    run = report.runs[0]
+    unlabelled = dataclasses.replace(
+        run, query=dataclasses.replace(run.query, id="warn-only", relevance={}))
+    rescored = score([*report.runs, unlabelled], K)
+    for key in ("ndcg_at_k", "mrr", "precision_at_k", "recall_at_k"):
+        assert rescored.aggregates[key] == report.aggregates[key]
+    row = rescored.per_query[-1]
+    assert row["id"] == "warn-only" and row["ndcg"] is None and row["rr"] is None

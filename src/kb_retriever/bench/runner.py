@@ -125,8 +125,10 @@ def run_benchmark(kb: KnowledgeBase, corpus: str | Path, queries: Sequence[Bench
 
 
 def score(runs: Sequence[QueryRun], k: int, ingest: IngestReport | None = None) -> BenchReport:
-    """Per-query rows and aggregates for finished searches (pure: no I/O)."""
-    ranked = [r for r in runs if not r.query.expect_refusal]
+    """Per-query rows and aggregates for finished searches (pure: no I/O). The ranking
+    metrics are over the queries that grade documents (``relevance``): a refusal query, or one
+    that labels only warnings or related documents, has none (n/a), instead of zeros."""
+    ranked = [r for r in runs if not r.query.expect_refusal and r.query.relevance]
     rank = ranking_metrics({r.query.id: r.ranked for r in ranked},
                            {r.query.id: r.query.relevance for r in ranked}, k)
     rows = [_row(r, rank.get(r.query.id), k) for r in runs]
