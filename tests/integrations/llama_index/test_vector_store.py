@@ -344,9 +344,16 @@ def test_the_postprocessor_does_not_lift_a_superseded_adr_over_its_successor(mak
         out = KBNodePostprocessor(top_n=2).postprocess_nodes(order, query_str=question)
         assert [n.node.ref_doc_id for n in out] == ["adr-2", "adr-1"]
         assert out[1].metadata["kb"]["scores"]["canonical_penalty"] > 0
-    # the same nodes without their kb record: no trust gradient, the better match wins
-    bare = [NodeWithScore(node=n.node.model_copy(update={"metadata": {
-        k: v for k, v in n.node.metadata.items() if k != "kb"}}), score=n.score) for n in nodes]
+    def without(*keys: str) -> list[NodeWithScore]:
+        return [NodeWithScore(node=n.node.model_copy(update={"metadata": {
+            k: v for k, v in n.node.metadata.items() if k not in keys}}), score=n.score)
+            for n in nodes]
+
+    # without their kb record, the user's own type / status keys still carry the gradient ...
+    out = KBNodePostprocessor(top_n=2).postprocess_nodes(without("kb"), query_str=question)
+    assert [n.node.ref_doc_id for n in out] == ["adr-2", "adr-1"]
+    # ... and without those either, there is none: the better match wins
+    bare = without("kb", "type", "status")
     out = KBNodePostprocessor(top_n=2).postprocess_nodes(bare, query_str=question)
     assert [n.node.ref_doc_id for n in out][0] == "adr-1"
 
