@@ -57,6 +57,7 @@ def _field(default: Any, *env: str, **kw: Any) -> Any:
 
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
+_PG_MAX_INT = 2_147_483_647  # PostgreSQL's integer settings (statement_timeout) stop here
 
 
 class Settings(BaseSettings):
@@ -90,9 +91,7 @@ class Settings(BaseSettings):
     # statement (sampled on the search's connection, store/load.py), true always, false never.
     parallel_legs: bool | Literal["auto"] = _field("auto", "KB_PARALLEL_LEGS")
     pool_timeout_s: float = _field(10.0, "KB_POOL_TIMEOUT_S", gt=0, le=600)
-    statement_timeout_ms: int = _field(
-        10_000, "KB_STATEMENT_TIMEOUT_MS", ge=0
-    )
+    statement_timeout_ms: int = _field(10_000, "KB_STATEMENT_TIMEOUT_MS", ge=0, le=_PG_MAX_INT)
     hnsw_ef_search: int = _field(100, "KB_HNSW_EF_SEARCH", ge=1, le=1000)
     # How an embedding model's approximate index is built (store/spaces.py), when the model is
     # first used and by ``doctor --reindex``: pgvector's HNSW ``m`` and ``ef_construction``, and
@@ -123,7 +122,7 @@ class Settings(BaseSettings):
     # every match), and the budget for the OR query's lexemes: rarest first while their
     # estimated matches fit (store.fulltext.tsvector.lexeme_selection_sql). Decision 0003 has
     # the measurements.
-    fts_match_cap: int = _field(300, "KB_FTS_MATCH_CAP", ge=10)
+    fts_match_cap: int = _field(300, "KB_FTS_MATCH_CAP", ge=10, le=1_000_000)
     # How long a process reuses what only changes when the knowledge base is written: the lexeme
     # statistics (pg_stats of kb_chunks.tsv: BM25 idf, the OR lexemes' budget) and the vectors
     # of the rejected-approach chunks in scope. This process's ingests clear it; other writers
@@ -295,7 +294,8 @@ class Settings(BaseSettings):
     ingest_file_timeout_s: float = _field(120.0, "KB_INGEST_FILE_TIMEOUT_S", gt=0, le=86_400)
     # The statement timeout of an ingest's connection: a large file's COPY takes longer than a
     # search may (KB_STATEMENT_TIMEOUT_MS). 0 means none.
-    ingest_statement_timeout_ms: int = _field(600_000, "KB_INGEST_STATEMENT_TIMEOUT_MS", ge=0)
+    ingest_statement_timeout_ms: int = _field(600_000, "KB_INGEST_STATEMENT_TIMEOUT_MS", ge=0,
+                                              le=_PG_MAX_INT)
     # --- benchmark gates ------------------------------------------------------------------
     benchmark_threshold_ndcg: float = _field(0.80, "KB_BENCHMARK_THRESHOLD_NDCG")
     benchmark_threshold_mrr: float = _field(0.85, "KB_BENCHMARK_THRESHOLD_MRR")
@@ -338,13 +338,27 @@ class Settings(BaseSettings):
             return tuple(v.strip() for v in value if v.strip())
         return value
 
-    @field_validator("home", mode="before")
+    @field_validator("prompt_timezone")
     @classmethod
-    def _check_home(cls, value: Any) -> Any:
-        # An empty path is the current directory: the server's cluster would land there.
+    def _check_timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            if value.strip().upper() != "UTC":  # UTC needs no tz database (prompt/compose.py)
+                ZoneInfo(value.strip())
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}; an IANA name such as UTC or "
+                             "Europe/Rome") from None
+        return value.strip()
+
+    @field_validator("home", "database_url", mode="before")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        # An empty home is the current directory (the server's cluster would land there); an
+        # empty conninfo is libpq's defaults (PGHOST, the local socket): another database.
         if isinstance(value, str | Path) and not str(value).strip():
-            raise ValueError("the home directory is empty; unset KB_HOME for the default "
-                             "(~/.kb-retriever) or name a directory")
+            raise ValueError("empty; unset it for the default (the embedded server under "
+                             "~/.kb-retriever), or give a value")
         return value
 
     @field_validator("fts_language")

@@ -164,6 +164,20 @@ def test_a_borrowed_pool_is_used_and_never_closed(new_database):
             assert conn.execute("SELECT count(*) FROM kb_documents").fetchone()[0] == 1
 
 
+def test_a_borrowed_pool_that_is_not_autocommit_keeps_the_search_settings(new_database):
+    """psycopg's default connections are not autocommit: the session settings were set in a
+    transaction the pool rolled back when the connection came back, so every later search
+    ran with pgvector's defaults (ef_search 40, no iterative scan)."""
+    url = new_database()
+    with ConnectionPool(url, min_size=1, max_size=1, open=True) as pool:
+        with KnowledgeBase(embedder=HashingEmbedder(64), pool=pool) as kb:
+            kb.search("borrowed pool")  # the connection's first use: a read
+            with pool.connection() as conn:
+                row = conn.execute("SELECT current_setting('hnsw.ef_search'), "
+                                   "current_setting('hnsw.iterative_scan')").fetchone()
+            assert row == (str(kb.settings.hnsw_ef_search), "relaxed_order")
+
+
 async def test_a_borrowed_async_pool_is_used_and_never_closed(new_database):
     url = new_database()
     async with AsyncConnectionPool(url, min_size=1, max_size=2, open=False) as apool:
@@ -176,6 +190,45 @@ async def test_a_borrowed_async_pool_is_used_and_never_closed(new_database):
         async with apool.connection() as conn:
             cur = await conn.execute("SELECT count(*) FROM kb_documents")
             assert (await cur.fetchone())[0] == 1
+
+
+def test_a_write_gives_back_a_borrowed_connections_own_statement_timeout(new_database):
+    """A write set the ingest's timeout, then the search's (KB_STATEMENT_TIMEOUT_MS), over the
+    owner's own: the README says a borrowed pool's statement_timeout stays yours."""
+    def configure(conn):
+        conn.execute("SET statement_timeout = '1234ms'")
+
+    with ConnectionPool(new_database(), min_size=1, max_size=1, open=True, configure=configure,
+                        kwargs={"autocommit": True}) as pool:
+        with KnowledgeBase(embedder=HashingEmbedder(64), pool=pool) as kb:
+            kb.add_documents([{"text": "Owner's timeout.", "id": "t"}])
+            with pool.connection() as conn:
+                assert conn.execute("SHOW statement_timeout").fetchone() == ("1234ms",)
+
+
+async def test_a_borrowed_async_pool_with_autocommit_kwargs_opens(new_database):
+    """Its kwargs are copied for the pools the knowledge base opens itself; the schema's
+    connection added its own autocommit=True: "got multiple values for keyword argument"."""
+    url = new_database()
+    async with AsyncConnectionPool(url, min_size=1, max_size=2, open=False,
+                                   kwargs={"autocommit": True}) as apool:
+        kb = KnowledgeBase(embedder=HashingEmbedder(64), async_pool=apool)
+        async with kb:
+            await kb.aadd_documents([{"text": "Autocommit pool text.", "id": "ac"}])
+            assert (await kb.asearch("autocommit pool")).primary
+        assert not apool.closed
+
+
+def test_a_borrowed_pool_with_a_row_factory_is_a_config_error(new_database):
+    """It crashed with a raw KeyError in the schema's migration (our statements read tuples)."""
+    from psycopg.rows import dict_row
+
+    from kb_retriever import ConfigError
+
+    with ConnectionPool(new_database(), min_size=1, max_size=1, open=True,
+                        kwargs={"row_factory": dict_row}) as pool:
+        with pytest.raises(ConfigError, match="row_factory"):
+            KnowledgeBase(embedder=HashingEmbedder(8), pool=pool)
 
 
 def test_a_pool_of_the_wrong_type_is_a_config_error():

@@ -83,6 +83,32 @@ def test_nan_from_the_environment_is_rejected(monkeypatch: pytest.MonkeyPatch) -
         Settings()
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("KB_STATEMENT_TIMEOUT_MS", "3000000000"),  # over PostgreSQL's integer: a 30 s pool hang
+    ("KB_INGEST_STATEMENT_TIMEOUT_MS", "3000000000"),
+    ("KB_FTS_MATCH_CAP", "9223372036854775808"),  # "bigint out of range" at the first search
+    ("KB_DATABASE_URL", ""),  # libpq's defaults: another database, silently
+    ("KB_DATABASE_URL", " "),
+    ("KB_PROMPT_TIMEZONE", "Mars/Olympus"),  # failed only at the first prompt
+    ("KB_PROMPT_TIMEZONE", ""),
+    ("KB_HOME", ""),  # the current directory
+])
+def test_values_that_failed_late_fail_at_load(monkeypatch: pytest.MonkeyPatch, name: str,
+                                              value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=name):
+        Settings()
+
+
+@pytest.mark.parametrize("url", ["abc", "postgresql://u:s3cret@[h/db"])
+def test_a_malformed_replica_url_is_named_without_its_password(url: str) -> None:
+    """It failed at every search, in the pool's log only; now the knowledge base refuses it
+    when it is made (the settings hold no driver to parse it)."""
+    with pytest.raises(ConfigError, match="KB_REPLICA_URLS") as info:
+        KnowledgeBase(Settings(replica_urls=(url,)))
+    assert "s3cret" not in str(info.value)
+
+
 def test_dead_settings_are_gone() -> None:
     for name in ("embeddings_dimensions", "runner_up_min_similarity"):
         assert name not in Settings.model_fields

@@ -40,6 +40,8 @@ class BorrowedPool:
             register_vector(conn)
             for stmt, params in self._sql:
                 conn.execute(stmt, params)
+            if not conn.autocommit:  # else the pool rolls the settings back with the transaction
+                conn.commit()
             self._ready.add(conn)
         return conn
 
@@ -77,6 +79,8 @@ class BorrowedAsyncPool:
             await register_vector_async(conn)
             for stmt, params in self._sql:
                 await conn.execute(stmt, params)
+            if not conn.autocommit:
+                await conn.commit()
             self._ready.add(conn)
         return conn
 

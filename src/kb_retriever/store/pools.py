@@ -33,9 +33,12 @@ __all__ = ["Pools"]
 
 
 _TIMEOUT = "SELECT set_config('statement_timeout', %s, false)"
+# The write's timeout, and the one it replaces (a borrowed pool's is its owner's: put back).
+_WRITE_TIMEOUT = ("SELECT current_setting('statement_timeout') AS before, "
+                  "set_config('statement_timeout', %s, false)")
 
 
-def _timeout(conn: psycopg.Connection[Any], ms: int) -> None:
+def _timeout(conn: psycopg.Connection[Any], ms: int | str) -> None:
     conn.execute(_TIMEOUT, [str(ms)])
 
 
@@ -63,6 +66,9 @@ class Pools:
         given = pool if pool is not None else async_pool
         kwargs = getattr(given, "kwargs", None)
         self._conn_kwargs: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
+        if self._conn_kwargs.get("row_factory") is not None:  # our statements read tuples
+            raise ConfigError("a borrowed pool whose connections have a row_factory is not "
+                              "supported; set the row factory on your cursors instead")
         self._url: str | None = None
         self._pool: Any = None
         self._apool: Any = None
@@ -121,8 +127,8 @@ class Pools:
     def _open_primary(self, url: str, choices: schema.Choices) -> Any:
         with translated():
             migrating = (self._given_pool.connection() if self._given_pool is not None else
-                         psycopg.connect(url, autocommit=True, connect_timeout=10,
-                                         **self._conn_kwargs))
+                         psycopg.connect(url, **{"connect_timeout": 10, **self._conn_kwargs,
+                                                 "autocommit": True}))
             with migrating as conn:
                 self._space = schema.prepare(conn, choices, self.settings)
                 self.distributed = distribution.is_citus(conn)
@@ -222,12 +228,13 @@ class Pools:
         queued behind another writer of the same document, may take longer than a search
         may), given back with the search's."""
         with translated(), self.checked().connection() as conn:
-            _timeout(conn, self.settings.ingest_statement_timeout_ms)
+            row = conn.execute(_WRITE_TIMEOUT,
+                               [str(self.settings.ingest_statement_timeout_ms)]).fetchone()
             try:
                 yield Session(conn, distributed=self.distributed, space=self._space)
             finally:
                 if not conn.broken:
-                    _timeout(conn, self.settings.statement_timeout_ms)
+                    _timeout(conn, row[0] if row else self.settings.statement_timeout_ms)
                     if self.replicas:
                         self._wrote(conn)
 
@@ -236,12 +243,14 @@ class Pools:
         """The async twin of :meth:`writing`."""
         pool = await self.asynchronous()
         async with atranslated(), pool.connection() as conn:
-            await conn.execute(_TIMEOUT, [str(self.settings.ingest_statement_timeout_ms)])
+            row = await (await conn.execute(
+                _WRITE_TIMEOUT, [str(self.settings.ingest_statement_timeout_ms)])).fetchone()
             try:
                 yield AsyncSession(conn, distributed=self.distributed)
             finally:
                 if not conn.broken:
-                    await conn.execute(_TIMEOUT, [str(self.settings.statement_timeout_ms)])
+                    await conn.execute(_TIMEOUT, [row[0] if row else
+                                                  str(self.settings.statement_timeout_ms)])
                     if self.replicas:
                         row = await (await conn.execute(
                             "SELECT pg_current_wal_lsn()::text")).fetchone()

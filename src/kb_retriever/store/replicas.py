@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
+from ..errors import ConfigError, redact
 from ..settings import Settings
 from .connection import make_async_pool, make_pool
 from .load import ServerLoad
@@ -84,6 +86,12 @@ class Replicas:
 
     def __init__(self, urls: tuple[str, ...], settings: Settings) -> None:
         self.settings = settings
+        for url in urls:  # a malformed one failed at every search, in the pool's log only
+            try:
+                conninfo_to_dict(url)
+            except psycopg.ProgrammingError as exc:
+                raise ConfigError("KB_REPLICA_URLS: a replica URL is not a connection "
+                                  "string: " + redact(str(exc).splitlines()[0])) from None
         self._replicas = [Replica(f"replica {i + 1}", url, None) for i, url in enumerate(urls)]
         self._turn = 0
         self._lock = threading.Lock()
