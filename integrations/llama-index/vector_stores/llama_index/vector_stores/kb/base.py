@@ -29,7 +29,7 @@ from kb_retriever.interop import hit_metadata
 from kb_retriever.ranking.diversify import diversify
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.search.modes import Legs
-from kb_retriever.write.from_memory import frontmatter_fields
+from kb_retriever.write.from_memory import with_frontmatter
 
 from .filters import to_kb_filters
 from .modes import Mode, resolve_mode
@@ -138,7 +138,7 @@ class KBVectorStore(BasePydanticVectorStore):
                 embedding=n.embedding) for n in group]
             # The document's own fields (canonical ones included) are its nodes' metadata, and
             # a frontmatter block that opens its first node (a reader that kept it in the text).
-            fields = {**frontmatter_fields(chunks[0].text), **group[0].metadata}
+            fields = dict(with_frontmatter(chunks[0].text, group[0].metadata))
             source = group[-1].source_node
             out.append({"document_id": doc_id, "chunks": chunks, "metadata": fields,
                         "version": source.hash if source is not None and source.hash else None})
