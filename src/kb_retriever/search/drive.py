@@ -105,14 +105,11 @@ async def asearch(pools: Pools, cache: ReadCache, settings: Settings, req: Searc
             target = await pools.aread_target(consistent)  # may open the loop's pool
             return _answered(await _aonce(target, pools, cache, settings, req, embed), target)
         except UnavailableError:
-            if target is None:
-                if not revived and await pools.arevived():
-                    revived = True
-                    continue
-                raise
-            if target.replica is not None and attempt + 1 < _attempts(pools):
-                pools.replicas.mark_down(target.replica)
-            elif target.replica is None and not revived and await pools.arevived():
+            # No target: the loop's pool of the primary could not open (a replica's falls back).
+            replica = target.replica if target is not None else None
+            if replica is not None and attempt + 1 < _attempts(pools):
+                pools.replicas.mark_down(replica)
+            elif replica is None and not revived and await pools.arevived():
                 revived = True
             else:
                 raise
