@@ -325,11 +325,11 @@ def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenan
         report.warnings.append((draft.source_path, w))
     root = str(found.root.resolve())
     stored = elsewhere.get(os.path.join(root, draft.source_path), [])
-    for path, other_root in stored:
-        report.warnings.append((draft.source_path, f"the same file was stored as {path} "
-                                                   f"(ingested from {other_root}); replaced"))
     _ingest_one(session, embedder, tenant, project, draft, report, source_root=root,
                 replaces=[path for path, _ in stored])
+    for path, other_root in stored:  # written: the write deleted them
+        report.warnings.append((draft.source_path, f"the same file was stored as {path} "
+                                                   f"(ingested from {other_root}); replaced"))
 
 
 def _ingest_one(session: Session, embedder: Embedder, tenant: str, project: str,
