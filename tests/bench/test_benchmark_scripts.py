@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.citus.cluster import tools_present
+
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +45,40 @@ def test_equivalence_dumps_and_compares(tmp_path: Path) -> None:
     dump = tmp_path / "a.json"
     _run(str(BENCH / "equivalence.py"), "dump", str(dump), timeout=900)
     _run(str(BENCH / "equivalence.py"), "compare", str(dump), str(dump))
+
+
+def test_writers_runs_with_two_writers_and_a_reader(tmp_path: Path) -> None:
+    _run(str(BENCH / "writers.py"), "--size", "400", "--writers", "1,2", "--readers", "1",
+         "--seconds", "1", "--out-dir", str(tmp_path))
+    res = json.loads((tmp_path / "writers-400.json").read_text())["current"]
+    assert [level["writers"] for level in res["levels"]] == [0, 1, 2]
+    assert all(level.get("failed_writes", 0) == 0 and level["failed_searches"] == 0
+               for level in res["levels"])
+    assert res["statistics_exact"] is True
+
+
+def test_soak_runs_sync_and_async() -> None:
+    for mode in ("sync", "async"):
+        out = _run(str(BENCH / "soak.py"), "--searches", "20", "--every", "10", "--mode", mode)
+        assert "| 20 |" in out.stdout, out.stdout
+
+
+def test_scale_runs_on_one_server_and_a_replica(tmp_path: Path) -> None:
+    """The Citus system of scale.py builds Citus (minutes on a new machine): the next test."""
+    _run(str(BENCH / "scale.py"), "--size", "400", "--clients", "1,2", "--per-client", "5",
+         "--systems", "single,replica", "--out-dir", str(tmp_path))
+    res = json.loads((tmp_path / "scale-400.json").read_text())
+    assert [level["searches"] for level in res["single"]] == [5, 10]
+    assert set(res["replica"][0]["servers"]) == {"replica 1"}  # the replica answered
+
+
+@pytest.mark.citus
+@pytest.mark.skipif(not tools_present(), reason="shared/tools/citus is not beside the project")
+def test_scale_runs_on_a_citus_cluster(tmp_path: Path) -> None:
+    _run(str(BENCH / "scale.py"), "--size", "400", "--clients", "1", "--per-client", "5",
+         "--systems", "citus", "--out-dir", str(tmp_path), timeout=2400)
+    res = json.loads((tmp_path / "scale-400.json").read_text())
+    assert res["load"]["citus"]["chunks"] == 400 and res["citus"][0]["searches"] == 5
 
 
 @pytest.mark.skipif(not SCIFACT.is_dir(), reason="the SciFact files are beside the project")

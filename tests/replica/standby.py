@@ -59,7 +59,7 @@ class Standby:
         self.data = _private_dir(self.user) / "pgdata"
         self.socket = _private_dir(self.user)
         _as(self.user, [f"{self.bindir}/pg_basebackup", "-D", str(self.data), "-R", "-X",
-                        "stream", "-h", str(info["host"]), "-U", "postgres"],
+                        "stream", "-c", "fast", "-h", str(info["host"]), "-U", "postgres"],
             {"PGPASSWORD": password})
         self.start()
 
