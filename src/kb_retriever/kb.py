@@ -23,7 +23,7 @@ from .search import drive
 from .search.modes import Legs
 from .search.pipeline import validate_limit, validate_query
 from .search.plan import SearchRequest
-from .settings import Settings, load_settings
+from .settings import Settings, is_blank, load_settings
 from .store import schema
 from .store.embedded import restart_if_stopped, start_embedded
 from .store.pools import Pools
@@ -103,6 +103,11 @@ class KnowledgeBase(DocumentMethods):
                  async_pool: AsyncConnectionPool | None = None,
                  replica_urls: Sequence[str] | None = None) -> None:
         base = settings or load_settings()
+        for name, value, default in (("database_url", database_url, "KB_DATABASE_URL or the "
+                                      "embedded server"),
+                                     ("home", home, "KB_HOME or the default (~/.kb-retriever)")):
+            if is_blank(value):
+                raise ConfigError(f"{name} is empty: give a value, or leave it out for {default}")
         updates: dict[str, Any] = {}
         if database_url is not None:
             updates["database_url"] = database_url
@@ -113,9 +118,6 @@ class KnowledgeBase(DocumentMethods):
             updates["replica_urls"] = tuple(u.strip() for u in replica_urls)
         if home is not None:
             updates["home"] = Path(home)
-            if not str(home).strip():  # Path("") is the current directory
-                raise ConfigError("home is empty: name a directory, or leave it out for "
-                                  "KB_HOME or the default (~/.kb-retriever)")
         self.settings = base.model_copy(update=updates) if updates else base
         self.embedder = embedder or default_embedder(self.settings.embedder)
         if not isinstance(self.embedder, Embedder):

@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from .errors import ConfigError
 from .vocabulary import DEFAULT_EDGE_TYPES, EDGE_TYPE_WEIGHTS
 
-__all__ = ["Settings", "load_settings", "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS"]
+__all__ = ["Settings", "is_blank", "load_settings", "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS"]
 
 FTS_LANGUAGES = (
     "simple", "english", "italian", "french", "german", "spanish", "portuguese", "dutch",
@@ -58,6 +58,18 @@ def _field(default: Any, *env: str, **kw: Any) -> Any:
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
 _PG_MAX_INT = 2_147_483_647  # PostgreSQL's integer settings (statement_timeout) stop here
+
+
+def is_blank(value: Any) -> bool:
+    """Whether ``value`` is an empty or all-blank string or path: for ``home``, the current
+    directory (the server's cluster would land there); for ``database_url``, libpq's defaults
+    (PGHOST, the local socket), another database. Both are refused (``Settings`` and
+    ``KnowledgeBase``'s arguments alike).
+
+    >>> is_blank(" "), is_blank(""), is_blank("db"), is_blank(None)
+    (True, True, False, False)
+    """
+    return isinstance(value, str | Path) and not str(value).strip()
 
 
 class Settings(BaseSettings):
@@ -356,7 +368,7 @@ class Settings(BaseSettings):
     def _not_empty(cls, value: Any) -> Any:
         # An empty home is the current directory (the server's cluster would land there); an
         # empty conninfo is libpq's defaults (PGHOST, the local socket): another database.
-        if isinstance(value, str | Path) and not str(value).strip():
+        if is_blank(value):
             raise ValueError("empty; unset it for the default (the embedded server under "
                              "~/.kb-retriever), or give a value")
         return value

@@ -111,16 +111,19 @@ def test_an_mcp_port_out_of_range_is_a_usage_error(port: str,
     assert len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("argv, env", [(["--home", ""], {}), ([], {"KB_HOME": ""})])
+@pytest.mark.parametrize("argv, env", [(["--home", ""], {}), ([], {"KB_HOME": ""}),
+                                       (["--database-url", " "], {})])
 def test_an_empty_home_is_a_usage_error(argv: list[str], env: dict[str, str],
-                                        tmp_path, monkeypatch) -> None:
-    """An empty home was the current directory: the server's cluster was made there."""
+                                        tmp_path, monkeypatch, capsys) -> None:
+    """An empty home was the current directory: the server's cluster was made there. An empty
+    --database-url (or database_url="") was libpq's defaults: another database."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("KB_DATABASE_URL", raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert main([*argv, "projects"]) == 2
     assert list(tmp_path.iterdir()) == []
+    assert "empty" in capsys.readouterr().err
 
 
 def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path) -> None:
