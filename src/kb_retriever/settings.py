@@ -61,14 +61,7 @@ _PG_MAX_INT = 2_147_483_647  # PostgreSQL's integer settings (statement_timeout)
 
 
 def is_blank(value: Any) -> bool:
-    """Whether ``value`` is an empty or all-blank string or path: for ``home``, the current
-    directory (the server's cluster would land there); for ``database_url``, libpq's defaults
-    (PGHOST, the local socket), another database. Both are refused (``Settings`` and
-    ``KnowledgeBase``'s arguments alike).
-
-    >>> is_blank(" "), is_blank(""), is_blank("db"), is_blank(None)
-    (True, True, False, False)
-    """
+    """An empty ``home`` (the current directory) or ``database_url`` (libpq's defaults)."""
     return isinstance(value, str | Path) and not str(value).strip()
 
 
@@ -366,11 +359,8 @@ class Settings(BaseSettings):
     @field_validator("home", "database_url", mode="before")
     @classmethod
     def _not_empty(cls, value: Any) -> Any:
-        # An empty home is the current directory (the server's cluster would land there); an
-        # empty conninfo is libpq's defaults (PGHOST, the local socket): another database.
         if is_blank(value):
-            raise ValueError("empty; unset it for the default (the embedded server under "
-                             "~/.kb-retriever), or give a value")
+            raise ValueError("empty; unset it for the default (~/.kb-retriever), or give one")
         return value
 
     @field_validator("fts_language")
