@@ -63,6 +63,8 @@ class DocumentMethods:
         and written in its own transaction, like a file; canonical fields come from its
         metadata or a frontmatter block and are validated as for files. An id that exists is
         replaced (chunks whose text is unchanged keep their ids); unchanged content is a no-op.
+        An id names one thing: a part (:meth:`upsert_chunks`) with the same id goes, in the
+        same transaction.
 
         Example::
 
@@ -106,7 +108,9 @@ class DocumentMethods:
         ``version`` (a hash of the source, say) marks a version of the document: chunks added
         with another version than the stored one replace all its chunks, and within one
         version a chunk whose text a stored chunk already has replaces it (the same piece
-        added again under a new id: LlamaIndex gives every node a new id).
+        added again under a new id: LlamaIndex gives every node a new id; two stored chunks
+        of one text stand for two new ones). A document of its own (:meth:`add_documents`)
+        whose id a chunk takes goes, in the same transaction: an id names one thing.
 
         Example::
 

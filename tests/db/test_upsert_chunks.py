@@ -48,3 +48,39 @@ def test_bad_calls_write_nothing(make_kb):
     with pytest.raises(InputError):
         kb.upsert_chunks("doc", "not chunks")
     assert kb.get_by_ids(["doc"]) == []
+
+
+def test_two_stored_chunks_of_one_text_stand_for_two_new_ones(make_kb):
+    """A version added again under new ids (LlamaIndex gives every node a new id) whose two
+    chunks share a text: only one stored chunk stood for that text, so the second was added
+    anew and every insert of the same document grew it by a chunk."""
+    kb = make_kb()
+    texts = ["Boilerplate.", "Chapter one.", "Boilerplate.", "Chapter two."]
+    for round_ in range(3):
+        kb.upsert_chunks("book", [{"text": t, "id": f"r{round_}-{i}"} for i, t in enumerate(texts)],
+                         version="v1")
+        (doc,) = kb.get_by_ids(["book"])
+        assert [c.text for c in doc.chunks] == texts
+    # a chunk the call names keeps its place, and does not stand in for another of its text
+    kb.upsert_chunks("book", [{"text": "Boilerplate.", "id": "r2-0"},
+                              {"text": "Boilerplate.", "id": "new"}], version="v1")
+    (doc,) = kb.get_by_ids(["book"])
+    assert [c.id for c in doc.chunks] == ["r2-0", "r2-1", "new", "r2-3"]
+
+
+def test_an_id_names_a_document_or_a_part_whichever_was_written_last(make_kb):
+    """add_documents and upsert_chunks under one id: the later write removes the other kind
+    in its own transaction (the LangChain store's ids rest on it)."""
+    kb = make_kb()
+    kb.add_documents([{"text": "A document of its own.", "id": "x"}])
+    kb.upsert_chunks("dec-q", [{"text": "A part.", "id": "x"}, {"text": "Another.", "id": "y"}],
+                     metadata=META)
+    assert kb.get_by_ids(["x"]) == []
+    assert [c.text for c in kb.get_chunks(["x"])] == ["A part."]
+    kb.add_documents([{"text": "Its own again.", "id": "x"}])
+    assert kb.get_chunks(["x"]) == []
+    assert [d.text for d in kb.get_by_ids(["x"])] == ["Its own again."]
+    assert [c.id for c in kb.get_by_ids(["dec-q"])[0].chunks] == ["y"]  # the other part stays
+    # a part whose id is its document's own slug removes nothing of that document
+    kb.upsert_chunks("dec-q", [{"text": "The slug's part.", "id": "dec-q"}], metadata=META)
+    assert [c.id for c in kb.get_by_ids(["dec-q"])[0].chunks] == ["y", "dec-q"]

@@ -71,17 +71,12 @@ def _with_ids(plan: WritePlan, whole_ids: list[str]) -> list[str]:
 
 
 def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:
+    """Write the plan: each document, and the parts of each slug, in a transaction of its own
+    that also removes what the other kind held under the same ids (the knowledge base keeps
+    one thing per id, under the ids' locks: of two writers of one id, the later one stays)."""
     whole_ids = kb.add_documents(plan.whole, **scope) if plan.whole else []
     for slug, parts in plan.parts.items():
         kb.upsert_chunks(slug, parts, metadata=parts[-1]["metadata"], **scope)
-    # After the write, so a write that fails leaves the previous version in place.
-    if plan.parts:
-        documents = kb.get_by_ids(plan.part_ids(), consistent=True, **scope)
-        if stale := _whole(documents):
-            kb.delete(stale, **scope)
-    if whole_ids and (parts := kb.get_chunks(whole_ids, filters=PARTS, consistent=True,
-                                             **scope)):
-        kb.delete_chunks([c.id for c in parts], filters=PARTS, **scope)
     return _with_ids(plan, whole_ids)
 
 
@@ -89,19 +84,7 @@ async def awrite(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> l
     whole_ids = await kb.aadd_documents(plan.whole, **scope) if plan.whole else []
     for slug, parts in plan.parts.items():
         await kb.aupsert_chunks(slug, parts, metadata=parts[-1]["metadata"], **scope)
-    if plan.parts:
-        documents = await kb.aget_by_ids(plan.part_ids(), consistent=True, **scope)
-        if stale := _whole(documents):
-            await kb.adelete(stale, **scope)
-    if whole_ids and (parts := await kb.aget_chunks(whole_ids, filters=PARTS, consistent=True,
-                                                    **scope)):
-        await kb.adelete_chunks([c.id for c in parts], filters=PARTS, **scope)
     return _with_ids(plan, whole_ids)
-
-
-def _whole(documents: Sequence[StoredDocument]) -> list[str]:
-    """The ids of the documents of their own among ``documents`` (not parts' containers)."""
-    return [d.id for d in documents if d.source_type != CHUNKS_SOURCE_TYPE]
 
 
 def unit_id(hit: Hit) -> str:

@@ -10,7 +10,7 @@ Every statement is scoped by tenant and project.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -19,12 +19,14 @@ from psycopg import sql
 
 from ..filters.dimensions import SearchFilters
 from ..models import StoredChunk, StoredDocument
+from ..vocabulary import CHUNKS_SOURCE_TYPE
 from .filter_sql import doc_filter_sql
 from .rows import vector_array
 from .stats import deleted_chunks_logged
 
 __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
-           "documents_from_rows", "get_chunks_sql", "get_documents_sql", "Batch"]
+           "documents_from_rows", "get_chunks_sql", "get_documents_sql", "other_kind_sql",
+           "Batch"]
 
 Statement = tuple[sql.Composed, dict[str, Any]]
 _SCOPE = sql.SQL("d.tenant_id = %(tenant)s AND d.project_key = %(project)s")
@@ -184,3 +186,30 @@ def documents_from_rows(documents: Sequence[Mapping[str, Any]],
             is_canonical=bool(head["is_canonical"]), canonical_type=head["canonical_type"],
             canonical_status=head["canonical_status"], slug=head["slug"]))
     return out
+
+
+# An id names one thing (decision 0007): a document of its own (kb_documents.source_path) or a
+# part, a chunk of a document that holds parts (source type "chunks"), by its chunk_uid.
+_PARTS = SearchFilters(source_types=(CHUNKS_SOURCE_TYPE,))
+_PARTS_WITH_IDS = sql.SQL(
+    "SELECT c.chunk_uid FROM kb_chunks c JOIN kb_documents d ON d.tenant_id = c.tenant_id "
+    "AND d.id = c.document_id WHERE c.tenant_id = %(tenant)s AND c.project_key = %(project)s "
+    "AND c.chunk_uid = ANY(%(ids)s) AND d.source_type = %(parts)s")
+_DOCUMENTS_WITH_IDS = sql.SQL(
+    "SELECT d.source_path FROM kb_documents d WHERE {scope} AND d.source_path = ANY(%(ids)s) "
+    "AND d.source_type <> %(parts)s").format(scope=_SCOPE)
+
+
+def other_kind_sql(tenant: str, project: str, ids: Sequence[str], *, parts: bool
+                   ) -> tuple[tuple[sql.SQL | sql.Composed, dict[str, Any]], Callable[[list[str]], Batch]]:
+    """The ids among ``ids`` that the other kind holds (a statement whose rows are those ids),
+    and a function of those ids that deletes them (a :class:`Batch`): with ``parts``, written
+    as parts, the documents of their own with these ids; else, written as documents of their
+    own, the parts with these ids. The writer runs both in its write's transaction, under the
+    ids' locks, so two writers of one id leave the later one (store/writer.py)."""
+    params = {**_params(tenant, project, ids), "parts": CHUNKS_SOURCE_TYPE}
+    if parts:
+        return ((_DOCUMENTS_WITH_IDS, params),
+                lambda found: delete_documents_sql(tenant, project, found))
+    return ((_PARTS_WITH_IDS, params),
+            lambda found: delete_chunks_sql(tenant, project, found, _PARTS))

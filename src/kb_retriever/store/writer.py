@@ -21,7 +21,7 @@ from ..errors import IngestError
 from ..models import DocumentDraft
 from ..ranking.text import MAX_HEADING_CHARS, clip_words
 from ..settings import fts_language
-from .by_id import delete_documents_sql
+from .by_id import delete_documents_sql, other_kind_sql
 from .retry import retried
 from .rows import vector_array
 from .spaces import Space, bind
@@ -30,6 +30,10 @@ from .stats import deleted_chunks_logged, log_document_chunks
 logger = logging.getLogger(__name__)
 
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+# Several keys in one order (their sort), so two writers that lock keys in common never wait
+# on each other crosswise.
+_LOCK_ALL_SQL = ("SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) "
+                 "FROM (SELECT DISTINCT k FROM unnest(%s::text[]) AS u(k) ORDER BY k) s")
 _COPY_CHUNKS = (
     "COPY kb_chunks (tenant_id, document_id, project_key, chunk_order, heading_path, text, "
     "text_hash, search_prefix, metadata, embedding, chunk_uid, fts_lang, model) "
@@ -310,6 +314,7 @@ def _write(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
             for statement in delete_documents_sql(tenant, project, replaces).statements:
                 conn.execute(*statement)
         stored = _claim(conn, tenant, project, draft)
+        _take_ids(conn, tenant, project, [draft.source_path], parts=False)
         if stored is not None and stored[1] == draft.content_hash:
             return "unchanged"
         doc_pk = _store_fields(conn, tenant, project, draft, values,
@@ -322,11 +327,25 @@ def _write(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
     return "added" if stored is None else "updated"
 
 
+def _take_ids(conn: psycopg.Connection, tenant: str, project: str, ids: Sequence[str], *,
+              parts: bool) -> None:
+    """Delete what the other kind holds under ``ids`` (by_id.other_kind_sql), in the write's
+    transaction and under the ids' locks (a document's is its claim's, a part's its merge's):
+    an id names one thing, and of two writers of one id, the later one stays."""
+    (query, params), delete = other_kind_sql(tenant, project, ids, parts=parts)
+    if found := [row[0] for row in conn.execute(query, params)]:
+        for statement in delete(found).statements:
+            conn.execute(*statement)
+
+
 def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
            embeddings: Sequence[Any], values: dict[str, Any], space: Space) -> list[str]:
     uids = chunk_uids(draft)
     with conn.transaction():
         bind(conn, tenant, project, space)
+        conn.execute(_LOCK_ALL_SQL, [[doc_lock_key(tenant, project, key)
+                                      for key in (*uids, draft.source_path)]])
+        _take_ids(conn, tenant, project, uids, parts=True)
         stored = _claim(conn, tenant, project, draft)
         doc_pk = _store_fields(conn, tenant, project, draft, values,
                                None if stored is None else stored[0])
@@ -338,13 +357,20 @@ def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
             replaced_all, have = list(have), {}  # another version: none of its chunks stay
         else:
             replaced_all = []
-        by_hash = {text_hash: uid for uid, (_, text_hash, _) in have.items()} if versioned else {}
+        # text hash -> the stored chunks with that text, in order, that the draft does not
+        # name: each stands for one new chunk of the same text (two alike are two chunks)
+        by_hash: dict[str, list[str]] = {}
+        named = set(uids)
+        for uid, (_, text_hash, _) in sorted(have.items(), key=lambda kv: kv[1][0]):
+            if versioned and uid not in named:
+                by_hash.setdefault(text_hash, []).append(uid)
         last = max((order for order, _, _ in have.values()), default=-1)
         rows, written, replaced = [], [], list(replaced_all)
         for row, uid in zip(chunk_rows(tenant, project, doc_pk, draft, embeddings, space),
                             uids, strict=True):
             old = have.get(uid)
-            twin = by_hash.pop(row[6], None) if old is None else None
+            twins = by_hash.get(row[6]) if old is None else None
+            twin = twins.pop(0) if twins else None
             if old is not None and (old[1], old[2]) == (row[6], row[8].obj):
                 continue  # the same text and metadata: nothing to write
             if old is not None or twin is not None:

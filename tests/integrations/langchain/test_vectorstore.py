@@ -3,8 +3,10 @@ behaviour the suite does not cover: the trust gradient, filters, ids, as_retriev
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from langchain_core.documents import Document
@@ -297,6 +299,32 @@ async def test_async_adds_keep_one_thing_per_id(store):
     assert [d.page_content for d in await store.aget_by_ids(["y"])] == \
         ["tomatoes need full sun"]
     assert await store.kb.aget_chunks(["y"]) == []
+
+
+def test_two_kinds_written_at_once_under_one_id_leave_one(store):
+    """A part and a document of its own added at once under one id, from two threads: each
+    call's clean-up of the other kind ran after its own commit, so each deleted what the other
+    had just written, and the id was empty though both calls returned it (30 of 30 rounds).
+    The knowledge base now removes the other kind in the write's own transaction, under the
+    id's lock: one of the two stays, whole, and the other is gone from search too."""
+    for round_ in range(12):
+        doc_id = f"race-{round_}"
+        texts = {"part": f"zebra migration notes {round_}", "whole": f"tomatoes in sun {round_}"}
+        barrier = threading.Barrier(2)
+
+        def add(kind: str, doc_id: str = doc_id, texts: dict = texts,
+                barrier: threading.Barrier = barrier) -> list:
+            barrier.wait(timeout=30)
+            meta = {**CANONICAL, "slug": f"dec-{doc_id}"} if kind == "part" else {}
+            return store.add_documents([Document(texts[kind], metadata=meta)], ids=[doc_id])
+
+        with ThreadPoolExecutor(2) as pool:
+            returned = [f.result(timeout=120) for f in [pool.submit(add, k) for k in texts]]
+        assert returned == [[doc_id], [doc_id]]
+        kept = [d.page_content for d in store.get_by_ids([doc_id])]
+        assert len(kept) == 1 and kept[0] in texts.values(), (round_, kept)
+        found = {d.page_content for d in store.similarity_search("notes sun", k=100)}
+        assert found & set(texts.values()) == set(kept), (round_, kept)
 
 
 def test_a_chunk_id_of_a_document_of_its_own_deletes_nothing(store):
