@@ -251,6 +251,16 @@ def test_invalid_date_warns_and_falls_through_to_next_key() -> None:
     assert warned(result, "updated", "ISO date")
 
 
+@pytest.mark.parametrize("raw", ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00",
+                                 "9999-12-31"])
+def test_a_date_the_store_cannot_give_back_warns_and_falls_through(raw: str) -> None:
+    """Year 10000 in UTC was stored, and then every search of the project failed (psycopg
+    cannot read it back: "timestamp too large")."""
+    result = fm(CANONICAL + f"updated: '{raw}'\ndate: 2023-01-02\n")
+    assert result.doc_date == datetime(2023, 1, 2, tzinfo=UTC)
+    assert warned(result, "updated", "range")
+
+
 @pytest.mark.parametrize("raw,expected", [("EN", "en"), ("it", "it"), ("en-US", "en"),
                                           ("english", None), ("e", None)])
 def test_language(raw: str, expected: str | None) -> None:

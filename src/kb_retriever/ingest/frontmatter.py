@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import yaml
@@ -17,7 +17,7 @@ import yaml
 from kb_retriever.models import CANONICAL_STATUSES, CANONICAL_TYPES
 from kb_retriever.settings import EDGE_TYPE_WEIGHTS
 
-__all__ = ["EVIDENCE_TIERS", "SLUG_RE", "TYPED_EDGE_KEYS", "FrontmatterResult",
+__all__ = ["EVIDENCE_TIERS", "SLUG_RE", "TYPED_EDGE_KEYS", "FrontmatterResult", "storable_date",
            "frontmatter_from_mapping", "parse_frontmatter", "split_frontmatter"]
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9\-]*$")
@@ -311,5 +311,30 @@ def _doc_date(data: dict[str, Any], warnings: list[str]) -> datetime | None:
         except ValueError:
             warnings.append(f"{key} {data[key]!r:.60} ignored: not an ISO date")
             continue
-        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        if (stored := storable_date(parsed)) is None:
+            warnings.append(f"{key} {data[key]!r:.60} ignored: out of the range of dates")
+            continue
+        return stored
     return None
+
+
+# Dates a search reads back in any session time zone: a day inside Python's range
+# (9999-12-31T23:59-14:00 is year 10000 in UTC, stored, and then failed every search).
+_FIRST_DATE = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
+_LAST_DATE = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
+
+
+def storable_date(value: datetime) -> datetime | None:
+    """``value`` (naive: UTC) when it is within the dates the store can give back, else None.
+
+    >>> from datetime import timezone
+    >>> storable_date(datetime(9999, 12, 31, tzinfo=timezone(timedelta(hours=-14)))) is None
+    True
+    >>> storable_date(datetime(2024, 5, 1)).isoformat()
+    '2024-05-01T00:00:00+00:00'
+    """
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    try:
+        return aware if _FIRST_DATE <= aware <= _LAST_DATE else None
+    except OverflowError:
+        return None

@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -28,7 +28,7 @@ from kb_retriever.ingest.chunking import (
     extract_wikilinks,
 )
 from kb_retriever.ingest.files import Listed, read_file
-from kb_retriever.ingest.frontmatter import FrontmatterResult, parse_frontmatter
+from kb_retriever.ingest.frontmatter import FrontmatterResult, parse_frontmatter, storable_date
 from kb_retriever.ingest.language import detect_language
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
 from kb_retriever.settings import EDGE_TYPE_WEIGHTS, Settings
@@ -392,7 +392,7 @@ def _safe(get: Any) -> Any:
 def _aware(value: Any) -> datetime | None:
     if not isinstance(value, datetime):
         return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return storable_date(value)
 
 
 def _describe(exc: Exception) -> str:
