@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -547,3 +549,23 @@ def test_docx_styles_are_looked_up_once_per_style(monkeypatch: pytest.MonkeyPatc
     text, _ = _docx_markdown(buf.getvalue(), "many.docx", Budget.start("many.docx", Settings()))
     assert text.count("## Section") == 3
     assert len(lookups) <= 3  # the default style, Heading 2 (and the document's base)
+
+
+@pytest.mark.parametrize("text", [
+    "# a" + " " * 200_000 + "b\n\nbody",  # a heading line of spaces (chunker and title)
+    "# a" + "#" * 200_000 + "b\n\nbody",
+    "w" * 200_000,  # one long word (a base64 blob in a PDF): the hyphen joiner
+    "a-" * 100_000,
+])
+def test_no_line_costs_the_square_of_its_length(text: str) -> None:
+    """A 120 KB heading line of spaces held an ingest 2 min 43 s, a 200,000-letter word in a
+    PDF 286 s: the heading, title and hyphen patterns backtracked over the whole line from
+    each position. Bounded here at 60 s for what took minutes to hours (it takes
+    milliseconds); in a process of its own, as a regex holds the interpreter until it ends."""
+    script = ("import sys\n"
+              "from kb_retriever.ingest.chunking import chunk_markdown\n"
+              "from kb_retriever.ingest.loaders import _first_h1, join_hyphenation\n"
+              "text = sys.stdin.read()\n"
+              "chunk_markdown(text), _first_h1(text), join_hyphenation(text)\n")
+    subprocess.run([sys.executable, "-c", script], input=text, text=True, check=True,
+                   timeout=60)

@@ -31,7 +31,7 @@ PARAGRAPH_SPLIT = "paragraph_split"
 BYTES_PER_TOKEN = 4  # the reference estimate: ceil(utf-8 bytes / 4)
 _JOINER = "\n\n"
 
-_HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
+_HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")  # the title stripped in code: linear
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _WIKILINK_RE = re.compile(r"\[\[([^\[\]]+)\]\]")
 _INLINE_CODE_RE = re.compile(r"`[^`]*`")

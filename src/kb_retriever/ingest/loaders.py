@@ -55,7 +55,7 @@ _SENTENCE_END = (".", ";", ",", ":", "!", "?")
 # The level of a bold pseudo-heading: below a title, like a section.
 _BOLD_HEADING_LEVEL = 2
 # A word broken across a PDF line: "connec-\ntion", "idle-in-\ntransaction" (soft hyphens too).
-_LINE_HYPHEN_RE = re.compile(r"(\w[\w-]*)(?:-|\u00ad)[ \t]*\n[ \t]*([a-z\u00e0-\u00ff]\w*)")
+_LINE_HYPHEN_RE = re.compile(r"(?<![\w-])(\w[\w-]*)(?:-|\u00ad)[ \t]*\n[ \t]*([a-z\u00e0-\u00ff]\w*)")
 # Enough text to tell the language by its stop words (ingest/language.py).
 _DETECT_CHUNKS = 5
 # DOCX body lines that the markdown chunker would misread as a heading, a code fence or a
@@ -153,14 +153,14 @@ def build_edges(fm: FrontmatterResult, wikilinks: Sequence[str] = ()) -> tuple[E
     return tuple(edges)
 
 
-_H1 = re.compile(r"^#[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+_H1 = re.compile(r"^#[ \t]+(.+)$", re.MULTILINE)  # its closing #s stripped in code: linear
 
 
 def _first_h1(body: str) -> str | None:
     """The first level-1 heading, as a title (the reference used the file name, which reads
     poorly in prompts and citations: ``rej-memcached-2023`` vs its real title)."""
     match = _H1.search(body)
-    return match.group(1).strip()[:300] if match else None
+    return (match.group(1).rstrip(" \t#").strip()[:300] or None) if match else None
 
 
 def _markdown_draft(draft: DocumentDraft, fm: FrontmatterResult, chunks: tuple[ChunkDraft, ...],
