@@ -215,3 +215,28 @@ def test_cli_exit_code_says_whether_anything_failed(
     assert "\x1b" not in out and "bad\\x1b[2J\\nname.md" in out
     assert main([*args, str(bad)]) == 1  # the same file named explicitly
     assert main([*args, str(tmp_path / "good.md")]) == 0
+
+
+def test_prune_keeps_a_file_it_cannot_look_at(make_kb: MakeKb, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder without read permission under the root: prune's look at its files raised
+    PermissionError, which the store's boundary reported as "the database could not be
+    reached", and the ingest's report was lost. A file that cannot be looked at is not known
+    to be gone: it stays. (The test runs as root, whom permissions do not stop: the look fails
+    as it does for a user.)"""
+    a = tmp_path / "a"
+    _write(a / "locked", "s.md", "# Secret\n\nbehind a folder without permission\n")
+    _write(a, "open.md", "# Open\n\nreadable\n")
+    kb = make_kb()
+    kb.ingest([a])
+    real = Path.is_file
+
+    def is_file(path: Path) -> bool:
+        if "locked" in path.parts:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    report = kb.ingest([a], prune=True)
+    assert report.deleted == 0
+    assert _paths(kb) == ["locked/s.md", "open.md"]

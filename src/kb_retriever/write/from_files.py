@@ -366,5 +366,14 @@ def prune_missing(session: Session, *, tenant: str, project: str,
     dirs = {str(r.resolve()) for r in roots if r.is_dir()}
     dirs.update(str(r.parent.resolve()) for r in roots if r.is_file())
     gone = [rel for root, rel in session.documents_under(tenant, project, sorted(dirs))
-            if not (Path(root) / rel).is_file()]
+            if _gone(Path(root) / rel)]
     return session.delete_documents(tenant, project, gone) if gone else 0
+
+
+def _gone(path: Path) -> bool:
+    """Whether the file is known to be gone: one that cannot be looked at (a folder without
+    read permission) stays, and the ingest reports that folder as failed."""
+    try:
+        return not path.is_file()
+    except OSError:  # EACCES: it raised out of prune as "the database could not be reached"
+        return False
