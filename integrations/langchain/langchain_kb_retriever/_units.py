@@ -30,7 +30,7 @@ from kb_retriever import Hit, KnowledgeBase, StoredDocument
 from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
 from kb_retriever.write.from_memory import canonical_slug, derived_id
 
-__all__ = ["PARTS", "WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "write"]
+__all__ = ["PARTS", "WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "whole", "write"]
 
 #: The chunks that are parts of canonical documents (the knowledge base's filters).
 PARTS: Mapping[str, Any] = {"source_types": [CHUNKS_SOURCE_TYPE]}
@@ -107,14 +107,20 @@ def _in_order(ids: Sequence[str], documents: list[StoredDocument],
     return [found[i] for i in dict.fromkeys(ids) if i in found]
 
 
+def whole(documents: Sequence[StoredDocument]) -> list[StoredDocument]:
+    """The documents of their own among ``documents``: a document that holds parts is named by
+    its slug, which is no id of the store's (a part may have it: the first split's id)."""
+    return [d for d in documents if d.source_type != CHUNKS_SOURCE_TYPE]
+
+
 def fetch(kb: KnowledgeBase, ids: Sequence[str], scope: dict[str, Any]) -> list[Document]:
     """The documents and parts with these ids, as added, in the order asked."""
-    documents = kb.get_by_ids(ids, **scope)
+    documents = whole(kb.get_by_ids(ids, **scope))
     rest = [i for i in ids if i not in {d.id for d in documents}]
     return _in_order(ids, documents, kb.get_chunks(rest, **scope) if rest else [])
 
 
 async def afetch(kb: KnowledgeBase, ids: Sequence[str], scope: dict[str, Any]) -> list[Document]:
-    documents = await kb.aget_by_ids(ids, **scope)
+    documents = whole(await kb.aget_by_ids(ids, **scope))
     rest = [i for i in ids if i not in {d.id for d in documents}]
     return _in_order(ids, documents, await kb.aget_chunks(rest, **scope) if rest else [])

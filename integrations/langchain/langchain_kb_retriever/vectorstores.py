@@ -185,7 +185,8 @@ class KBVectorStore(VectorStore):
         if ids is None:
             kb.clear(**self._scope())
         else:
-            kb.delete(ids, **self._scope())
+            kb.delete([d.id for d in _units.whole(kb.get_by_ids(ids, **self._scope()))],
+                      **self._scope())
             kb.delete_chunks(ids, filters=_units.PARTS, **self._scope())
         return True
 
@@ -194,7 +195,8 @@ class KBVectorStore(VectorStore):
         if ids is None:
             await kb.aclear(**self._scope())
         else:
-            await kb.adelete(ids, **self._scope())
+            found = _units.whole(await kb.aget_by_ids(ids, **self._scope()))
+            await kb.adelete([d.id for d in found], **self._scope())
             await kb.adelete_chunks(ids, filters=_units.PARTS, **self._scope())
         return True
 

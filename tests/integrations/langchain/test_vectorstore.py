@@ -3,6 +3,7 @@ behaviour the suite does not cover: the trust gradient, filters, ids, as_retriev
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import warnings
 from collections.abc import Iterator
@@ -325,6 +326,22 @@ def test_two_kinds_written_at_once_under_one_id_leave_one(store):
         assert len(kept) == 1 and kept[0] in texts.values(), (round_, kept)
         found = {d.page_content for d in store.similarity_search("notes sun", k=100)}
         assert found & set(texts.values()) == set(kept), (round_, kept)
+
+
+def test_a_split_whose_id_is_its_slug_names_that_split_only(store):
+    """The first split's id is often the document's slug; the document that holds the splits
+    is named by that slug too. get_by_ids returned every split's text for it, and delete
+    removed both splits."""
+    meta = {**CANONICAL, "slug": "dec-split"}
+    store.add_documents([Document("We chose Redis cluster.", metadata=meta),
+                         Document("Memcached was rejected.", metadata=meta)],
+                        ids=["dec-split", "dec-split-2"])
+    assert [d.page_content for d in store.get_by_ids(["dec-split"])] == \
+        ["We chose Redis cluster."]
+    store.delete(["dec-split"])
+    assert [d.id for d in store.get_by_ids(["dec-split", "dec-split-2"])] == ["dec-split-2"]
+    asyncio.run(store.adelete(["dec-split-2"]))
+    assert store.get_by_ids(["dec-split-2"]) == [] and store.kb.get_by_ids(["dec-split"]) == []
 
 
 def test_a_chunk_id_of_a_document_of_its_own_deletes_nothing(store):
