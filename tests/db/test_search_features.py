@@ -155,3 +155,34 @@ def test_asearch_from_successive_event_loops(make_kb, corpus):
     first = asyncio.run(kb.asearch("parental leave", limit=2))
     second = asyncio.run(kb.asearch("parental leave", limit=2))  # a new loop: a new async pool
     assert [h.chunk_id for h in first.primary] == [h.chunk_id for h in second.primary]
+
+
+def test_a_second_running_event_loop_gets_a_clear_error(make_kb, corpus):
+    """Two threads, each with its own running loop, shared one async pool: each loop took it
+    from the other, and searches failed with "Lock is bound to a different event loop" (90 of
+    120). One loop at a time owns the pool; another that runs meanwhile is told so, and takes
+    the pool once the first loop has ended."""
+    import asyncio
+    import threading
+
+    from kb_retriever import ConfigError
+
+    kb = make_kb()
+    kb.ingest([corpus])
+    searched, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        await kb.asearch("parental leave", limit=2)
+        searched.set()
+        await asyncio.to_thread(release.wait, 60)
+
+    owner = threading.Thread(target=asyncio.run, args=(hold(),))
+    owner.start()
+    try:
+        assert searched.wait(60)
+        with pytest.raises(ConfigError, match="another thread"):
+            asyncio.run(kb.asearch("parental leave", limit=2))
+    finally:
+        release.set()
+        owner.join(60)
+    assert asyncio.run(kb.asearch("parental leave", limit=2)).primary

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -74,6 +75,7 @@ class Pools:
         self._apool: Any = None
         self._alock: asyncio.Lock | None = None
         self._apool_loop: asyncio.AbstractEventLoop | None = None
+        self._loop_claim = threading.Lock()
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
         self.primary_load = ServerLoad()  # the primary's load (KB_PARALLEL_LEGS=auto)
         self.distributed = False  # a Citus coordinator (known once open)
@@ -264,18 +266,26 @@ class Pools:
                 self._apool = BorrowedAsyncPool(self._given_apool, self.settings)
             return self._apool
         loop = asyncio.get_running_loop()
-        if self._apool is not None and self._apool_loop is not loop:
-            logger.debug("event loop changed: opening a new async pool")
-            self._apool, self._alock = None, None  # the old one's loop is gone or not ours
+        with self._loop_claim:  # one loop at a time owns the pool (and its lock)
+            owner = self._apool_loop
+            if owner is not None and owner is not loop:
+                if owner.is_running() and not owner.is_closed():
+                    raise ConfigError(
+                        "this knowledge base's async pool belongs to an event loop that is "
+                        "still running in another thread; give each event loop its own "
+                        "KnowledgeBase (or call the sync methods from the other threads)")
+                logger.debug("event loop changed: opening a new async pool")
+                self._apool = None  # the old one's loop has ended
+            if owner is not loop:
+                self._alock, self._apool_loop = asyncio.Lock(), loop
         if self._apool is None:
-            if self._alock is None:
-                self._alock = asyncio.Lock()
+            assert self._alock is not None
             async with self._alock:
                 if self._apool is None:
                     pool = make_async_pool(self.url, self.settings, self._conn_kwargs)
                     async with atranslated():
                         await pool.open(wait=True, timeout=30)
-                    self._apool, self._apool_loop = pool, loop
+                    self._apool = pool
         return self._apool
 
     def executor(self) -> ThreadPoolExecutor:
@@ -300,7 +310,7 @@ class Pools:
     async def aclose(self) -> None:
         if self._apool is not None:
             await self._apool.close()
-            self._apool = None
+            self._apool = self._apool_loop = None
         await self.replicas.aclose()
         self.close()
 
