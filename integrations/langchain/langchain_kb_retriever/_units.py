@@ -20,7 +20,8 @@ A search returns each part, or each document, once (decision 0007).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from langchain_core.documents import Document
 
 from kb_retriever import Hit, KnowledgeBase, StoredDocument
 from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
+from kb_retriever.write.calls import Group, awrite_groups, write_groups
 from kb_retriever.write.from_memory import canonical_slug, derived_id
 
 __all__ = ["PARTS", "WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "whole", "write"]
@@ -71,19 +73,36 @@ def _with_ids(plan: WritePlan, whole_ids: list[str]) -> list[str]:
 
 
 def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:
-    """Write the plan: each document, and the parts of each slug, in a transaction of its own
-    that also removes what the other kind held under the same ids (the knowledge base keeps
-    one thing per id, under the ids' locks: of two writers of one id, the later one stays)."""
-    whole_ids = kb.add_documents(plan.whole, **scope) if plan.whole else []
+    """Write the plan: the documents of their own, then the parts of each slug, each in a
+    transaction of its own that also removes what the other kind held under the same ids
+    (the knowledge base keeps one thing per id, under the ids' locks: of two writers of one id,
+    the later one stays). When a part of the call fails after another was saved, the call
+    raises ``WriteError`` with both (``kb_retriever.write.calls``)."""
+    whole_ids: list[str] = []
+    groups: list[Group] = []
+    if plan.whole:
+        groups.append(([r["id"] for r in plan.whole if r["id"]],
+                       lambda: whole_ids.extend(kb.add_documents(plan.whole, **scope))))
     for slug, parts in plan.parts.items():
-        kb.upsert_chunks(slug, parts, metadata=parts[-1]["metadata"], **scope)
+        groups.append(([p["id"] for p in parts], functools.partial(
+            kb.upsert_chunks, slug, parts, metadata=parts[-1]["metadata"], **scope)))
+    write_groups(groups)
     return _with_ids(plan, whole_ids)
 
 
 async def awrite(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:
-    whole_ids = await kb.aadd_documents(plan.whole, **scope) if plan.whole else []
+    whole_ids: list[str] = []
+
+    async def add_whole() -> None:
+        whole_ids.extend(await kb.aadd_documents(plan.whole, **scope))
+
+    groups: list[tuple[list[str], Callable[[], Awaitable[Any]]]] = []
+    if plan.whole:
+        groups.append(([r["id"] for r in plan.whole if r["id"]], add_whole))
     for slug, parts in plan.parts.items():
-        await kb.aupsert_chunks(slug, parts, metadata=parts[-1]["metadata"], **scope)
+        groups.append(([p["id"] for p in parts], functools.partial(
+            kb.aupsert_chunks, slug, parts, metadata=parts[-1]["metadata"], **scope)))
+    await awrite_groups(groups)
     return _with_ids(plan, whole_ids)
 
 

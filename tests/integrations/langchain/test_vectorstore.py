@@ -344,6 +344,23 @@ def test_a_split_whose_id_is_its_slug_names_that_split_only(store):
     assert store.get_by_ids(["dec-split-2"]) == [] and store.kb.get_by_ids(["dec-split"]) == []
 
 
+def test_a_call_that_fails_after_a_part_was_saved_says_both(store):
+    """Each slug's parts are written in a transaction of their own: when one slug failed (a
+    part cannot move to another slug) after another was saved, the caller got an IngestError
+    naming only the failure. It is a WriteError that names both now."""
+    from kb_retriever import WriteError
+
+    store.add_documents([Document("first home", metadata={**CANONICAL, "slug": "dec-home"})],
+                        ids=["p-moving"])
+    docs = [Document("a new slug", metadata={**CANONICAL, "slug": "dec-elsewhere"}),
+            Document("kept", metadata={**CANONICAL, "slug": "dec-other"})]
+    with pytest.raises(WriteError) as raised:
+        store.add_documents(docs, ids=["p-moving", "p-kept"])
+    assert raised.value.saved == ["p-kept"] and list(raised.value.failed) == ["p-moving"]
+    assert {d.id: d.page_content for d in store.get_by_ids(["p-moving", "p-kept"])} == \
+        {"p-moving": "first home", "p-kept": "kept"}
+
+
 def test_a_chunk_id_of_a_document_of_its_own_deletes_nothing(store):
     """The retriever's documents carry chunk ids; deleting by one removed that chunk from its
     document, which get_by_ids still returned whole. Now a delete removes documents and parts

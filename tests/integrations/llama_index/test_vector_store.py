@@ -6,7 +6,7 @@ import pytest
 from llama_index.core import Document, StorageContext, VectorStoreIndex
 from llama_index.core import Settings as LlamaSettings
 from llama_index.core.llms import MockLLM
-from llama_index.core.schema import NodeRelationship, TextNode
+from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -394,3 +394,34 @@ def test_a_long_document_is_capped_within_top_k(make_kb):
                                           query_embedding=embed.get_query_embedding(q)))
     cap = kb.settings.max_chunks_per_doc
     assert [n.ref_doc_id for n in result.nodes].count("big") == cap and "other" in result.ids
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_call_that_fails_after_a_document_was_saved_says_both(make_kb, use_async):
+    """add() writes each ref_doc's nodes in a transaction of its own: when the second failed
+    (one of its node ids was another document's node), the caller got an IngestError naming
+    only it, while the first was committed. It is a WriteError with both lists now."""
+    import asyncio
+
+    from kb_retriever import WriteError
+
+    kb = make_kb(embedder=HashingEmbedder(64))
+    store = KBVectorStore(kb)
+
+    def node(node_id: str, doc: str, text: str) -> TextNode:
+        n = TextNode(id_=node_id, text=text, embedding=kb.embedder.embed_query(text))
+        n.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=doc)
+        return n
+
+    store.add([node("shared", "docC", "C text")])
+    nodes = [node("a1", "docA", "A text"), node("shared", "docB", "B text")]
+    with pytest.raises(WriteError) as raised:
+        if use_async:
+            asyncio.run(store.async_add(nodes))
+        else:
+            store.add(nodes)
+    assert raised.value.saved == ["a1"] and list(raised.value.failed) == ["shared"]
+    assert {n.node_id: n.ref_doc_id for n in store.get_nodes(node_ids=["a1", "shared"])} == \
+        {"a1": "docA", "shared": "docC"}
+    kb.close()
+    kb.open()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from kb_retriever.interop import hit_metadata
 from kb_retriever.ranking.diversify import diversify
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.search.modes import Legs
+from kb_retriever.write.calls import awrite_groups, write_groups
 from kb_retriever.write.from_memory import with_frontmatter
 
 from .filters import to_kb_filters
@@ -145,13 +147,17 @@ class KBVectorStore(BasePydanticVectorStore):
         return out
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        for document in self._documents(nodes):
-            self._kb.upsert_chunks(**document, **self._scope())
+        """Write the nodes of each ``ref_doc_id`` in a transaction of its own; when one fails
+        after another was saved, ``WriteError`` lists both (``kb_retriever.write.calls``)."""
+        write_groups([([c.id for c in doc["chunks"]],
+                       functools.partial(self._kb.upsert_chunks, **doc, **self._scope()))
+                      for doc in self._documents(nodes)])
         return [n.node_id for n in nodes]
 
     async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        for document in self._documents(nodes):
-            await self._kb.aupsert_chunks(**document, **self._scope())
+        await awrite_groups([([c.id for c in doc["chunks"]],
+                              functools.partial(self._kb.aupsert_chunks, **doc, **self._scope()))
+                             for doc in self._documents(nodes)])
         return [n.node_id for n in nodes]
 
     # --- delete ---------------------------------------------------------------------------
