@@ -17,7 +17,7 @@ import pytest
 from kb_retriever import KnowledgeBase, Settings
 from kb_retriever.ingest import budget as budget_module
 
-from ..unit.test_loaders import make_pdf
+from ..unit.test_loaders import make_pdf, make_pdf_lines
 
 pytestmark = pytest.mark.db
 
@@ -230,6 +230,19 @@ def test_pdf_characters_and_wall_time_are_budgeted(make_kb: MakeKb, tmp_path: Pa
     [(path, reason)] = kb.ingest([tmp_path / "b"]).failed
     assert path == "slow.pdf" and "KB_INGEST_FILE_TIMEOUT_S=30 s (stopped at page" in reason
     assert _stored(kb) == []
+
+
+def test_the_deadline_holds_within_a_page(make_kb: MakeKb, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline was checked between pages only: a 4.5 KB page that drew a 50,000-operator
+    form 100 times held an ingest 15 minutes. It is checked at each operator now (the fake
+    clock ticks a second a look: one page of 60 lines, 180 operators, passes 30 s within it)."""
+    _write(tmp_path, "one-page.pdf", make_pdf_lines([f"line {i}" for i in range(60)]))
+    kb = make_kb(settings=Settings(ingest_file_timeout_s=30))
+    monkeypatch.setattr(budget_module, "time", FakeClock())
+    [(path, reason)] = kb.ingest([tmp_path]).failed
+    assert path == "one-page.pdf" and reason.startswith(
+        "reading took more than KB_INGEST_FILE_TIMEOUT_S=30 s (stopped at page 1)")
 
 
 @pytest.mark.parametrize("name", ["KB_INGEST_MAX_UNPACKED_MB", "KB_INGEST_MAX_PARAGRAPHS",

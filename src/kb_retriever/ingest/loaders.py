@@ -223,7 +223,7 @@ def _pdf_chunks(raw: bytes, rel: str, filename: str, hard_cap: int,
     """One chunk per page with text (heading ``Page N``); oversize pages split, no overlap.
 
     The declared page count is checked before the first page, each page's unpacked content
-    before its text is extracted, the characters and the deadline after each page."""
+    before its text is extracted, the deadline at each operator, the characters after it."""
     from pypdf import PdfReader  # the format libraries load only when such a file shows up
 
     try:
@@ -237,9 +237,9 @@ def _pdf_chunks(raw: bytes, rel: str, filename: str, hard_cap: int,
         pages = []
         for n, page in enumerate(reader.pages, start=1):
             budget.pages(n)
-            budget.unpack(_safe(lambda p=page: len(p.get_contents().get_data())) or 0,
-                          "the page contents")
-            pages.append((n, page.extract_text() or ""))
+            budget.unpack(_safe(lambda p=page: len(p.get_contents().get_data())) or 0, "page contents")
+            text = page.extract_text(visitor_operand_before=budget.ticker(f"page {n}"))
+            pages.append((n, text or ""))
             budget.text(len(pages[-1][1]))
     except IngestError:
         raise
