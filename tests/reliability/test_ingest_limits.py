@@ -240,3 +240,45 @@ def test_prune_keeps_a_file_it_cannot_look_at(make_kb: MakeKb, tmp_path: Path,
     report = kb.ingest([a], prune=True)
     assert report.deleted == 0
     assert _paths(kb) == ["locked/s.md", "open.md"]
+
+
+def test_two_roots_ingested_at_once_keep_each_file_of_one_root(make_kb: MakeKb,
+                                                               tmp_path: Path) -> None:
+    """The clash check (another root's file of the same path) ran before the write's lock: two
+    processes ingesting folders A and B into one project at once overwrote each other's files,
+    reported "updated" (113 of 150). The write checks the root again under its lock: each path
+    is the file of the root that wrote it first, and the other ingest reports it failed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"x{i:03d}.md" for i in range(40)]
+    for root in ("A", "B"):
+        for name in names:
+            _write(tmp_path / root, name, f"# {name}\n\nwritten under root {root}\n")
+    kb = make_kb()
+    with ThreadPoolExecutor(2) as pool:
+        reports = dict(zip("AB", pool.map(lambda r: kb.ingest([tmp_path / r]), "AB"), strict=True))
+    for root, report in reports.items():
+        assert report.updated == [] and report.unchanged == [], root
+        assert sorted(report.added + [p for p, _ in report.failed]) == names, root
+    for doc in kb.get_by_ids(names):
+        assert doc.id in reports[doc.text.split()[-1]].added  # the text of the root that wrote it
+    assert len(kb.get_by_ids(names)) == len(names)
+
+
+def test_a_moved_folder_takes_its_new_root(make_kb: MakeKb, tmp_path: Path) -> None:
+    """After `mv kb-old kb`, an ingest of kb found every file unchanged and kept kb-old as
+    their root: a prune of kb then missed a deleted file, and a new kb-old/b.md replaced
+    kb/b.md silently."""
+    old, new = tmp_path / "kb-old", tmp_path / "kb"
+    _write(old, "a.md", "# A\n\nalpha\n")
+    _write(old, "b.md", "# B\n\nbeta\n")
+    kb = make_kb()
+    kb.ingest([old])
+    old.rename(new)
+    assert sorted(kb.ingest([new], prune=True).unchanged) == ["a.md", "b.md"]
+    (new / "a.md").unlink()
+    assert kb.ingest([new], prune=True).deleted == 1
+    _write(old, "b.md", "# B\n\nanother beta\n")
+    [(path, reason)] = kb.ingest([old]).failed
+    assert path == "b.md" and "already holds b.md" in reason
+    assert [d.text for d in kb.get_by_ids(["a.md", "b.md"])] == ["beta"]

@@ -198,7 +198,7 @@ def insert_edges(conn: psycopg.Connection, rows: Sequence[tuple[Any, ...]]) -> N
 
 def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
                    embeddings: Sequence[Any], space: Space, source_root: str | None = None,
-                   replaces: Sequence[str] = ()) -> str:
+                   seen_root: str | None = None, replaces: Sequence[str] = ()) -> str:
     """Insert or replace one document atomically. Returns ``added``/``updated``/``unchanged``.
 
     Concurrent writers of the same document are serialised by an advisory lock, and the hash
@@ -207,14 +207,18 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
     ``source_root`` is the ingest root the file was found under (for prune); the embeddings
     are of ``space``'s model, which the project must use (``spaces.bind``). ``replaces`` are
     the ids of documents that hold the same file under another root (a folder ingested, then
-    its parent): deleted in the same transaction, so the file stays one document.
+    its parent): deleted in the same transaction, so the file stays one document. With a
+    ``source_root``, the document's root is checked under the lock to be ``seen_root`` (what
+    the caller read, None: no root or no document) or this one: another root's ingest that
+    wrote it meanwhile is an error, not overwritten; unchanged text under a new root (a moved
+    folder) takes the new root.
     """
     values = document_values(draft)
     if source_root is not None:
         values["source_root"] = source_root
     with _keys_taken(draft):
         return retried(lambda: _write(conn, tenant, project, draft, embeddings, values,
-                                      space, replaces))
+                                      space, replaces, seen_root))
 
 
 def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
@@ -247,13 +251,13 @@ def _keys_taken(draft: DocumentDraft) -> Iterator[None]:
 
 
 def _claim(conn: psycopg.Connection, tenant: str, project: str,
-           draft: DocumentDraft) -> tuple[int, str] | None:
-    """Lock the draft's document (inside the caller's transaction): its (id, content hash), or
-    None when it does not exist; raises when another document owns the draft's slug."""
+           draft: DocumentDraft) -> tuple[int, str, str | None] | None:
+    """Lock the draft's document (inside the caller's transaction): its (id, content hash,
+    root), or None when it does not exist; raises when another document owns the draft's slug."""
     conn.execute(_LOCK_SQL, [doc_lock_key(tenant, project, draft.source_path)])
     row = conn.execute(
-        "SELECT id, content_hash FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
-        "AND source_path = %s FOR UPDATE",
+        "SELECT id, content_hash, source_root FROM kb_documents WHERE tenant_id = %s "
+        "AND project_key = %s AND source_path = %s FOR UPDATE",
         [tenant, project, draft.source_path],
     ).fetchone()
     if draft.slug:
@@ -266,7 +270,7 @@ def _claim(conn: psycopg.Connection, tenant: str, project: str,
             raise IngestError(
                 f"{draft.source_path}: slug {draft.slug!r} is already used by {clash[0]}"
             )
-    return None if row is None else (int(row[0]), str(row[1]))
+    return None if row is None else (int(row[0]), str(row[1]), row[2])
 
 
 def _store_fields(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
@@ -307,15 +311,22 @@ def _store_fields(conn: psycopg.Connection, tenant: str, project: str, draft: Do
 
 def _write(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
            embeddings: Sequence[Any], values: dict[str, Any], space: Space,
-           replaces: Sequence[str] = ()) -> str:
+           replaces: Sequence[str] = (), seen_root: str | None = None) -> str:
+    root = values.get("source_root")
     with conn.transaction():
         bind(conn, tenant, project, space)
         if replaces:  # before the claim: the draft may take their slug
             for statement in delete_documents_sql(tenant, project, replaces).statements:
                 conn.execute(*statement)
         stored = _claim(conn, tenant, project, draft)
+        if root is not None and stored is not None and stored[2] not in (seen_root, root):
+            raise IngestError(f"{draft.source_path}: an ingest of {stored[2]} wrote it meanwhile; "
+                              "ingest the two roots into different projects, or their parent")
         _take_ids(conn, tenant, project, [draft.source_path], parts=False)
         if stored is not None and stored[1] == draft.content_hash:
+            if root is not None and stored[2] != root:  # the same text, moved to this root
+                conn.execute("UPDATE kb_documents SET source_root = %s WHERE tenant_id = %s "
+                             "AND id = %s", [root, tenant, stored[0]])
             return "unchanged"
         doc_pk = _store_fields(conn, tenant, project, draft, values,
                                None if stored is None else stored[0])

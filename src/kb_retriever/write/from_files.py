@@ -341,13 +341,13 @@ def _ingest_one(session: Session, embedder: Embedder, tenant: str, project: str,
         # Another root's file of the same relative path, still there: not a move, a clash.
         raise IngestError(f"this project already holds {draft.source_path} from {stored_root}; "
                           "ingest the two roots into different projects, or their common parent")
-    if stored_hash == draft.content_hash and not replaces:
+    if stored_hash == draft.content_hash and not replaces and source_root in (None, stored_root):
         report.unchanged.append(draft.source_path)
         return
     vectors, n_new = embed_in_batches(session, embedder, tenant, [c.text for c in draft.chunks])
     session.prepare_writes()
     status = session.write_document(tenant, project, draft, vectors, source_root=source_root,
-                                    replaces=replaces)
+                                    replaces=replaces, seen_root=stored_root)
     report.chunks_embedded += n_new
     if status == "unchanged":
         report.unchanged.append(draft.source_path)
