@@ -23,27 +23,32 @@ Group = tuple[Sequence[str], Callable[[], Any]]
 
 
 class _Outcome:
-    def __init__(self) -> None:
+    """What the groups of one call came to, recorded in their order."""
+
+    def __init__(self, groups: Sequence[tuple[Sequence[str], Any]]) -> None:
+        self.ids = [list(ids) for ids, _ in groups]
         self.saved: list[str] = []
         self.failed: dict[str, str] = {}
         self.first: KbError | None = None
+        self.stopped = False
 
-    def done(self, ids: Sequence[str]) -> None:
-        self.saved += ids
-
-    def refused(self, ids: Sequence[str], exc: KbError) -> bool:
-        """Record ``exc`` for ``ids``; whether the call goes on with the next group."""
+    def record(self, i: int, exc: KbError | None) -> None:
+        """Group ``i`` saved (``exc`` None) or failed; a store failure stops the call, and
+        the groups after it are not written."""
+        if exc is None:
+            self.saved += self.ids[i]
+            return
         self.first = self.first or exc
         if isinstance(exc, WriteError):
             self.saved += exc.saved
             self.failed.update(exc.failed)
-            return True
-        self.failed.update(dict.fromkeys(ids, " ".join(str(exc).split()) or type(exc).__name__))
-        return isinstance(exc, IngestError)
-
-    def stopped(self, groups: Sequence[Sequence[str]], exc: KbError) -> None:
-        for ids in groups:
-            self.failed.update(dict.fromkeys(ids, f"not written: {type(exc).__name__}"))
+            return
+        self.failed.update(dict.fromkeys(self.ids[i], " ".join(str(exc).split()) or
+                                         type(exc).__name__))
+        if not isinstance(exc, IngestError):
+            self.stopped = True
+            for ids in self.ids[i + 1:]:
+                self.failed.update(dict.fromkeys(ids, f"not written: {type(exc).__name__}"))
 
     def result(self) -> None:
         if self.first is None:
@@ -53,32 +58,38 @@ class _Outcome:
         raise WriteError(self.saved, self.failed) from self.first
 
 
+def _attempt(write: Callable[[], Any]) -> KbError | None:
+    try:
+        write()
+    except KbError as exc:
+        return exc
+    return None
+
+
+async def _aattempt(write: Callable[[], Awaitable[Any]]) -> KbError | None:
+    try:
+        await write()
+    except KbError as exc:
+        return exc
+    return None
+
+
 def write_groups(groups: Sequence[Group]) -> None:
     """Run each group's write in order (module docstring)."""
-    out = _Outcome()
-    for i, (ids, write) in enumerate(groups):
-        try:
-            write()
-        except KbError as exc:
-            if not out.refused(ids, exc):
-                out.stopped([g[0] for g in groups[i + 1:]], exc)
-                break
-        else:
-            out.done(ids)
+    out = _Outcome(groups)
+    for i in range(len(groups)):
+        out.record(i, _attempt(groups[i][1]))
+        if out.stopped:
+            break
     out.result()
 
 
 async def awrite_groups(groups: Sequence[tuple[Sequence[str],
                                                Callable[[], Awaitable[Any]]]]) -> None:
     """The async twin of :func:`write_groups`."""
-    out = _Outcome()
-    for i, (ids, write) in enumerate(groups):
-        try:
-            await write()
-        except KbError as exc:
-            if not out.refused(ids, exc):
-                out.stopped([g[0] for g in groups[i + 1:]], exc)
-                break
-        else:
-            out.done(ids)
+    out = _Outcome(groups)
+    for i in range(len(groups)):
+        out.record(i, await _aattempt(groups[i][1]))
+        if out.stopped:
+            break
     out.result()
