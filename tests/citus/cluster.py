@@ -9,6 +9,7 @@ the workers added, as an operator would set one up.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,25 @@ def build() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def _free_ports(n: int) -> list[int]:
+    """``n`` consecutive free ports from BASE_PORT on: a cluster left running by a killed run,
+    or another started meanwhile (scale.py beside the test tier), takes its block."""
+    for base in range(BASE_PORT, BASE_PORT + 200, n):
+        ports = list(range(base, base + n))
+        if all(_free(port) for port in ports):
+            return ports
+    raise RuntimeError(f"no {n} free ports from {BASE_PORT}")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 class Cluster:
     """A coordinator and its workers, started in a directory of their own."""
 
@@ -43,11 +63,11 @@ class Cluster:
         # the servers run as an unprivileged user when the tests run as root: a readable place
         self.data = Path(tempfile.mkdtemp(prefix="kb-citus-test-"))
         self.data.chmod(0o755)
-        self.ports = [BASE_PORT + i for i in range(WORKERS + 1)]
+        self.ports = _free_ports(WORKERS + 1)
 
     def start(self) -> None:
         subprocess.run(["bash", str(TOOLS / "cluster.sh"), "start", self.bindir, str(self.data),
-                        str(BASE_PORT), str(WORKERS)], check=True, capture_output=True,
+                        str(self.ports[0]), str(WORKERS)], check=True, capture_output=True,
                        text=True, timeout=300)
 
     def stop(self) -> None:
