@@ -43,10 +43,10 @@ def search_args(kb: KnowledgeBase, k: int, filter: Mapping[str, Any] | None,
     return {"limit": limit, "filters": merged or None, "legs": legs}
 
 
-def best_hits(result: SearchResult, k: int) -> list[Hit]:
-    """The best chunk of each of the first ``k`` documents (or parts): the primary hits, then
-    the runner-ups, so the store returns k when k exist (a search keeps its weakest hits as
-    runner-ups)."""
+def best_hits(result: SearchResult, k: int | None) -> list[Hit]:
+    """The best chunk of each of the first ``k`` documents (or parts; all with None): the
+    primary hits, then the runner-ups, so the store returns k when k exist (a search keeps its
+    weakest hits as runner-ups)."""
     best: dict[str, Hit] = {}
     for hit in (*result.primary, *result.runner_up):
         best.setdefault(_units.unit_id(hit), hit)

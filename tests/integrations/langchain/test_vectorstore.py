@@ -361,6 +361,29 @@ def test_a_call_that_fails_after_a_part_was_saved_says_both(store):
         {"p-moving": "first home", "p-kept": "kept"}
 
 
+def test_k_when_a_hit_goes_between_the_search_and_the_read(store, monkeypatch):
+    """A search and the read of its documents are two reads: a document deleted in between
+    was dropped, and similarity_search returned k - 1 while k existed (209 of 3,500 searches
+    under a deleting writer). The next hits fill in. The writer is played here by a delete
+    right before the first read."""
+    from langchain_kb_retriever import _units
+
+    store.add_documents([Document(f"penguin colony note {i}") for i in range(6)],
+                        ids=[f"pen-{i}" for i in range(6)])
+    real, calls = _units.fetch, []
+
+    def fetch_after_a_delete(kb, ids, scope):
+        if not calls:
+            store.delete([ids[0]])  # the best hit goes
+        calls.append(list(ids))
+        return real(kb, ids, scope)
+
+    monkeypatch.setattr(_units, "fetch", fetch_after_a_delete)
+    found = store.similarity_search("penguin colony note", k=3)
+    assert len(found) == 3 and calls[0][0] not in {d.id for d in found}
+    assert len(calls) == 2  # the rest was read only because a hit had gone
+
+
 def test_a_chunk_id_of_a_document_of_its_own_deletes_nothing(store):
     """The retriever's documents carry chunk ids; deleting by one removed that chunk from its
     document, which get_by_ids still returned whole. Now a delete removes documents and parts
