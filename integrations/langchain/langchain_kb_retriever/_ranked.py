@@ -3,7 +3,7 @@ documents a result ranks (one per stored document or part, k when k exist) and M
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,29 @@ def with_scores(hits: Sequence[Hit], stored: list[Document]) -> list[tuple[Docum
     by_id = {d.id: d for d in stored}
     pairs = ((_units.unit_id(h), h.score) for h in hits)
     return [(by_id[i], score) for i, score in pairs if i in by_id]
+
+
+def stored(result: SearchResult, k: int, fetch: Callable[[list[str]], list[Document]]
+           ) -> list[tuple[Document, float]]:
+    """The first ``k`` of the result's documents (or parts) that ``fetch`` still finds, with
+    their scores. The search and the read are two reads: a document deleted in between gave
+    k - 1 while k existed; the hits after the first ``k`` are read only then."""
+    hits, found = best_hits(result, None), []
+    for some in (hits[:k], hits[k:]):
+        if some and len(found) < k:
+            found += with_scores(some, fetch([_units.unit_id(h) for h in some]))
+    return found[:k]
+
+
+async def astored(result: SearchResult, k: int,
+                  fetch: Callable[[list[str]], Awaitable[list[Document]]]
+                  ) -> list[tuple[Document, float]]:
+    """The async twin of :func:`stored`."""
+    hits, found = best_hits(result, None), []
+    for some in (hits[:k], hits[k:]):
+        if some and len(found) < k:
+            found += with_scores(some, await fetch([_units.unit_id(h) for h in some]))
+    return found[:k]
 
 
 def relevance(score: float) -> float:

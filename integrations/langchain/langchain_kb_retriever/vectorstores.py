@@ -216,27 +216,16 @@ class KBVectorStore(VectorStore):
                 filter: Mapping[str, Any] | None,
                 filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
         kb = self._open()
-        hits = _ranked.best_hits(kb.search(query, query_embedding=embedding,
-                                         **self._search_args(k, filter, filters)), None)
-        found: list[tuple[Document, float]] = []
-        for some in (hits[:k], hits[k:]):  # the rest only when a hit went since the search
-            if some and len(found) < k:
-                found += _ranked.with_scores(some, _units.fetch(
-                    kb, [_units.unit_id(h) for h in some], self._scope()))
-        return found[:k]
+        result = kb.search(query, query_embedding=embedding, **self._search_args(k, filter, filters))
+        return _ranked.stored(result, k, lambda ids: _units.fetch(kb, ids, self._scope()))
 
     async def _ascored(self, query: str | None, embedding: Sequence[float] | None, k: int,
                        filter: Mapping[str, Any] | None,
                        filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
         kb = await self._aopen()
-        hits = _ranked.best_hits(await kb.asearch(query, query_embedding=embedding,
-                                                **self._search_args(k, filter, filters)), None)
-        found: list[tuple[Document, float]] = []
-        for some in (hits[:k], hits[k:]):
-            if some and len(found) < k:
-                found += _ranked.with_scores(some, await _units.afetch(
-                    kb, [_units.unit_id(h) for h in some], self._scope()))
-        return found[:k]
+        result = await kb.asearch(query, query_embedding=embedding,
+                                  **self._search_args(k, filter, filters))
+        return await _ranked.astored(result, k, lambda ids: _units.afetch(kb, ids, self._scope()))
 
     def similarity_search_with_score(self, query: str, k: int = 4,
                                      filter: dict[str, Any] | None = None, *,
