@@ -47,9 +47,6 @@ class WritePlan:
     whole: list[dict[str, Any]] = field(default_factory=list)
     parts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
-    def part_ids(self) -> list[str]:
-        return [part["id"] for parts in self.parts.values() for part in parts]
-
 
 def plan_writes(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> WritePlan:
     """Sort ``records`` (``text``, ``metadata``, ``id``) into documents and parts."""

@@ -10,7 +10,7 @@ Every statement is scoped by tenant and project.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -25,8 +25,8 @@ from .rows import vector_array
 from .stats import deleted_chunks_logged
 
 __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
-           "documents_from_rows", "get_chunks_sql", "get_documents_sql", "other_kind_sql",
-           "Batch"]
+           "delete_other_kind_sql", "documents_from_rows", "get_chunks_sql", "get_documents_sql",
+           "other_kind_sql", "Batch"]
 
 Statement = tuple[sql.Composed, dict[str, Any]]
 _SCOPE = sql.SQL("d.tenant_id = %(tenant)s AND d.project_key = %(project)s")
@@ -201,15 +201,18 @@ _DOCUMENTS_WITH_IDS = sql.SQL(
 
 
 def other_kind_sql(tenant: str, project: str, ids: Sequence[str], *, parts: bool
-                   ) -> tuple[tuple[sql.SQL | sql.Composed, dict[str, Any]], Callable[[list[str]], Batch]]:
-    """The ids among ``ids`` that the other kind holds (a statement whose rows are those ids),
-    and a function of those ids that deletes them (a :class:`Batch`): with ``parts``, written
-    as parts, the documents of their own with these ids; else, written as documents of their
-    own, the parts with these ids. The writer runs both in its write's transaction, under the
-    ids' locks, so two writers of one id leave the later one (store/writer.py)."""
+                   ) -> tuple[sql.SQL | sql.Composed, dict[str, Any]]:
+    """The ids among ``ids`` that the other kind holds (one row each): written as parts
+    (``parts``), the documents of their own with these ids; else the parts with these ids.
+    The writer runs it, and :func:`delete_other_kind_sql` of what it found, in its write's
+    transaction under the ids' locks, so two writers of one id leave the later one."""
     params = {**_params(tenant, project, ids), "parts": CHUNKS_SOURCE_TYPE}
+    return (_DOCUMENTS_WITH_IDS if parts else _PARTS_WITH_IDS), params
+
+
+def delete_other_kind_sql(tenant: str, project: str, found: Sequence[str], *,
+                          parts: bool) -> Batch:
+    """Delete what :func:`other_kind_sql` found: documents of their own, or parts."""
     if parts:
-        return ((_DOCUMENTS_WITH_IDS, params),
-                lambda found: delete_documents_sql(tenant, project, found))
-    return ((_PARTS_WITH_IDS, params),
-            lambda found: delete_chunks_sql(tenant, project, found, _PARTS))
+        return delete_documents_sql(tenant, project, found)
+    return delete_chunks_sql(tenant, project, found, _PARTS)

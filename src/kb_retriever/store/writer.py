@@ -21,7 +21,7 @@ from ..errors import IngestError
 from ..models import DocumentDraft
 from ..ranking.text import MAX_HEADING_CHARS, clip_words
 from ..settings import fts_language
-from .by_id import delete_documents_sql, other_kind_sql
+from .by_id import delete_documents_sql, delete_other_kind_sql, other_kind_sql
 from .retry import retried
 from .rows import vector_array
 from .spaces import Space, bind
@@ -343,9 +343,9 @@ def _take_ids(conn: psycopg.Connection, tenant: str, project: str, ids: Sequence
     """Delete what the other kind holds under ``ids`` (by_id.other_kind_sql), in the write's
     transaction and under the ids' locks (a document's is its claim's, a part's its merge's):
     an id names one thing, and of two writers of one id, the later one stays."""
-    (query, params), delete = other_kind_sql(tenant, project, ids, parts=parts)
-    if found := [row[0] for row in conn.execute(query, params)]:
-        for statement in delete(found).statements:
+    if found := [row[0] for row in conn.execute(*other_kind_sql(tenant, project, ids,
+                                                                  parts=parts))]:
+        for statement in delete_other_kind_sql(tenant, project, found, parts=parts).statements:
             conn.execute(*statement)
 
 
