@@ -7,15 +7,16 @@ from __future__ import annotations
 import io
 import random
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from kb_retriever import KnowledgeBase, Settings
+from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
 from kb_retriever.ingest import budget as budget_module
+from kb_retriever.write.from_files import EMBED_BATCH
 
 from ..unit.test_loaders import make_pdf, make_pdf_lines
 
@@ -242,7 +243,38 @@ def test_the_deadline_holds_within_a_page(make_kb: MakeKb, tmp_path: Path,
     monkeypatch.setattr(budget_module, "time", FakeClock())
     [(path, reason)] = kb.ingest([tmp_path]).failed
     assert path == "one-page.pdf" and reason.startswith(
-        "reading took more than KB_INGEST_FILE_TIMEOUT_S=30 s (stopped at page 1)")
+        "reading and embedding took more than KB_INGEST_FILE_TIMEOUT_S=30 s (stopped at page 1)")
+
+
+class ClockedEmbedder(HashingEmbedder):
+    """A hashing embedder whose every call takes 20 s of the fake clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(64)
+        self.clock = clock
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.clock.now += 20.0
+        return super().embed_documents(texts)
+
+
+def test_the_deadline_holds_while_a_file_is_embedded(make_kb: MakeKb, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Embedding was outside the deadline: a 4.4 MB text file embedded for 100 s. The deadline
+    is checked before each batch now, and the batches embedded stay cached: the next ingest
+    goes on from there."""
+    _write(tmp_path, "long.md", "\n\n".join(f"# Part {i}\n\nparagraph {i}" for i in range(600)))
+    clock = FakeClock()
+    kb = make_kb(embedder=ClockedEmbedder(clock), settings=Settings(ingest_file_timeout_s=30))
+    monkeypatch.setattr(budget_module, "time", clock)
+    [(path, reason)] = kb.ingest([tmp_path]).failed
+    assert path == "long.md" and reason.startswith(
+        "reading and embedding took more than KB_INGEST_FILE_TIMEOUT_S=30 s (stopped at "
+        f"embedding chunk {2 * EMBED_BATCH + 1} of 600)")
+    assert _stored(kb) == []
+    monkeypatch.undo()
+    again = kb.ingest([tmp_path])
+    assert again.added == ["long.md"] and again.chunks_embedded == 600 - 2 * EMBED_BATCH
 
 
 @pytest.mark.parametrize("name", ["KB_INGEST_MAX_UNPACKED_MB", "KB_INGEST_MAX_PARAGRAPHS",

@@ -162,6 +162,41 @@ def test_a_folder_then_its_parent_hold_each_file_once(make_kb: MakeKb, tmp_path:
     assert _paths(kb) == []
 
 
+def test_a_parent_after_its_subfolder_holds_both_files_of_one_name(
+        make_kb: MakeKb, tmp_path: Path) -> None:
+    """docs/sub/a.md was stored as a.md; an ingest of docs read docs/a.md first and failed it
+    as a clash with that record, which the same run then re-keyed to sub/a.md: the failure
+    lasted until the ingest ran again."""
+    docs = tmp_path / "docs"
+    _write(docs, "a.md", "# Top\n\nthe top-level note\n")
+    _write(docs / "sub", "a.md", "# Inner\n\nthe inner note\n")
+    kb = make_kb()
+    kb.ingest([docs / "sub"])
+    report = kb.ingest([docs])
+    assert report.failed == [] and sorted(report.added) == ["a.md", "sub/a.md"]
+    assert _paths(kb) == ["a.md", "sub/a.md"]
+
+
+@pytest.mark.parametrize("order", ["inner first", "outer first"])
+def test_overlapping_roots_in_one_ingest_store_each_file_once(
+        make_kb: MakeKb, tmp_path: Path, order: str) -> None:
+    """``ingest docs/sub docs`` stored docs/sub's files twice, as x.md and as sub/x.md (and
+    failed a.md, the same relative path under two roots)."""
+    docs = tmp_path / "docs"
+    _write(docs, "a.md", "# Top\n\nthe top-level note\n")
+    _write(docs / "sub", "a.md", "# Inner\n\nthe inner note\n")
+    _write(docs / "sub", "x.md", "# X\n\nonly in sub\n")
+    named = [docs / "sub", docs / "sub" / "x.md", docs]
+    kb = make_kb()
+    report = kb.ingest(named if order == "inner first" else named[::-1])
+    assert report.failed == [], report
+    assert sorted(report.added) == ["a.md", "sub/a.md", "sub/x.md"]
+    assert _paths(kb) == ["a.md", "sub/a.md", "sub/x.md"]
+    inside = f"inside {docs}, which this ingest also names: its files are read from there"
+    assert sorted(report.warnings) == [(str(docs / "sub"), inside),
+                                       (str(docs / "sub" / "x.md"), inside)]
+
+
 class CountingEmbedder(HashingEmbedder):
     def __init__(self, dim: int) -> None:
         super().__init__(dim)

@@ -1,5 +1,5 @@
 """What one file may cost while it is read: unpacked bytes, paragraphs or pages, characters
-and wall time.
+and wall time (its embedding's too).
 
 The file size limit bounds what is read, not what it unpacks to: a 184 KB DOCX held 1.6 M
 paragraphs (54 MB of XML) and an ingest for 283 s. A :class:`Budget` is charged before parsing
@@ -45,7 +45,7 @@ class Budget:
         """Fail once the file has taken longer than ``KB_INGEST_FILE_TIMEOUT_S``."""
         if time.monotonic() > self.deadline:
             at = f" (stopped at {where})" if where else ""
-            raise self.fail(f"reading took more than KB_INGEST_FILE_TIMEOUT_S="
+            raise self.fail(f"reading and embedding took more than KB_INGEST_FILE_TIMEOUT_S="
                             f"{self.settings.ingest_file_timeout_s:g} s{at}{_RAISE}")
 
     def ticker(self, where: str) -> Callable[..., None]:

@@ -7,26 +7,26 @@ file's: every later file would fail the same way) stops it.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..embedding import Embedder, check_vectors, embedder_errors
-from ..errors import IngestError, IngestInterruptedError, InputError, StoreError
-from ..ingest import SUPPORTED_SUFFIXES, parse_document
-from ..ingest.files import FileId, Listed, file_id
+from ..errors import IngestError, IngestInterruptedError, StoreError
+from ..ingest import parse_document
+from ..ingest.budget import Budget
 from ..models import DocumentDraft
 from ..settings import Settings
 from ..store import writer
 from ..store.session import Session
+from .found import Found, IngestReport, as_paths, discover, find_files
 from .recalibrate import after_write
+
+__all__ = ["EMBED_BATCH", "IngestReport", "as_paths", "discover", "embed_chunks",
+           "embed_in_batches", "find_files", "ingest_paths", "prune_missing"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,202 +36,20 @@ Progress = Callable[[int, int, str], None]
 EMBED_BATCH = 256
 
 
-@dataclass
-class IngestReport:
-    """What an ingest did. ``failed``, ``skipped`` and ``warnings`` are (path, reason) pairs.
-
-    ``skipped`` holds files that were not read on purpose (unsupported type, no text, a
-    symlink leaving its root); ``failed`` those that could not be ingested. The previous
-    version of a failed or skipped document stays as it was.
-    """
-
-    added: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    deleted: int = 0
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    warnings: list[tuple[str, str]] = field(default_factory=list)
-    chunks_written: int = 0
-    chunks_embedded: int = 0
-
-    def summary(self) -> str:
-        return (
-            f"{len(self.added)} added, {len(self.updated)} updated, {len(self.unchanged)} "
-            f"unchanged, {len(self.skipped)} skipped, {self.deleted} deleted, "
-            f"{len(self.failed)} failed ({self.chunks_written} chunks written, "
-            f"{self.chunks_embedded} embedded)"
-        )
-
-
-@dataclass(frozen=True)
-class Found:
-    """A file to ingest: its path, the root it was found under, its path relative to that,
-    and what the listing saw there (the read must find the same file)."""
-
-    file: Path
-    root: Path
-    rel: str
-    listed: Listed | None = None
-
-
-def as_paths(paths: Any) -> list[Path]:
-    """``paths`` as a list: one ``str``/``Path`` is one path, not a sequence of characters."""
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
-    try:
-        items = list(paths)
-    except TypeError:
-        raise InputError(f"paths must be a path or a list of paths, not {type(paths).__name__}") from None
-    out = []
-    for item in items:
-        if not isinstance(item, str | os.PathLike) or not str(item).strip():
-            raise InputError(f"each path must be a non-empty str or Path, not {item!r:.60}")
-        if "\x00" in str(item):
-            raise InputError("a path must not contain NUL characters")
-        out.append(Path(item))
-    if not out:
-        raise InputError("ingest needs at least one path")
-    return out
-
-
-def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False,
-             report: IngestReport | None = None) -> list[tuple[Path, Path]]:
-    """(file, root) pairs for every supported file under ``paths`` (hidden files skipped).
-
-    Files of other types, and symlinks that leave their root (unless ``follow_symlinks``),
-    are listed in ``report.skipped`` when a report is given; symlink loops in
-    ``report.failed``. With ``follow_symlinks`` each real directory is walked once (a link
-    back to a parent is skipped) and each real file is read once: under its own path when a
-    link also leads to it, else under the first link's (the others are skipped, naming it).
-    """
-    return [(f.file, f.root) for f in find_files(as_paths(paths), follow_symlinks=follow_symlinks,
-                                                 report=report or IngestReport())]
-
-
-def find_files(paths: Sequence[Path], *, follow_symlinks: bool,
-               report: IngestReport) -> list[Found]:
-    found: list[Found] = []
-    owner: dict[str, Path] = {}  # relative path -> the root that gave it first
-    for path in paths:
-        if path.is_dir():
-            candidates = _walk(path, follow_symlinks, report)
-        elif path.is_file():
-            candidates = [(path, path.parent, Listed(file_id(path.stat()), path.is_symlink()))]
-        elif path.is_symlink():
-            raise InputError(f"{path} is a broken symlink or a symlink loop")
-        else:
-            raise InputError(f"no such file or directory: {path}")
-        for file, root, listed in candidates:
-            rel = file.relative_to(root).as_posix()
-            if file.suffix.lower() not in SUPPORTED_SUFFIXES:
-                report.skipped.append((rel, f"unsupported file type {file.suffix or '(none)'!r}; "
-                                            f"supported: {', '.join(SUPPORTED_SUFFIXES)}"))
-                continue
-            if rel in owner and owner[rel] != root:
-                report.failed.append((rel, f"{file} has the same relative path as the file "
-                                           f"under {owner[rel]}; ingest the two roots into "
-                                           "different projects, or their common parent"))
-                continue
-            if rel not in owner:
-                owner[rel] = root
-                found.append(Found(file, root, rel, listed))
-    return _each_file_once(found, report) if follow_symlinks else found
-
-
-def _each_file_once(found: list[Found], report: IngestReport) -> list[Found]:
-    """``found`` with each real file once: under its own path (no symlink on the way) when
-    one leads to it, else under the first."""
-    def through_link(f: Found) -> bool:
-        return os.path.realpath(f.file) != os.path.abspath(f.file)
-
-    kept: dict[FileId, Found] = {}
-    for f in sorted(found, key=through_link):  # stable: own paths first, in listing order
-        if f.listed is None:
-            continue
-        first = kept.setdefault(f.listed.id, f)
-        if first is not f:
-            report.skipped.append((f.rel, f"the same file as {first.rel}, read once"))
-    return [f for f in found if f.listed is None or kept[f.listed.id] is f]
-
-
-def _walk(root: Path, follow_symlinks: bool,
-          report: IngestReport) -> list[tuple[Path, Path, Listed]]:
-    real_root = root.resolve()
-    walked = {file_id(root.stat()): "."}  # real directories walked, by identity: each once
-    out: list[tuple[Path, Path, Listed]] = []
-
-    def unreadable(exc: OSError) -> None:
-        where = Path(exc.filename).relative_to(root).as_posix() if exc.filename else "."
-        report.failed.append((where, f"cannot read directory ({exc.strerror or exc})"))
-
-    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable,
-                                                followlinks=follow_symlinks):
-        keep = []
-        for name in sorted(d for d in dirnames if not d.startswith(".")):
-            sub = Path(dirpath, name)
-            rel = sub.relative_to(root).as_posix()
-            if not follow_symlinks:  # os.walk enters no link; report those leaving the root
-                if sub.is_symlink() and not Path(os.path.realpath(sub)).is_relative_to(real_root):
-                    report.skipped.append((rel, "symlink to a directory outside the ingest "
-                                                "root (not followed)"))
-                keep.append(name)
-                continue
-            try:
-                seen = walked.setdefault(file_id(sub.stat()), rel)
-            except OSError:  # gone since os.walk listed it
-                continue
-            if seen != rel:  # a link back to a parent (a cycle), or a second way into a folder
-                again = "the ingest root" if seen == "." else f"the folder {seen}"
-                report.skipped.append((rel, f"symlink to {again}, walked once"))
-                continue
-            keep.append(name)
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            if not name.startswith("."):
-                listed = _listed(Path(dirpath, name), root, real_root, follow_symlinks, report)
-                if listed is not None:
-                    out.append((Path(dirpath, name), root, listed))
-    return sorted(out)
-
-
-def _listed(file: Path, root: Path, real_root: Path, follow_symlinks: bool,
-            report: IngestReport) -> Listed | None:
-    """What ``file`` leads to, or None, reported when it is a symlink loop, a broken symlink,
-    a symlink that leaves the root (os.walk lists loops and broken links as files) or not a
-    regular file (a FIFO would block the read)."""
-    rel = file.relative_to(root).as_posix()
-    try:
-        link = stat.S_ISLNK(os.lstat(file).st_mode)
-    except OSError:  # gone since it was listed
-        return None
-    try:
-        st = os.stat(file)
-    except OSError as exc:  # a loop or a broken link
-        if exc.errno == errno.ELOOP:
-            report.failed.append((rel, "symlink loop; not read"))
-        else:
-            report.skipped.append((rel, "broken symlink: its target does not exist"))
-        return None
-    if link and not follow_symlinks \
-            and not Path(os.path.realpath(file)).is_relative_to(real_root):
-        report.skipped.append((rel, "symlink to a file outside the ingest root (not followed)"))
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        report.skipped.append((rel, "not a regular file (a FIFO, socket or device); not read"))
-        return None
-    return Listed(file_id(st), link)
-
-
 def embed_in_batches(session: Session, embedder: Embedder, tenant: str,
-                     texts: Sequence[str]) -> tuple[list[np.ndarray], int]:
+                     texts: Sequence[str], budget: Budget | None = None,
+                     ) -> tuple[list[np.ndarray], int]:
     """:func:`embed_chunks` :data:`EMBED_BATCH` texts at a time: the embedder never sees more,
     and what a batch embedded is cached before the next starts. Returns (vectors, newly
     embedded); the vectors are held for the document's one write (at most
-    ``KB_INGEST_MAX_CHUNKS`` of them)."""
+    ``KB_INGEST_MAX_CHUNKS`` of them). A file's ``budget`` is checked before each batch: a
+    4.4 MB text file embedded for 100 s past its deadline. What was embedded stays cached, so
+    the file's next ingest goes on from there."""
     vectors: list[np.ndarray] = []
     n_new = 0
     for start in range(0, len(texts), EMBED_BATCH):
+        if budget is not None:
+            budget.tick(f"embedding chunk {start + 1} of {len(texts)}")
         batch, n = embed_chunks(session, embedder, tenant, texts[start:start + EMBED_BATCH])
         vectors += batch
         n_new += n
@@ -266,6 +84,9 @@ def ingest_paths(session: Session, embedder: Embedder, settings: Settings, *,
     session.check_project(tenant, project)  # another model's project: one error, not one per file
     files = find_files(roots, follow_symlinks=follow_symlinks, report=report)
     elsewhere = stored_elsewhere(session, tenant, project, {f.root for f in files})
+    # Files stored under another root's id first: re-keyed, their old ids are free for the
+    # files of this run that have them (docs/sub/a.md stored as a.md, then docs/a.md).
+    files.sort(key=lambda f: os.path.join(f.root.resolve(), f.rel) not in elsewhere)
     for i, found in enumerate(files):
         if progress:
             progress(i, len(files), found.rel)
@@ -314,6 +135,7 @@ def stored_elsewhere(session: Session, tenant: str, project: str,
 def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenant: str,
                  project: str, found: Found, report: IngestReport,
                  elsewhere: Mapping[str, list[tuple[str, str]]]) -> None:
+    budget = Budget.start(found.rel, settings)  # read and embedded within it (the parse checks its own)
     draft = parse_document(found.file, root=found.root, settings=settings, listed=found.listed)
     if not draft.chunks:
         report.skipped.append((found.rel, "no text to index"))
@@ -326,7 +148,7 @@ def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenan
     root = str(found.root.resolve())
     stored = elsewhere.get(os.path.join(root, draft.source_path), [])
     _ingest_one(session, embedder, tenant, project, draft, report, source_root=root,
-                replaces=[path for path, _ in stored])
+                replaces=[path for path, _ in stored], budget=budget)
     for path, other_root in stored:  # written: the write deleted them
         report.warnings.append((draft.source_path, f"the same file was stored as {path} "
                                                    f"(ingested from {other_root}); replaced"))
@@ -334,7 +156,7 @@ def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenan
 
 def _ingest_one(session: Session, embedder: Embedder, tenant: str, project: str,
                 draft: DocumentDraft, report: IngestReport, *, source_root: str | None,
-                replaces: Sequence[str] = ()) -> None:
+                replaces: Sequence[str] = (), budget: Budget | None = None) -> None:
     stored_hash, stored_root = session.stored_version(tenant, project, draft.source_path)
     if (source_root is not None and stored_root is not None and stored_root != source_root
             and (Path(stored_root) / draft.source_path).is_file()):
@@ -344,7 +166,8 @@ def _ingest_one(session: Session, embedder: Embedder, tenant: str, project: str,
     if stored_hash == draft.content_hash and not replaces and source_root in (None, stored_root):
         report.unchanged.append(draft.source_path)
         return
-    vectors, n_new = embed_in_batches(session, embedder, tenant, [c.text for c in draft.chunks])
+    vectors, n_new = embed_in_batches(session, embedder, tenant, [c.text for c in draft.chunks],
+                                      budget)
     session.prepare_writes()
     status = session.write_document(tenant, project, draft, vectors, source_root=source_root,
                                     replaces=replaces, seen_root=stored_root)
