@@ -79,3 +79,45 @@ def test_two_different_records_with_one_id_are_an_error_not_a_loss(make_kb):
     assert kb.get_by_ids(["x"]) == []
     kb.add_documents([{"text": "A", "id": "x"}, {"text": "A", "id": "x"}])  # the same twice
     assert [d.text for d in kb.get_by_ids(["x"])] == ["A"]
+
+
+def _contents(store: KBVectorStore) -> list[str]:
+    return sorted(d.page_content for d in store.similarity_search("cache layer", k=100))
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_the_indexing_api_keeps_the_store_in_step_with_the_sources(make_kb, run: str) -> None:
+    """LangChain's record manager (``index``/``aindex``, incremental and full clean-up) adds,
+    skips and deletes by the ids it chose: a changed split replaces its old version, a dropped
+    one goes, a split whose source is gone goes with a full clean-up, and the splits that share
+    a slug stay one canonical document."""
+    import asyncio
+
+    from langchain_core.indexing import InMemoryRecordManager, aindex, index
+
+    def sync(docs: list[Document], cleanup: str) -> dict[str, int]:
+        if run == "sync":
+            return dict(index(docs, manager, store, cleanup=cleanup, source_id_key="source",
+                              key_encoder="sha256"))
+        return dict(asyncio.run(aindex(docs, manager, store, cleanup=cleanup,
+                                       source_id_key="source", key_encoder="sha256")))
+
+    kb: KnowledgeBase = make_kb(embedder=HashingEmbedder(128))
+    store = KBVectorStore(kb=kb)
+    manager = InMemoryRecordManager("kb")
+    manager.create_schema()
+    splits = _splits()
+    assert sync(splits, "incremental")["num_added"] == len(splits)
+    assert sync(splits, "incremental") == {"num_added": 0, "num_updated": 0,
+                                           "num_skipped": len(splits), "num_deleted": 0}
+    adr = [d for d in splits if d.metadata["source"] == "adr.md"]
+    edited = [*adr[:-2], Document(page_content="The cache layer is Redis 7.", metadata=ADR)]
+    rest = [d for d in splits if d.metadata["source"] != "adr.md"]
+    report = sync(edited + rest, "incremental")
+    assert (report["num_added"], report["num_deleted"]) == (1, 2)
+    assert _contents(store) == sorted(d.page_content for d in edited + rest)
+    assert len(kb.get_by_ids(["dec-cache-v2"])[0].chunks) == len(edited)
+    sync([d for d in edited + rest if d.metadata["source"] != "old.md"], "full")
+    assert _contents(store) == sorted(d.page_content for d in edited + rest
+                                      if d.metadata["source"] != "old.md")
+    assert kb.get_by_ids(["dec-cache-v1"]) == []
