@@ -177,7 +177,7 @@ class DocumentMethods:
 
     def _write(self, batch: records.Batch, tenant: str, project: str) -> int:
         """Run ``batch`` in one transaction (again, if PostgreSQL aborts it as a deadlock victim);
-        its counted statement's count (returned or affected)."""
+        its counted statements' counts (returned or affected), summed."""
         try:
             with self._pools.writing() as session:
                 count = session.run(batch)
@@ -253,6 +253,22 @@ class DocumentMethods:
                       tenant: str | None = None) -> int:
         scope = self._scope(project, tenant)
         return await self._awrite(records.delete_documents_sql(*scope, docs.validate_ids(ids)),
+                                  *scope)
+
+    def delete_named(self, ids: Iterable[str], *, project: str | None = None,
+                     tenant: str | None = None) -> int:
+        """Delete what each id names, in one transaction: a document of its own
+        (:meth:`add_documents`, a file), or a chunk that :meth:`upsert_chunks` wrote (its
+        document goes with its last chunk). A document that holds such chunks is named by
+        their ids, not its own: :meth:`delete` deletes it whole. Unknown ids are ignored;
+        returns how many documents and chunks went. The framework stores delete by it."""
+        scope = self._scope(project, tenant)
+        return self._write(records.delete_named_sql(*scope, docs.validate_ids(ids)), *scope)
+
+    async def adelete_named(self, ids: Iterable[str], *, project: str | None = None,
+                            tenant: str | None = None) -> int:
+        scope = self._scope(project, tenant)
+        return await self._awrite(records.delete_named_sql(*scope, docs.validate_ids(ids)),
                                   *scope)
 
     def delete_chunks(self, ids: Iterable[str] | None = None, *,

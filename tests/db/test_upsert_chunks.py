@@ -84,3 +84,25 @@ def test_an_id_names_a_document_or_a_part_whichever_was_written_last(make_kb):
     # a part whose id is its document's own slug removes nothing of that document
     kb.upsert_chunks("dec-q", [{"text": "The slug's part.", "id": "dec-q"}], metadata=META)
     assert [c.id for c in kb.get_by_ids(["dec-q"])[0].chunks] == ["y", "dec-q"]
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_delete_named_deletes_what_each_id_names_in_one_call(make_kb, run: str) -> None:
+    """A document of its own by its id, a part by its id, and never a document that holds
+    parts by its own id (a part may have that id: then that part alone goes). The LangChain
+    store deleted in three calls: a read of the documents, their delete, the parts' delete."""
+    import asyncio
+
+    kb = make_kb()
+    kb.add_documents([{"text": "A document of its own.", "id": "own"},
+                      {"text": "Another of its own.", "id": "kept"}])
+    kb.upsert_chunks("dec-q", [{"text": "A part.", "id": "p1"}, {"text": "Its slug.", "id": "dec-q"},
+                               {"text": "The last.", "id": "p3"}], metadata=META)
+    ids = ["own", "p1", "dec-q", "nothing"]
+    gone = kb.delete_named(ids) if run == "sync" else asyncio.run(kb.adelete_named(ids))
+    assert gone == 3  # one document, two parts
+    assert [d.id for d in kb.get_by_ids(["own", "kept", "dec-q"])] == ["kept", "dec-q"]
+    assert [c.id for c in kb.get_by_ids(["dec-q"])[0].chunks] == ["p3"]
+    assert kb.delete_named(["p3"]) == 1 and kb.get_by_ids(["dec-q"]) == []  # its last part
+    with pytest.raises(InputError):
+        kb.delete_named([None])

@@ -32,11 +32,7 @@ from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
 from kb_retriever.write.calls import Group, awrite_groups, write_groups
 from kb_retriever.write.from_memory import canonical_slug, derived_id
 
-__all__ = ["PARTS", "WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "whole", "write"]
-
-#: The chunks that are parts of canonical documents (the knowledge base's filters).
-PARTS: Mapping[str, Any] = {"source_types": [CHUNKS_SOURCE_TYPE]}
-
+__all__ = ["WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "whole", "write"]
 
 @dataclass
 class WritePlan:

@@ -185,9 +185,7 @@ class KBVectorStore(VectorStore):
         if ids is None:
             kb.clear(**self._scope())
         else:
-            kb.delete([d.id for d in _units.whole(kb.get_by_ids(ids, **self._scope()))],
-                      **self._scope())
-            kb.delete_chunks(ids, filters=_units.PARTS, **self._scope())
+            kb.delete_named(ids, **self._scope())
         return True
 
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
@@ -195,9 +193,7 @@ class KBVectorStore(VectorStore):
         if ids is None:
             await kb.aclear(**self._scope())
         else:
-            found = _units.whole(await kb.aget_by_ids(ids, **self._scope()))
-            await kb.adelete([d.id for d in found], **self._scope())
-            await kb.adelete_chunks(ids, filters=_units.PARTS, **self._scope())
+            await kb.adelete_named(ids, **self._scope())
         return True
 
     # --- reading --------------------------------------------------------------------------

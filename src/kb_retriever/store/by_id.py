@@ -25,8 +25,8 @@ from .rows import vector_array
 from .stats import deleted_chunks_logged
 
 __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
-           "delete_other_kind_sql", "documents_from_rows", "get_chunks_sql", "get_documents_sql",
-           "other_kind_sql", "Batch"]
+           "delete_named_sql", "delete_other_kind_sql", "documents_from_rows", "get_chunks_sql",
+           "get_documents_sql", "other_kind_sql", "Batch"]
 
 Statement = tuple[sql.Composed, dict[str, Any]]
 _SCOPE = sql.SQL("d.tenant_id = %(tenant)s AND d.project_key = %(project)s")
@@ -92,10 +92,11 @@ def _chunk_columns(with_embeddings: bool) -> sql.Composable:
 
 @dataclass(frozen=True)
 class Batch:
-    """Statements to run in one transaction, and the one whose count the call returns."""
+    """Statements to run in one transaction, and the ones whose counts the call returns
+    (summed)."""
 
     statements: list[Statement]
-    counted: int
+    counted: tuple[int, ...]
 
 # Lock the documents first: a writer replacing one of them finishes (or waits) before their
 # chunks are deleted, so the statement that deletes them sees their last chunks and logs them.
@@ -107,6 +108,7 @@ _DELETE_DOCUMENTS = sql.SQL(
     "d AS (DELETE FROM kb_documents x USING docs WHERE x.tenant_id = %(tenant)s "
     "AND x.id = docs.id RETURNING 1) SELECT count(*) FROM d")
 _BY_ID = sql.SQL(" AND d.source_path = ANY(%(ids)s)")
+_OWN_BY_ID = sql.SQL(" AND d.source_path = ANY(%(ids)s) AND d.source_type <> %(parts)s")
 
 
 def _documents_deleted(which: sql.Composable, params: dict[str, Any]) -> Batch:
@@ -114,13 +116,24 @@ def _documents_deleted(which: sql.Composable, params: dict[str, Any]) -> Batch:
         "x.tenant_id = %(tenant)s AND x.document_id IN (SELECT id FROM docs)"))
     return Batch([(_LOCK_DOCUMENTS.format(scope=_SCOPE, which=which), params),
                   (_DELETE_DOCUMENTS.format(scope=_SCOPE, which=which, gone=gone), params)],
-                 counted=1)
+                 counted=(1,))
 
 
 def delete_documents_sql(tenant: str, project: str, ids: Sequence[str]) -> Batch:
     """Delete whole documents, their chunks (logged for the statistics) and edges (by
     cascade), counting the documents."""
     return _documents_deleted(_BY_ID, {"tenant": tenant, "project": project, "ids": list(ids)})
+
+
+def delete_named_sql(tenant: str, project: str, ids: Sequence[str]) -> Batch:
+    """Delete what each id names, in one transaction: a document of its own with that id, or
+    a part with that id (a document that holds parts goes with its last one, and is named by
+    none of the ids). Counts both."""
+    own = _documents_deleted(_OWN_BY_ID, {**_params(tenant, project, ids),
+                                          "parts": CHUNKS_SOURCE_TYPE})
+    parts = delete_chunks_sql(tenant, project, ids, _PARTS)
+    return Batch(own.statements + parts.statements,
+                 counted=(*own.counted, *(len(own.statements) + i for i in parts.counted)))
 
 
 def clear_sql(tenant: str, project: str) -> Batch:
@@ -147,7 +160,7 @@ def delete_chunks_sql(tenant: str, project: str, ids: Sequence[str] | None,
             "DELETE FROM kb_documents d WHERE {scope} AND d.content_hash = '' AND NOT EXISTS "
             "(SELECT 1 FROM kb_chunks c WHERE c.tenant_id = d.tenant_id "
             "AND c.document_id = d.id)").format(scope=_SCOPE), params),
-    ], counted=0)
+    ], counted=(0,))
 
 
 def _chunk(row: Mapping[str, Any]) -> StoredChunk:

@@ -264,12 +264,13 @@ class Session:
     @_typed_errors
     def run(self, batch: by_id.Batch) -> int:
         """``batch`` in one transaction (run again if PostgreSQL aborts it as a deadlock
-        victim); its counted statement's count."""
+        victim); its counted statements' counts, summed."""
         def transaction() -> list[int]:
             with self.conn.transaction():
                 return [_count(self.conn.execute(*s)) for s in batch.statements]
 
-        return retried(transaction)[batch.counted]
+        counts = retried(transaction)
+        return sum(counts[i] for i in batch.counted)
 
     def settle(self, tenant: str, project: str) -> None:
         """After a write committed (``stats.settle``): never raises."""
@@ -352,7 +353,8 @@ class AsyncSession:
             async with self.conn.transaction():
                 return [await _acount(await self.conn.execute(*s)) for s in batch.statements]
 
-        return (await aretried(transaction))[batch.counted]
+        counts = await aretried(transaction)
+        return sum(counts[i] for i in batch.counted)
 
     async def settle(self, tenant: str, project: str) -> None:
         await stats.asettle(self.conn, tenant, project, analyze=not self.distributed)
