@@ -187,7 +187,9 @@ class KnowledgeBase(DocumentMethods):
 
         The async pool (opened by an ``asearch``) is closed on its own event loop when that
         loop can still run; when it has ended (``asyncio.run`` returned), its connections are
-        closed directly."""
+        closed directly. The writes of async twins still running in their threads end first
+        (a cancelled ``aadd_documents`` runs to its commit or rollback)."""
+        self._pools.thread_writes.wait()  # outside the lock: such a write may open the base
         with self._opening:
             self._join_loader()
             self._pools.close()
@@ -276,7 +278,7 @@ class KnowledgeBase(DocumentMethods):
     async def areembed(self, project: str | None = None, *,
                        tenant: str | None = None) -> ReembedReport:
         """The async twin of :meth:`reembed` (it runs in a worker thread)."""
-        return await asyncio.to_thread(self.reembed, project, tenant=tenant)
+        return await self._pools.thread_writes.run(self.reembed, project, tenant=tenant)
 
     def projects(self, *, tenant: str | None = None) -> dict[str, int]:
         """The tenant's projects that hold documents, with their document counts."""

@@ -7,7 +7,6 @@ writes whole documents and chunks by id (the logic is ``write.from_memory``'s, t
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -136,16 +135,19 @@ class DocumentMethods:
         """The async twin of :meth:`upsert_chunks` (in a worker thread, as
         :meth:`aadd_documents`)."""
         items = list(chunks) if isinstance(chunks, Iterable) else chunks
-        return await asyncio.to_thread(self.upsert_chunks, document_id, items,
-                                       metadata=metadata, version=version, project=project,
-                                       tenant=tenant)
+        return await self._pools.thread_writes.run(
+            self.upsert_chunks, document_id, items, metadata=metadata, version=version,
+            project=project, tenant=tenant)
 
     async def aadd_documents(self, documents: Iterable[Any], *, project: str | None = None,
                              tenant: str | None = None) -> list[str]:
         """The async twin of :meth:`add_documents`. Embedding is CPU work and the write is one
-        COPY per document, so it runs in a worker thread (the event loop stays free)."""
+        COPY per document, so it runs in a worker thread (the event loop stays free). A
+        cancelled call does not stop a write that has begun: it runs to its commit or
+        rollback, and :meth:`aclose` / :meth:`close` wait for it."""
         items = docs.as_records(documents)
-        return await asyncio.to_thread(self.add_documents, items, project=project, tenant=tenant)
+        return await self._pools.thread_writes.run(self.add_documents, items, project=project,
+                                                   tenant=tenant)
 
     def _read(self, stmts: list[records.Statement],
               consistent: bool = False) -> list[list[dict[str, Any]]]:

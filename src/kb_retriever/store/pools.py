@@ -4,6 +4,9 @@ A borrowed pool (``KnowledgeBase(pool=...)``) is used and never closed; for the 
 a small pool of our own opens to the same server. An async pool belongs to the event loop that
 opened it: called from another loop, a fresh one opens for that loop. Closing works in every
 loop state (``close()`` inside a running loop, after ``asyncio.run`` returned, from a thread).
+
+A child forked after the pools opened leaves the parent's connections to the parent and opens
+its own; the writes of async twins run in worker threads that closing waits for.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import ConfigError, StoreError, UnavailableError
@@ -27,6 +32,7 @@ from .connection import atranslated, make_async_pool, make_pool, translated
 from .load import ServerLoad
 from .replicas import Replicas, Target, latest_lsn
 from .session import AsyncSession, Session
+from .thread_writes import ThreadWrites
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +45,19 @@ _WRITE_TIMEOUT = ("SELECT current_setting('statement_timeout') AS before, "
                   "set_config('statement_timeout', %s, false)")
 
 
+# What a forked child inherited: the parent's, never closed (nor collected) in the child.
+_INHERITED: list[Any] = []
+
+
 def _timeout(conn: psycopg.Connection[Any], ms: int | str) -> None:
     conn.execute(_TIMEOUT, [str(ms)])
+
+
+def _idle(conn: Any) -> bool:
+    """Whether a statement may run on ``conn`` now: a Ctrl-C or a cancellation can stop a call
+    half-way, and a statement sent then fails (masking the interrupt); the pool discards such
+    a connection when it comes back."""
+    return not conn.broken and conn.pgconn.transaction_status != TransactionStatus.ACTIVE
 
 
 def _finish_idle(pool: Any) -> None:
@@ -73,7 +90,7 @@ class Pools:
         self._url: str | None = None
         self._pool: Any = None
         self._apool: Any = None
-        self._alock: asyncio.Lock | None = None
+        self._opening: asyncio.Task[None] | None = None  # the async pool being opened
         self._apool_loop: asyncio.AbstractEventLoop | None = None
         self._loop_claim = threading.Lock()
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
@@ -86,6 +103,8 @@ class Pools:
         # Starts the embedded server again if it stopped (KnowledgeBase sets it; None: the
         # server is not ours to start): True when it did.
         self.restart: Callable[[], bool] | None = None
+        self._pid = os.getpid()
+        self.thread_writes = ThreadWrites()  # the async twins' writes, run in threads
 
     def borrowed_conninfo(self) -> str | None:
         """The server of a borrowed pool, or None when the pools are our own."""
@@ -150,6 +169,7 @@ class Pools:
     def read_target(self, consistent: bool = False) -> Target:
         """The server for a read: a healthy replica in turn (past this process's last write
         when ``consistent``), else the primary."""
+        self._check_process()
         if self.replicas:
             replica = self.replicas.pick(self.wrote_lsn if consistent else None)
             if replica is not None:
@@ -158,6 +178,7 @@ class Pools:
 
     async def aread_target(self, consistent: bool = False) -> Target:
         """The async twin of :meth:`read_target` (the replica's async pool)."""
+        self._check_process()
         if self.replicas:
             replica = await asyncio.to_thread(self.replicas.pick,
                                                self.wrote_lsn if consistent else None)
@@ -195,6 +216,7 @@ class Pools:
 
     def sync(self) -> Any:
         """The sync pool (the knowledge base must be open)."""
+        self._check_process()
         if self._pool is None:
             raise StoreError("the knowledge base is not open; call open() or use `with`")
         return self._pool
@@ -230,13 +252,15 @@ class Pools:
         queued behind another writer of the same document, may take longer than a search
         may), given back with the search's."""
         with translated(), self.checked().connection() as conn:
-            row = conn.execute(_WRITE_TIMEOUT,
-                               [str(self.settings.ingest_statement_timeout_ms)]).fetchone()
+            before = None
             try:
+                row = conn.execute(_WRITE_TIMEOUT,
+                                   [str(self.settings.ingest_statement_timeout_ms)]).fetchone()
+                before = row[0] if row else None
                 yield Session(conn, distributed=self.distributed, space=self._space)
             finally:
-                if not conn.broken:
-                    _timeout(conn, row[0] if row else self.settings.statement_timeout_ms)
+                if _idle(conn):
+                    _timeout(conn, before or self.settings.statement_timeout_ms)
                     if self.replicas:
                         self._wrote(conn)
 
@@ -245,13 +269,15 @@ class Pools:
         """The async twin of :meth:`writing`."""
         pool = await self.asynchronous()
         async with atranslated(), pool.connection() as conn:
-            row = await (await conn.execute(
-                _WRITE_TIMEOUT, [str(self.settings.ingest_statement_timeout_ms)])).fetchone()
-            try:
+            before = None
+            try:  # a cancellation may come at any await: the timeout is put back whatever
+                row = await (await conn.execute(
+                    _WRITE_TIMEOUT, [str(self.settings.ingest_statement_timeout_ms)])).fetchone()
+                before = row[0] if row else None
                 yield AsyncSession(conn, distributed=self.distributed)
             finally:
-                if not conn.broken:
-                    await conn.execute(_TIMEOUT, [row[0] if row else
+                if _idle(conn):
+                    await conn.execute(_TIMEOUT, [before or
                                                   str(self.settings.statement_timeout_ms)])
                     if self.replicas:
                         row = await (await conn.execute(
@@ -260,7 +286,9 @@ class Pools:
                             self.wrote_lsn = latest_lsn(self.wrote_lsn, str(row[0]))
 
     async def asynchronous(self) -> Any:
-        """The async pool of the running event loop, opened on first use."""
+        """The async pool of the running event loop, opened on first use (never once closed:
+        a call after :meth:`close` is an error, as a sync one is)."""
+        self.sync()  # open, and in this process
         if self._given_apool is not None:  # the caller's, on the caller's loop
             if self._apool is None:
                 self._apool = BorrowedAsyncPool(self._given_apool, self.settings)
@@ -277,19 +305,30 @@ class Pools:
                 logger.debug("event loop changed: opening a new async pool")
                 self._apool = None  # the old one's loop has ended
             if owner is not loop:
-                self._alock, self._apool_loop = asyncio.Lock(), loop
+                self._opening, self._apool_loop = None, loop
         if self._apool is None:
-            assert self._alock is not None
-            async with self._alock:
-                if self._apool is None:
-                    pool = make_async_pool(self.url, self.settings, self._conn_kwargs)
-                    async with atranslated():
-                        await pool.open(wait=True, timeout=30)
-                    self._apool = pool
+            if self._opening is None or self._opening.done():
+                self._opening = loop.create_task(self._open_async_pool())
+            # Shielded: a caller cancelled meanwhile leaves the opening to the next caller
+            # (cancelled, it threw the half-open pool away, and short timeouts never opened one).
+            await asyncio.shield(self._opening)
         return self._apool
+
+    async def _open_async_pool(self) -> None:
+        pool = make_async_pool(self.url, self.settings, self._conn_kwargs)
+        try:
+            async with atranslated():
+                await pool.open(wait=True, timeout=30)
+            if self._pool is None:  # closed meanwhile
+                raise StoreError("the knowledge base is not open; call open() or use `with`")
+        except BaseException:
+            await pool.close()
+            raise
+        self._apool = pool
 
     def executor(self) -> ThreadPoolExecutor:
         """The worker threads of parallel legs, started on first use."""
+        self._check_process()
         if self._threads is None:
             self._threads = ThreadPoolExecutor(max_workers=self.settings.pool_max_size,
                                                thread_name_prefix="kb-retriever-leg")
@@ -308,15 +347,40 @@ class Pools:
         self.replicas.close()
 
     async def aclose(self) -> None:
+        await asyncio.to_thread(self.thread_writes.wait)
         if self._apool is not None:
-            await self._apool.close()
-            self._apool = self._apool_loop = None
+            if self._given_apool is None and self._apool_loop is not asyncio.get_running_loop():
+                self._close_async_pool()  # another loop's, ended or running: as close() does
+            else:
+                await self._apool.close()
+                self._apool = self._apool_loop = None
         await self.replicas.aclose()
         self.close()
 
+    def _check_process(self) -> None:
+        """In a child forked after the pools opened: the parent's connections, threads and
+        locks are the parent's. They are left alone (closing them would end the parent's
+        sessions; psycopg finishes no connection of another process) and this process opens
+        its own. Before, the child hung on the legs' threads or broke the parent's protocol
+        state ("prepared statement already exists", "lost synchronization")."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        _INHERITED.append((self._pool, self._apool, self._threads, self.replicas))
+        self._loop_claim, self.thread_writes = threading.Lock(), ThreadWrites()
+        self._apool = self._apool_loop = self._opening = self._threads = self._closing = None
+        self.primary_load = ServerLoad()
+        self.replicas = Replicas(self.settings.replica_urls, self.settings)
+        if self._pool is not None:
+            if not isinstance(self._pool, BorrowedPool):  # a borrowed one is its owner's
+                self._pool = make_pool(self.url, self.settings, vector_ready=True,
+                                       conn_kwargs=self._conn_kwargs)
+                self._pool.open(wait=False)
+            self.replicas.open(self._conn_kwargs)
+
     def _close_async_pool(self) -> None:
         pool, loop = self._apool, self._apool_loop
-        self._apool = self._apool_loop = self._alock = None
+        self._apool = self._apool_loop = self._opening = None
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
