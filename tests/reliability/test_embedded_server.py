@@ -152,6 +152,35 @@ def test_in_process_start_is_idempotent(base: Path) -> None:
     assert lifecycle.live_clients(home) == [] and _wait_gone(server.pgdata, 5)
 
 
+def _watchdogs(home: Path) -> list[int]:
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any(c.endswith("watchdog.py") for c in cmd) and str(home) in cmd:
+            out.append(proc.info["pid"])
+    return out
+
+
+def test_a_server_started_again_has_one_watchdog(base: Path) -> None:
+    """A server stopped and started again within the watchdog's interval (2 s) kept both
+    watchdogs, the old one watching the new server: five were left after a churn of clients."""
+    home = base / "home"
+    start_embedded(home)
+    server = _locate(home)
+    for _ in range(2):  # stopped and started again at once, twice
+        lifecycle.release(home, server.pgdata, server.bindir, server.user, os.getpid())
+        assert _wait_gone(server.pgdata, 10)
+        start_embedded(home)
+    deadline = time.monotonic() + 10
+    while len(_watchdogs(home)) > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(_watchdogs(home)) == 1
+    lifecycle.release(home, server.pgdata, server.bindir, server.user, os.getpid())
+    assert _wait_gone(server.pgdata, 10)
+
+
 def test_a_new_cluster_sizes_its_buffers_to_the_memory(base: Path) -> None:
     url = start_embedded(base / "home")
     with psycopg.connect(url, autocommit=True) as conn:

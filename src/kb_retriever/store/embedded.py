@@ -323,7 +323,8 @@ def _start(server: EmbeddedServer) -> None:
             time.sleep(1.0)
     subprocess.Popen(
         [sys.executable, str(Path(lifecycle.__file__).with_name("watchdog.py")), str(server.home),
-         str(server.pgdata), str(server.bindir), server.user or "", str(_WATCH_INTERVAL_S)],
+         str(server.pgdata), str(server.bindir), server.user or "", str(_WATCH_INTERVAL_S),
+         str(lifecycle.postmaster_pid(server.pgdata) or "")],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True,
     )
