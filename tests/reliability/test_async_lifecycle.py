@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-import random
-import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,11 +23,17 @@ TEXT = "Redis is the shared cache layer; the eviction policy is least recently u
 
 
 def _sessions(kb: KnowledgeBase) -> int:
-    """The server sessions open on the knowledge base's database, this one's excepted."""
+    """The server sessions open on the knowledge base's database, this one's excepted, once
+    those closing have ended (a backend exits a moment after its client's goodbye)."""
+    deadline = time.monotonic() + 5
     with psycopg.connect(kb.url, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                           "current_database() AND pid <> pg_backend_pid()").fetchone()
-    return int(row[0]) if row else 0
+        while True:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                               "current_database() AND pid <> pg_backend_pid()").fetchone()
+            count = int(row[0]) if row else 0
+            if count == 0 or time.monotonic() > deadline:
+                return count
+            time.sleep(0.1)
 
 
 def _stored(kb: KnowledgeBase) -> int:
@@ -126,30 +129,28 @@ def test_a_cancelled_write_puts_back_the_search_timeout(make_kb: MakeKb) -> None
 def test_ctrl_c_during_a_write_is_a_keyboard_interrupt(make_kb: MakeKb) -> None:
     """Ctrl-C during ``add_documents`` came back as ``UnavailableError`` ("another command is
     already in progress": the write's clean-up sent a statement on the interrupted
-    connection), and the interrupt was lost. Documents stay whole either way."""
+    connection), and the interrupt was lost (12 of 80 interrupts at random moments). Here the
+    interrupt comes while a statement is half-way, deterministically."""
     kb = make_kb()
-    rng = random.Random(7)
-    outcomes: Counter[str] = Counter()
-    for i in range(40):
-        docs = [{"text": f"{TEXT} {i}-{j} " * 40, "id": f"d{i}-{j}"} for j in range(4)]
-        timer = threading.Timer(rng.uniform(0.0, 0.03), signal.raise_signal, [signal.SIGINT])
-        timer.start()
-        try:
-            try:
-                kb.add_documents(docs)
-                outcomes["saved"] += 1
-            finally:
-                timer.join()  # a signal after the write arrives here, and is counted too
-                time.sleep(0.005)
-        except KeyboardInterrupt:
-            outcomes["interrupted"] += 1
-        except Exception as exc:  # noqa: BLE001 - what the interrupt became
-            outcomes[f"{type(exc).__name__}: {exc}"] += 1
-    assert set(outcomes) <= {"saved", "interrupted"}, outcomes
-    kb.add_documents([{"text": TEXT, "id": "after"}])
+    with pytest.raises(KeyboardInterrupt):
+        with kb._pools.writing() as session:
+            session.conn.pgconn.send_query(b"SELECT pg_sleep(0.2)")  # sent, not yet read
+            raise KeyboardInterrupt
+    kb.add_documents([{"text": TEXT, "id": "after"}])  # the pool discarded that connection
     assert kb.search("cache layer", limit=3).primary
-    for doc in kb.get_by_ids([f"d{i}-{j}" for i in range(40) for j in range(4)]):
-        assert doc.text.startswith(TEXT[:20]) and doc.chunks
+
+
+def test_an_interrupt_that_a_driver_error_masks_is_raised_again() -> None:
+    """psycopg's clean-up of an interrupted ``executemany`` (pipeline mode) fails in turn,
+    "cannot exit pipeline mode while busy"; translated, it read as a lost server."""
+    from kb_retriever.store.connection import translated
+
+    with pytest.raises(KeyboardInterrupt):
+        with translated():
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                raise psycopg.OperationalError("cannot exit pipeline mode while busy") from None
 
 
 def _child(kb: KnowledgeBase, out: Any) -> None:

@@ -126,7 +126,7 @@ def translated() -> Iterator[None]:
     except KbError:
         raise
     except (psycopg.Error, PoolTimeout, OSError) as exc:
-        raise translate(exc) from None
+        raise _interrupt(exc) or translate(exc) from None
 
 
 @contextlib.asynccontextmanager
@@ -136,7 +136,21 @@ async def atranslated() -> AsyncIterator[None]:
     except KbError:
         raise
     except (psycopg.Error, PoolTimeout, OSError) as exc:
-        raise translate(exc) from None
+        raise _interrupt(exc) or translate(exc) from None
+
+
+def _interrupt(exc: BaseException) -> BaseException | None:
+    """The interrupt (Ctrl-C, a cancellation) that a driver error masks, if any: one that
+    stops a statement half-sent makes the driver's clean-up fail too ("cannot exit pipeline
+    mode while busy"), and that error, translated, read as a lost server."""
+    seen: set[int] = set()
+    context = exc.__context__
+    while context is not None and id(context) not in seen:
+        if not isinstance(context, Exception):  # KeyboardInterrupt, SystemExit, CancelledError
+            return context
+        seen.add(id(context))
+        context = context.__context__
+    return None
 
 
 def is_retryable(exc: BaseException) -> bool:
