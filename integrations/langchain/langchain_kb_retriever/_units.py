@@ -34,6 +34,7 @@ from kb_retriever.write.from_memory import canonical_slug, derived_id
 
 __all__ = ["WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "whole", "write"]
 
+
 @dataclass
 class WritePlan:
     """The documents of one ``add_documents`` call: ``ids`` (one per document, in order), the

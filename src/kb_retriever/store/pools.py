@@ -319,8 +319,7 @@ class Pools:
         try:
             async with atranslated():
                 await pool.open(wait=True, timeout=30)
-            if self._pool is None:  # closed meanwhile
-                raise StoreError("the knowledge base is not open; call open() or use `with`")
+            self.sync()  # closed meanwhile: the same error as a sync call's
         except BaseException:
             await pool.close()
             raise
