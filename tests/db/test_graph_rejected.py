@@ -216,3 +216,46 @@ def test_expansion_starts_from_the_answer_and_keeps_what_it_links_to(make_kb, tm
     # without the graph the cutoff knows no links
     alone = search(context_cutoff=1.0, context_cutoff_linked=0.0, graph_expansion_enabled=False)
     assert slugs(alone.primary) == ["answer"]
+
+
+def test_a_generic_link_needs_the_answer_to_name_it_or_a_primary_share(make_kb, tmp_path):
+    """Decision 0018: a neighbour that only a ``related`` link brings needs the share of the best
+    evidence that a primary document needs, unless a passage of the answer that the result shows
+    links to it inline; then the lower linked share is enough."""
+    docs = {
+        "answer": doc("answer", body="widget caching decision: widget caching with a shared "
+                      "cache, see [[cited]] for the rollout", edges={"related": ["listed"]}),
+        "cited": doc("cited", type_="runbook", body="roll out the shared cache by region"),
+        "listed": doc("listed", type_="runbook", body="roll out the shared cache by region, too"),
+    }
+    kb = make_kb(settings=Settings(context_cutoff=1.0, context_cutoff_linked=0.0))
+    kb.ingest([write_kb(tmp_path / "cited", docs)])
+    result = kb.search("widget caching decision", limit=1)
+    assert slugs(result.primary) == ["answer"]
+    assert slugs(result.expanded) == ["cited"]
+    lenient = make_kb(settings=Settings(context_cutoff=0.0))  # no cutoff: no floor either
+    lenient.ingest([write_kb(tmp_path / "cited", docs)])
+    assert set(slugs(lenient.search("widget caching decision", limit=1).expanded)) == {
+        "cited", "listed"}
+
+
+def test_a_refused_question_gets_no_related_context(make_kb, tmp_path):
+    """The gate's refusal holds for the related block as it does for the ⚠ block: a question
+    nothing answers is not given the neighbours of its nearest miss (a strong edge included)."""
+    docs = {"seed": doc("seed", body="widget caching with a shared widget cache",
+                        edges={"depends_on": ["hop1"]}),
+            "hop1": doc("hop1", type_="module-kb", body="the widget cache module",
+                        edges={"depends_on": ["seed"]})}
+    root = write_kb(tmp_path / "refused", docs)
+
+    def search(**settings):
+        kb = make_kb(settings=Settings(refusal_rule="absolute", **settings))
+        kb.ingest([root])
+        return kb.search("widget caching", limit=1)
+
+    answered = search()
+    assert not answered.meta["should_refuse"] and slugs(answered.expanded) == ["hop1"]
+    # a gate that no match passes: found, not answered
+    refused = search(refusal_min_similarity=0.99, refusal_min_rerank_score=10.0)
+    assert refused.meta["should_refuse"] and slugs(refused.primary) == ["seed"]
+    assert refused.expanded == ()

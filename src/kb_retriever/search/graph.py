@@ -4,12 +4,13 @@ Fixes of reference §24.1–2: honours the hop count with a per-hop decay, walks
 incoming or both directions, caps *nodes* (not edges), shows each neighbour's chunk most
 similar to the query, scores it, and applies the user's filters.
 
-Relevance-gated (issue 27; decisions 0014 and 0016): the walk starts from one seed, the first
-canonical document of the top (:func:`graph_seed`), whose links are the related context of
-the answer; the tail of the top brought its own unrelated neighbours. A neighbour enters on
-evidence that it bears on the question (its chunk's similarity reaches ``min_similarity``, the
-adaptive cutoff's floor, or its title names two of the query's words, or its chunk half of
-them) or on a strong edge (``KB_GRAPH_STRONG_EDGE_WEIGHT``) from a seed that is not a hub; a
+Relevance-gated (issue 27; decisions 0014, 0016 and 0018): the walk starts from one seed, the
+first canonical document of the top (:func:`graph_seed`), whose links are the related context
+of the answer; the tail of the top brought its own unrelated neighbours. A neighbour enters on
+evidence that it bears on the question (its chunk's similarity reaches the adaptive cutoff's
+floor, :class:`Floors`, lower when a shown passage of the seed names it, or its title names two
+of the query's words, or its chunk half of them) or on a strong edge
+(``KB_GRAPH_STRONG_EDGE_WEIGHT``) from a seed that is not a hub; a
 hub (a project index, or ``KB_GRAPH_HUB_MIN_DEGREE`` edges) is never a neighbour. Each seed
 brings at most ``KB_GRAPH_EXPANSION_MAX_PER_SEED`` neighbours. The first hop also tells which
 documents of the top the seed links to (:class:`Expansion`), for the adaptive cutoff.
@@ -17,8 +18,9 @@ documents of the top the seed links to (:class:`Expansion`), for the adaptive cu
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Callable, Collection, Generator, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..models import Hit, Origin, ScoreBreakdown
@@ -31,6 +33,22 @@ from ..vocabulary import PROJECT_INDEX, is_rejected_approach
 from .plan import SearchRequest
 
 _SEP = chr(31)  # unit separator: joins (project, slug) into one visited key, as the SQL does
+_WIKILINK = re.compile(r"\[\[\s*([^\[\]|#]+?)\s*(?:[|#][^\[\]]*)?\]\]")
+
+
+class Floors(NamedTuple):
+    """The similarity a neighbour needs without a strong edge (None: none): ``cited`` when a
+    chunk of the seed that the result shows links to it (``[[slug]]``, the answer's passage
+    names it), ``other`` otherwise (decision 0018)."""
+
+    other: float | None
+    cited: float | None
+
+    def of(self, slug: str | None, cited: Collection[str]) -> float | None:
+        return self.cited if slug in cited else self.other
+
+
+NO_FLOORS = Floors(None, None)
 
 
 class Expansion(NamedTuple):
@@ -53,14 +71,14 @@ def graph_seed(top: Sequence[Hit]) -> Hit | None:
 
 def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, settings: Settings,
                  qvec: Any, *, staying: Callable[[frozenset[int]], Collection[int]],
-                 min_similarity: float | None = None,
+                 floors: Floors = NO_FLOORS,
                  read_ahead: Mapping[tuple[str, str], Sequence[Neighbour]] | None = None
                  ) -> Generator[Fetch, Any, Expansion]:
     """Yield one fetch per hop from ``seed``; return the expanded hits, ordered by score (at
     most max_nodes), and the documents of ``top`` that the seed links to. ``staying``: given
     those, the ids of the documents that stay in primary (the adaptive cutoff), which are
     never neighbours; a document of ``top`` that the cutoff moves out may come back as one.
-    ``min_similarity``: the evidence a neighbour needs without a strong edge (None: none).
+    ``floors``: the similarity a neighbour needs without a strong edge.
     ``read_ahead``: the first hop from some documents, read with the candidates (decision
     0017): the seed's, when it is one of them, needs no fetch."""
     types = list(settings.graph_expansion_edge_types)
@@ -75,6 +93,7 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
     frontier: list[tuple[str, str]] = [(project, slug)]
     out: list[Hit] = []
     linked: frozenset[int] = frozenset()
+    cited = cited_slugs(h.text for h in top if h.document.id == seed.document.id)
     for hop in range(1, settings.graph_expansion_hops + 1):
         if not frontier or len(out) >= settings.graph_expansion_max_nodes:
             break
@@ -96,7 +115,8 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
         hubs |= {s for s, n in fan_out.items() if n >= settings.graph_hub_min_degree}
         hop_hits = [_graph_hit(n, hop, decay) for n in found
                     if n.candidate.document.id not in primary_docs
-                    and _admitted(n, req.query, settings, hubs, min_similarity)]
+                    and _admitted(n, req.query, settings, hubs,
+                                  floors.of(n.candidate.document.slug, cited if hop == 1 else ()))]
         hop_hits.sort(key=lambda h: (-h.score, h.chunk_id))
         per_seed: dict[str | None, int] = {}
         capped = []
@@ -123,6 +143,16 @@ def _admitted(n: Neighbour, query: str, settings: Settings, hubs: set[str | None
     if min_similarity is None or n.similarity >= min_similarity:
         return True
     return names_topic(query, doc.title or "", n.candidate.text)
+
+
+def cited_slugs(texts: Iterable[str]) -> frozenset[str]:
+    """The slugs that ``[[slug]]`` links in ``texts`` name (an alias or a heading after ``|``
+    or ``#`` aside).
+
+    >>> sorted(cited_slugs(["Por ID ([[dc-id-paciente]]) y [[mod-portal|el portal]]."]))
+    ['dc-id-paciente', 'mod-portal']
+    """
+    return frozenset(m.group(1) for text in texts for m in _WIKILINK.finditer(text))
 
 
 def names_topic(query: str, title: str, text: str) -> bool:

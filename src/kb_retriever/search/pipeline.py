@@ -35,7 +35,7 @@ from ..settings import Settings
 from ..store import reads
 from ..store import sql as q
 from ..store.fulltext import LexemeBudget
-from .graph import Expansion, expand_graph, graph_seed
+from .graph import Expansion, Floors, expand_graph, graph_seed
 from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
 from .rejected_channel import RejectedChannel, decide_rejected, unit_vectors, yield_to_accepted
@@ -149,18 +149,18 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         return cut_weak(shown, evidence, ratio=ratio, keep=keep, linked=linked,
                         linked_ratio=linked_ratio)
 
+    # the gate judges what was found; the cutoff only trims what the prompt carries
+    refuse = should_refuse(shown, settings, catalog.calibration)
     expansion = Expansion([], frozenset())
-    if settings.graph_expansion_enabled:
+    if settings.graph_expansion_enabled and not refuse:  # no related context for a non-answer
         with watch.lap("graph"):
             # the seed is the answer's document, unless the cutoff drops it on its own
             expansion = yield from expand_graph(
                 shown, graph_seed(cutoff()[0]), req, settings, qvec,
                 staying=lambda linked: {h.document.id for h in cutoff(linked)[0]},
-                min_similarity=neighbour_floor(shown, linked_ratio, settings,
-                                               catalog.calibration),
+                floors=Floors(neighbour_floor(shown, ratio, settings, catalog.calibration),
+                              neighbour_floor(shown, linked_ratio, settings, catalog.calibration)),
                 read_ahead=found.seed_neighbours)
-    # the gate judges what was found; the cutoff only trims what the prompt carries
-    refuse = should_refuse(shown, settings, catalog.calibration)
     top, cut = cutoff(expansion.linked)
     runner_up = runner_ups(cut, rest, settings.runner_up_limit)
     expanded = expansion.hits
@@ -213,10 +213,11 @@ def context_evidence(shown: Sequence[Hit], settings: Settings,
 
 def neighbour_floor(top: Sequence[Hit], ratio: float, settings: Settings,
                     calibration: Calibration) -> float | None:
-    """The similarity a graph neighbour needs without a strong edge: ``ratio`` (the cutoff's
-    share for what the answer links to, as every neighbour is) of the best primary
-    similarity's margin over the null (of the similarity itself, uncalibrated); None (no
-    floor) when the cutoff is off."""
+    """The similarity a graph neighbour needs without a strong edge: ``ratio`` (the share a
+    primary document needs, decision 0018) of the best primary similarity's margin over the
+    null (of the similarity itself, uncalibrated); None (no floor) when the cutoff is off.
+    The cutoff's lower share for what the answer links to is for documents that retrieval
+    found as well; a neighbour that a generic link alone brings has one claim, not two."""
     sims = [h.similarity for h in top if h.similarity is not None]
     if not sims or ratio <= 0:
         return None
