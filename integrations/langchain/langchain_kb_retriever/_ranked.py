@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from langchain_core.documents import Document
 
-from kb_retriever import ConfigError, FilterError, Hit, KnowledgeBase, SearchResult
+from kb_retriever import ConfigError, FilterError, Hit, InputError, KnowledgeBase, SearchResult
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.search.modes import Legs
 
@@ -35,6 +35,10 @@ def search_args(kb: KnowledgeBase, k: int, filter: Mapping[str, Any] | None,
     """``KnowledgeBase.search`` arguments for the top ``k`` documents (scope apart)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"k must be a positive integer, got {k!r}")
+    if k > kb.settings.max_limit:  # never silently fewer than k
+        raise InputError(f"k is {k}, above the {kb.settings.max_limit} hits one search returns "
+                         "at most (KB_MAX_LIMIT, Settings.max_limit, up to 10000): ask for "
+                         "fewer, or raise KB_MAX_LIMIT")
     merged = dict(filter_arg("filters", filters) or {})
     filter = filter_arg("filter", filter)
     if filter:

@@ -7,7 +7,9 @@ Every ``Document`` added is kept exactly as given, under its id (the ``ids`` pas
   **part** of that canonical document: one chunk of it, added or replaced by its id
   (:meth:`~kb_retriever.KnowledgeBase.upsert_chunks`). The splits of one loaded file share its
   metadata, so they become the chunks of one document, with one trust gradient and one place
-  in the graph; parts added in other calls are kept.
+  in the graph; parts added in other calls are kept. The document's fields are what all its
+  parts share (a key only some parts have stays theirs: a filter reads a part's metadata, then
+  its document's fields).
 - Any other ``Document`` is a document of its own, split along its headings.
 
 An id names one of them: adding a ``Document`` under an id that the other kind holds replaces
@@ -27,12 +29,15 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from kb_retriever import Hit, KnowledgeBase, StoredDocument
+from kb_retriever import Hit, KnowledgeBase, StoredChunk, StoredDocument
 from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
 from kb_retriever.write.calls import Group, awrite_groups, write_groups
-from kb_retriever.write.from_memory import canonical_slug, derived_id
+from kb_retriever.write.from_memory import canonical_slug, derived_id, shared_fields
 
 __all__ = ["WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "whole", "write"]
+
+# Canonical documents whose stored parts one read asks for (a filter's $in takes at most 1000).
+_SLUGS_PER_READ = 500
 
 
 @dataclass
@@ -66,6 +71,28 @@ def _with_ids(plan: WritePlan, whole_ids: list[str]) -> list[str]:
     return [doc_id or next(given) for doc_id in plan.ids]
 
 
+def _reads(plan: WritePlan) -> list[dict[str, Any]]:
+    """``get_chunks`` filters for the stored parts of the plan's canonical documents."""
+    slugs = list(plan.parts)
+    return [{"$and": [{"source_path": {"$in": slugs[i:i + _SLUGS_PER_READ]}}]}
+            for i in range(0, len(slugs), _SLUGS_PER_READ)]
+
+
+def _fields(plan: WritePlan, stored: Sequence[StoredChunk]) -> dict[str, dict[str, Any]]:
+    """The fields of each canonical document the plan writes: what all the parts it will hold
+    share, the stored ones the write keeps (those of other ids) and the plan's
+    (``kb_retriever.write.from_memory.shared_fields``)."""
+    kept: dict[str, list[StoredChunk]] = {}
+    for chunk in stored:
+        kept.setdefault(chunk.document_id, []).append(chunk)
+    out = {}
+    for slug, parts in plan.parts.items():
+        ids = {p["id"] for p in parts}
+        out[slug] = shared_fields([*(c.metadata for c in kept.get(slug, ()) if c.id not in ids),
+                                   *(p["metadata"] for p in parts)])
+    return out
+
+
 def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:
     """Write the plan: the documents of their own, then the parts of each slug, each in a
     transaction of its own that also removes what the other kind held under the same ids
@@ -77,9 +104,11 @@ def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str
     if plan.whole:
         groups.append(([r["id"] for r in plan.whole if r["id"]],
                        lambda: whole_ids.extend(kb.add_documents(plan.whole, **scope))))
+    fields = _fields(plan, [c for f in _reads(plan)
+                            for c in kb.get_chunks(filters=f, consistent=True, **scope)])
     for slug, parts in plan.parts.items():
         groups.append(([p["id"] for p in parts], functools.partial(
-            kb.upsert_chunks, slug, parts, metadata=parts[-1]["metadata"], **scope)))
+            kb.upsert_chunks, slug, parts, metadata=fields[slug], **scope)))
     write_groups(groups)
     return _with_ids(plan, whole_ids)
 
@@ -93,9 +122,11 @@ async def awrite(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> l
     groups: list[tuple[list[str], Callable[[], Awaitable[Any]]]] = []
     if plan.whole:
         groups.append(([r["id"] for r in plan.whole if r["id"]], add_whole))
+    fields = _fields(plan, [c for f in _reads(plan)
+                            for c in await kb.aget_chunks(filters=f, consistent=True, **scope)])
     for slug, parts in plan.parts.items():
         groups.append(([p["id"] for p in parts], functools.partial(
-            kb.aupsert_chunks, slug, parts, metadata=parts[-1]["metadata"], **scope)))
+            kb.aupsert_chunks, slug, parts, metadata=fields[slug], **scope)))
     await awrite_groups(groups)
     return _with_ids(plan, whole_ids)
 

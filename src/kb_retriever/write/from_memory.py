@@ -117,6 +117,24 @@ def with_frontmatter(text: str, metadata: Mapping[str, Any]) -> Mapping[str, Any
     return {**frontmatter_fields(text), **metadata}
 
 
+def shared_fields(metadatas: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The fields that every one of ``metadatas`` (the chunks of one document) has, with one
+    value: what the framework vector stores give the document. A filter reads a chunk's
+    metadata, then its document's fields, so a document field stands for every chunk that
+    lacks the key; a key only some chunks have stays theirs.
+
+    >>> shared_fields([{"type": "decision", "section": "intro"}, {"type": "decision"}])
+    {'type': 'decision'}
+    >>> shared_fields([])
+    {}
+    """
+    chunks = iter(metadatas)
+    out = dict(next(chunks, {}))
+    for metadata in chunks:
+        out = {k: v for k, v in out.items() if k in metadata and metadata[k] == v}
+    return out
+
+
 def canonical_slug(metadata: Mapping[str, Any], settings: Settings) -> str | None:
     """The canonical slug that ``metadata`` gives a document (its frontmatter fields are
     valid and canonical), else None: the vector stores keep the documents that share one as

@@ -15,7 +15,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_kb_retriever import KBRetriever, KBVectorStore, LangChainEmbedder
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
-from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+from kb_retriever import HashingEmbedder, InputError, KnowledgeBase, Settings
 
 pytestmark = pytest.mark.db
 
@@ -226,6 +226,20 @@ def test_k_results_when_k_exist_with_a_kb_passed_in(new_database):
         assert len(floored.similarity_search("cache layer", k=20)) < 20
         assert len(store.as_retriever(search_kwargs={"k": 20}).invoke(
             "cache layer")) < 20
+
+
+def test_k_above_what_one_search_returns_is_an_input_error(new_database):
+    """One search returns at most ``KB_MAX_LIMIT`` hits; k above it came back silently cut to
+    that many (and the runner-ups), never k."""
+    settings = Settings(max_limit=5, default_limit=5)
+    with KnowledgeBase(settings, embedder=HashingEmbedder(256), database_url=new_database()) as kb:
+        store = KBVectorStore.from_documents(_many(12), kb=kb)
+        assert len(store.similarity_search("cache layer", k=5)) == 5
+        for call in (lambda: store.similarity_search("cache layer", k=6),
+                     lambda: store.similarity_search_with_score("cache layer", k=6),
+                     lambda: store.max_marginal_relevance_search("cache", k=6, fetch_k=6)):
+            with pytest.raises(InputError, match=r"k is 6.* 5 .*KB_MAX_LIMIT"):
+                call()
 
 
 def test_searches_by_vector(new_database):

@@ -6,7 +6,7 @@ import pytest
 from llama_index.core.schema import MetadataMode, NodeRelationship, QueryBundle
 from llama_index.retrievers.kb import HIDDEN_METADATA_KEYS, KBQueryBundle, KBRetriever
 
-from kb_retriever import FilterError, HashingEmbedder, KnowledgeBase
+from kb_retriever import FilterError, HashingEmbedder, KnowledgeBase, Settings
 
 from .conftest import CountingEmbedder
 
@@ -138,3 +138,20 @@ def test_bad_arguments_fail_at_construction(kb: KnowledgeBase) -> None:
         KBRetriever(kb, k=0)
     with pytest.raises(TypeError):
         KBRetriever("not a knowledge base")  # type: ignore[arg-type]
+
+
+def test_the_adaptive_cutoff_can_give_fewer_than_k_and_the_docstring_says_so(
+        kb: KnowledgeBase) -> None:
+    """The retriever returns the search's primary hits: the context cutoff moves weak ones to
+    ``runner_up`` (behaviour kept; the docs used to promise exactly ``k``)."""
+    result = kb.search(CACHE, limit=8)
+    nodes = KBRetriever(kb, k=8).retrieve(CACHE)
+    assert [n.node_id for n in nodes] == [h.uid for h in result.primary]
+    assert len(nodes) < 8 and any(h.metadata.get("context_cutoff") for h in result.runner_up)
+    with KnowledgeBase(Settings(context_cutoff=0), embedder=kb.embedder,
+                       database_url=kb.url) as off:
+        assert len(KBRetriever(off, k=8).retrieve(CACHE)) == 8
+    doc = " ".join((KBRetriever.__doc__ or "").split())
+    assert "exactly ``k``" not in doc
+    assert "adaptive context cutoff (``KB_CONTEXT_CUTOFF``" in doc
+    assert "``KB_CONTEXT_CUTOFF=0`` (``Settings(context_cutoff=0)``) to turn it off" in doc

@@ -51,10 +51,16 @@ class KBQueryBundle(QueryBundle):
 class KBRetriever(BaseRetriever):
     """Retrieve from a kb-retriever knowledge base as LlamaIndex nodes.
 
-    Returns exactly ``k`` (``similarity_top_k``) primary hits, as LangChain's ``KBRetriever``
-    does (fewer only when fewer pass the knowledge base's similarity floor, none when its
-    refusal gate finds nothing relevant enough); with ``include_context=True`` the
-    graph-expanded and rejected-approach hits follow.
+    Returns the search's primary hits: at most ``k`` (``similarity_top_k``), best first, and
+    fewer when fewer pass the knowledge base's similarity floor (``KB_MIN_SIMILARITY``), none
+    when its refusal gate finds nothing relevant enough, and fewer when its adaptive context
+    cutoff (``KB_CONTEXT_CUTOFF``, decisions 0014 and 0016) moves hits whose evidence is weak
+    next to the best one's to ``runner_up``: what a prompt should hold, not ``k`` hits
+    whatever they hold. LangChain's ``KBRetriever`` and the vector stores do return ``k``.
+    This retriever has no switch for the cutoff: open the knowledge base with
+    ``KB_CONTEXT_CUTOFF=0`` (``Settings(context_cutoff=0)``) to turn it off, or take
+    ``kb.search(...).top_k(k)`` (the hits it moved out are among them). With
+    ``include_context=True`` the graph-expanded and rejected-approach hits follow.
     Each is a ``NodeWithScore(TextNode)`` with id :attr:`Hit.uid`, the final score on
     ``.score`` and the breakdown in ``metadata["kb"]["scores"]`` (the ``"kb"`` record is hidden
     from LLM and embedding text; see :mod:`llama_index.retrievers.kb.convert`). A pre-computed

@@ -1,11 +1,14 @@
 """LlamaIndex ``MetadataFilters`` as a kb-retriever filter expression (``$and``/``$or``/``$not``).
 
 Nested filters keep their structure; each ``FilterOperator`` maps to the core operator of the
-same meaning, and one that has no meaning here raises :class:`kb_retriever.FilterError`.
+same meaning, and one that has no meaning here raises :class:`kb_retriever.FilterError`. The key
+``ref_doc_id`` filters what the nodes report as their ``ref_doc_id``: the retriever's nodes
+have their document's id (``source_path``), whatever their metadata holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from llama_index.core.vector_stores.types import (
@@ -18,13 +21,17 @@ from llama_index.core.vector_stores.types import (
 from kb_retriever import FilterError, SearchFilters
 from kb_retriever.filters.dimensions import where_filters
 
-__all__ = ["metadata_filters_to_expression", "to_search_filters"]
+__all__ = ["FieldRewrites", "metadata_filters_to_expression", "to_search_filters"]
 
 _SAME = {FilterOperator.EQ: "$eq", FilterOperator.NE: "$ne", FilterOperator.GT: "$gt",
          FilterOperator.GTE: "$gte", FilterOperator.LT: "$lt", FilterOperator.LTE: "$lte",
          FilterOperator.IN: "$in", FilterOperator.NIN: "$nin"}
 # Fields that hold a list: ANY/ALL/CONTAINS test its members (metadata lists are compared whole).
 _LIST_FIELDS = frozenset({"tags"})
+#: Keys that are no metadata key: key -> the expression of one condition on it (``{"$eq": v}``).
+FieldRewrites = Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]]
+#: A node's ``ref_doc_id`` is the id of its SOURCE, its document (``convert.document_node_id``).
+_REF_DOC_ID: FieldRewrites = {"ref_doc_id": lambda cond: {"source_path": cond}}
 
 
 def to_search_filters(filters: MetadataFilters) -> SearchFilters:
@@ -33,20 +40,26 @@ def to_search_filters(filters: MetadataFilters) -> SearchFilters:
 
 
 def metadata_filters_to_expression(filters: MetadataFilters, *,
-                                   list_fields: frozenset[str] = _LIST_FIELDS) -> dict[str, Any]:
+                                   list_fields: frozenset[str] = _LIST_FIELDS,
+                                   rewrites: FieldRewrites = _REF_DOC_ID) -> dict[str, Any]:
     """``MetadataFilters(filters=[...], condition=and|or|not)`` as an expression mapping.
 
     ``list_fields`` are the fields whose value is a list, which ``any``/``all``/``contains``
-    test member by member (the vector store, whose every key is node metadata, has none).
+    test member by member. ``rewrites`` turn a condition on a key that is no metadata key into
+    its expression (by default ``ref_doc_id``, the retriever's nodes' document id).
 
     >>> from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
     >>> metadata_filters_to_expression(MetadataFilters(filters=[
     ...     MetadataFilter(key="tags", value="cache"),
     ...     MetadataFilter(key="team", value="plat", operator="text_match")], condition="or"))
     {'$or': [{'tags': {'$eq': 'cache'}}, {'team': {'$like': '%plat%'}}]}
+    >>> metadata_filters_to_expression(MetadataFilters(filters=[
+    ...     MetadataFilter(key="ref_doc_id", value="adr/dec-cache.md")]))
+    {'source_path': {'$eq': 'adr/dec-cache.md'}}
     """
-    parts = [metadata_filters_to_expression(f, list_fields=list_fields)
-             if isinstance(f, MetadataFilters) else _one(f, list_fields) for f in filters.filters]
+    parts = [metadata_filters_to_expression(f, list_fields=list_fields, rewrites=rewrites)
+             if isinstance(f, MetadataFilters) else _one(f, list_fields, rewrites)
+             for f in filters.filters]
     if not parts:
         raise FilterError("MetadataFilters has no filters")
     condition = filters.condition or FilterCondition.AND
@@ -64,7 +77,14 @@ def _like(value: Any) -> str:
     return f"%{escaped}%"
 
 
-def _one(f: MetadataFilter, list_fields: frozenset[str]) -> dict[str, Any]:
+def _one(f: MetadataFilter, list_fields: frozenset[str],
+         rewrites: FieldRewrites) -> dict[str, Any]:
+    cond = _condition(f, list_fields)
+    rewrite = rewrites.get(f.key)
+    return rewrite(cond[f.key]) if rewrite is not None and f.key in cond else cond
+
+
+def _condition(f: MetadataFilter, list_fields: frozenset[str]) -> dict[str, Any]:
     op, key, value = f.operator, f.key, f.value
     if op in _SAME:
         return {key: {_SAME[op]: value}}

@@ -25,13 +25,14 @@ from kb_retriever import (
     Hit,
     KnowledgeBase,
     SearchResult,
+    StoredChunk,
 )
 from kb_retriever.interop import hit_metadata
 from kb_retriever.ranking.diversify import diversify
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.search.modes import Legs
 from kb_retriever.write.calls import awrite_groups, write_groups
-from kb_retriever.write.from_memory import with_frontmatter
+from kb_retriever.write.from_memory import shared_fields, with_frontmatter
 
 from .filters import to_kb_filters
 from .modes import Mode, resolve_mode
@@ -40,20 +41,25 @@ __all__ = ["KBVectorStore"]
 
 # Chunks asked for per node returned: the per-document cap keeps a few chunks of one document.
 _CHUNKS_PER_NODE = 3
+# Documents whose stored chunks one read asks for (a filter's $in takes at most 1000 values).
+_DOCUMENTS_PER_READ = 500
 
 class KBVectorStore(BasePydanticVectorStore):
     """LlamaIndex nodes in a kb-retriever knowledge base; queries ranked by its pipeline.
 
     The nodes of one ``ref_doc_id`` are one knowledge-base document (its id is the
     ``ref_doc_id``), its chunks the nodes, kept as given: their ids, text, metadata and
-    embeddings. Canonical fields (``type``, ``status``, ``slug``, ``retrieval_priority``,
-    ``tags`` …) come from the nodes' metadata, so the trust gradient applies to every query:
-    hybrid candidates (the query text's full-text leg plus the query embedding's vector leg),
-    rerank with the canonical adjustment, the per-document cap. ``MetadataFilters`` (nested AND
+    embeddings. The document's fields are the metadata all its nodes share (a key only some
+    nodes have stays theirs, and filters read it so), canonical fields (``type``, ``status``,
+    ``slug``, ``retrieval_priority``, ``tags`` …) among them, so the trust gradient applies to
+    every query: hybrid candidates (the query text's full-text leg plus the query embedding's
+    vector leg), rerank with the canonical adjustment, the per-document cap. ``MetadataFilters`` (nested AND
     / OR / NOT; ``== != > >= < <= in nin``, ``any all contains`` on ``tags``), ``doc_ids`` and
     ``node_ids`` are applied in SQL, before the ranking, read as ``KBRetriever`` reads them: a
     key that names a document field (``canonical_type``, ``canonical_status``, ``slug``,
-    ``tags``, ``retrieval_priority`` …) filters that field, any other key the node's metadata.
+    ``tags``, ``retrieval_priority`` …) filters that field, any other key the node's metadata;
+    ``doc_ids`` and the key ``ref_doc_id`` select by the ``ref_doc_id`` the nodes report (an
+    ingested file's chunks: their document's id).
     Each node a query returns carries the hit's ``metadata["kb"]`` record (``kb.scores``, the
     breakdown; ``kb.document``, the canonical fields; ``kb.similarity``), hidden from the LLM
     and the embedder, so ``KBNodePostprocessor`` keeps its trust gradient.
@@ -66,10 +72,12 @@ class KBVectorStore(BasePydanticVectorStore):
 
     A query returns ``similarity_top_k`` nodes whenever that many exist (after filters),
     however dissimilar, as vector stores do: no similarity floor unless ``min_similarity``, and
-    the search's runner-ups fill up. Where it differs from LlamaIndex's ``PGVectorStore``, on
-    purpose: ``similarities`` are the pipeline's final scores (the rerank with the trust
-    gradient), not cosines (each node's cosine is ``metadata["kb"]["similarity"]``); a node's
-    document is capped to a few chunks while other documents are left.
+    the search's runner-ups fill up. One search returns at most ``KB_MAX_LIMIT`` hits: a
+    larger ``similarity_top_k`` raises :class:`kb_retriever.InputError`. Where it differs
+    from LlamaIndex's ``PGVectorStore``, on purpose: ``similarities`` are the pipeline's final
+    scores (the rerank with the trust gradient), not cosines (each node's cosine is
+    ``metadata["kb"]["similarity"]``); a node's document is capped to a few chunks while other
+    documents are left.
 
     The knowledge base must be open; the store never closes it.
 
@@ -120,44 +128,61 @@ class KBVectorStore(BasePydanticVectorStore):
 
     # --- add ------------------------------------------------------------------------------
     @staticmethod
-    def _documents(nodes: Sequence[BaseNode]) -> list[dict[str, Any]]:
-        """The ``upsert_chunks`` arguments of each ``ref_doc_id`` among ``nodes``.
+    def _documents(nodes: Sequence[BaseNode],
+                   stored: Sequence[StoredChunk] = ()) -> list[dict[str, Any]]:
+        """The ``upsert_chunks`` arguments of each ``ref_doc_id`` among ``nodes``, given the
+        chunks ``stored`` of those documents (:meth:`_stored`).
 
         The nodes of one ``ref_doc_id`` are the chunks of one document, kept as given. The hash
         of their source document is its version: nodes of a new version replace all of the
         document's (re-inserting a changed file), nodes of the same version are added to it
         (``insert_nodes``, or the batches of a large document) and replace a stored node of the
         same text (the same document inserted again: LlamaIndex gives each node a new id).
+        The document's fields are what all its nodes, stored and new, share
+        (:func:`_document_fields`).
         """
         groups: dict[str, list[BaseNode]] = {}
         for node in nodes:
             groups.setdefault(node.ref_doc_id or node.node_id, []).append(node)
+        kept: dict[str, list[StoredChunk]] = {}
+        for chunk in stored:
+            kept.setdefault(chunk.document_id, []).append(chunk)
         out = []
         for doc_id, group in groups.items():
             chunks = [ChunkRecord(
                 text=n.get_content(metadata_mode=MetadataMode.NONE), id=n.node_id,
                 metadata=node_to_metadata_dict(n, remove_text=True, flat_metadata=False),
                 embedding=n.embedding) for n in group]
-            # The document's own fields (canonical ones included) are its nodes' metadata, and
-            # a frontmatter block that opens its first node (a reader that kept it in the text).
-            fields = dict(with_frontmatter(chunks[0].text, group[0].metadata))
             source = group[-1].source_node
-            out.append({"document_id": doc_id, "chunks": chunks, "metadata": fields,
-                        "version": source.hash if source is not None and source.hash else None})
+            version = source.hash if source is not None and source.hash else None
+            out.append({"document_id": doc_id, "chunks": chunks, "version": version,
+                        "metadata": _document_fields(group, chunks, kept.get(doc_id, []),
+                                                     version)})
         return out
+
+    def _stored(self, nodes: Sequence[BaseNode]) -> list[StoredChunk]:
+        """The stored chunks of the nodes' documents (read before a write: see
+        :func:`_document_fields`)."""
+        return [c for f in _of_documents(nodes) for c in self._kb.get_chunks(
+            filters=f, consistent=True, **self._scope())]
+
+    async def _astored(self, nodes: Sequence[BaseNode]) -> list[StoredChunk]:
+        return [c for f in _of_documents(nodes) for c in await self._kb.aget_chunks(
+            filters=f, consistent=True, **self._scope())]
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         """Write the nodes of each ``ref_doc_id`` in a transaction of its own; when one fails
         after another was saved, ``WriteError`` lists both (``kb_retriever.write.calls``)."""
         write_groups([([c.id for c in doc["chunks"]],
                        functools.partial(self._kb.upsert_chunks, **doc, **self._scope()))
-                      for doc in self._documents(nodes)])
+                      for doc in self._documents(nodes, self._stored(nodes))])
         return [n.node_id for n in nodes]
 
     async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        stored = await self._astored(nodes)
         await awrite_groups([([c.id for c in doc["chunks"]],
                               functools.partial(self._kb.aupsert_chunks, **doc, **self._scope()))
-                             for doc in self._documents(nodes)])
+                             for doc in self._documents(nodes, stored)])
         return [n.node_id for n in nodes]
 
     # --- delete ---------------------------------------------------------------------------
@@ -295,3 +320,35 @@ def _hit_node(hit: Hit) -> BaseNode:
             node.excluded_embed_metadata_keys.append(key)
     return node
 
+
+def _of_documents(nodes: Sequence[BaseNode]) -> list[dict[str, Any]]:
+    """``get_chunks`` filters for the stored chunks of the nodes' documents, a slice each."""
+    ids = list(dict.fromkeys(n.ref_doc_id or n.node_id for n in nodes))
+    return [{"$and": [{"source_path": {"$in": ids[i:i + _DOCUMENTS_PER_READ]}}]}
+            for i in range(0, len(ids), _DOCUMENTS_PER_READ)]
+
+
+def _document_fields(group: Sequence[BaseNode], chunks: Sequence[ChunkRecord],
+                     stored: Sequence[StoredChunk], version: str | None) -> dict[str, Any]:
+    """The fields of the document whose nodes ``group`` (as ``chunks``) are written, given its
+    ``stored`` chunks: the metadata that every node it will hold shares (the stored ones the
+    write keeps, and these), over a frontmatter block that opens its first node (a reader that
+    kept it in the text). A key only some nodes have is theirs: a filter reads a node's
+    metadata, then its document's fields, so a document field stands for every node without
+    the key (``kb_retriever.write.from_memory.shared_fields``).
+
+    Nodes of a stored version (or of none) are added to the document, whose other nodes stay;
+    those replaced by text are counted as kept (the shared fields can only be fewer). Nodes of
+    another version replace them all, and their fields are the document's alone.
+    """
+    old = [_node(c.id, c.document_id, c.text, c.metadata) for c in stored]
+    versions = {n.source_node.hash for n in old if n.source_node is not None}
+    adds = bool(stored) and (version is None or version in versions)
+    ids = {c.id for c in chunks}
+    kept = [n for n in old if n.node_id not in ids] if adds else []
+    fields = shared_fields([*(n.metadata for n in kept), *(n.metadata for n in group)])
+    first = chunks[0].text
+    if adds:  # the document's first chunk stays first
+        head = min(stored, key=lambda c: c.order)
+        first = next((c.text for c in chunks if c.id == head.id), head.text)
+    return dict(with_frontmatter(first, fields))

@@ -6,6 +6,11 @@ document field (``canonical_type``, ``canonical_status``, ``slug``, ``tags``,
 field of the node's document, any other key the node's metadata. So the README's
 ``MetadataFilter(key="canonical_type", value="decision")`` means the same on the store and on
 the retriever (the store used to read every key as node metadata and returned nothing).
+
+``ref_doc_id`` (a filter's key, and ``doc_ids``) is what the store's nodes report as their
+``ref_doc_id``: a node added through LlamaIndex has its own in its metadata
+(``node_to_metadata_dict``, beside ``_node_content``); the chunk of an ingested file (or of a
+document added another way) has none, and its node's is its document's id (``source_path``).
 """
 
 from __future__ import annotations
@@ -15,15 +20,27 @@ from typing import Any
 from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index.retrievers.kb.filters import metadata_filters_to_expression
 
-__all__ = ["to_kb_filters"]
+__all__ = ["ref_doc_id", "to_kb_filters"]
+
+
+def ref_doc_id(cond: dict[str, Any]) -> dict[str, Any]:
+    """The expression of ``cond`` (``{"$eq": "adr"}``, …) on the ``ref_doc_id`` that the store
+    reports for a node (``base._node``): its metadata's for a node stored with
+    ``_node_content``, else its document's id.
+
+    >>> ref_doc_id({"$in": ["adr"]})["$or"][1]
+    {'$and': [{'_node_content': {'$exists': False}}, {'source_path': {'$in': ['adr']}}]}
+    """
+    return {"$or": [{"$and": [{"_node_content": {"$exists": True}}, {"ref_doc_id": cond}]},
+                    {"$and": [{"_node_content": {"$exists": False}}, {"source_path": cond}]}]}
 
 
 def to_kb_filters(filters: MetadataFilters | None, *, doc_ids: list[str] | None = None,
                   node_ids: list[str] | None = None) -> dict[str, Any] | None:
-    """The knowledge-base filters of a query: its metadata filters, ``doc_ids`` (ref doc ids,
-    stored in each node's metadata by ``node_to_metadata_dict``) and ``node_ids`` (the nodes'
-    ids are their chunks' stable ids), applied in SQL before the ranking, as LlamaIndex's
-    stores do (``VectorIndexRetriever(node_ids=...)``).
+    """The knowledge-base filters of a query: its metadata filters, ``doc_ids`` (the nodes'
+    ``ref_doc_id``, :func:`ref_doc_id`) and ``node_ids`` (the nodes' ids are their chunks'
+    stable ids), applied in SQL before the ranking, as LlamaIndex's stores do
+    (``VectorIndexRetriever(node_ids=...)``).
 
     >>> from llama_index.core.vector_stores.types import MetadataFilter
     >>> to_kb_filters(MetadataFilters(filters=[MetadataFilter(key="canonical_type",
@@ -32,9 +49,10 @@ def to_kb_filters(filters: MetadataFilters | None, *, doc_ids: list[str] | None 
     """
     parts: list[dict[str, Any]] = []
     if filters is not None and filters.filters:
-        parts.append(metadata_filters_to_expression(filters))
+        parts.append(metadata_filters_to_expression(filters,
+                                                    rewrites={"ref_doc_id": ref_doc_id}))
     if doc_ids:
-        parts.append({"ref_doc_id": {"$in": list(doc_ids)}})  # a metadata key
+        parts.append(ref_doc_id({"$in": list(doc_ids)}))
     if node_ids:
         parts.append({"chunk_uid": {"$in": list(node_ids)}})
     if not parts:

@@ -47,6 +47,17 @@ def _positive(name: str, value: Any) -> int:
     return value
 
 
+def _top_k(query: VectorStoreQuery, settings: Settings) -> int:
+    """``similarity_top_k``, which a query returns whenever that many nodes exist: one search
+    returns at most ``max_limit`` hits, so more than that is an error, not fewer nodes."""
+    top = _positive("similarity_top_k", query.similarity_top_k)
+    if top > settings.max_limit:
+        raise InputError(f"similarity_top_k is {top}, above the {settings.max_limit} hits one "
+                         "search returns at most (KB_MAX_LIMIT, Settings.max_limit, up to "
+                         "10000): ask for fewer, or raise KB_MAX_LIMIT")
+    return top
+
+
 def _mmr(query: VectorStoreQuery, kwargs: Mapping[str, Any]) -> tuple[int, float]:
     lam = _MMR_LAMBDA if query.mmr_threshold is None else query.mmr_threshold
     if isinstance(lam, bool) or not isinstance(lam, int | float) or not 0.0 <= lam <= 1.0:
@@ -77,7 +88,7 @@ def resolve_mode(query: VectorStoreQuery, settings: Settings, *, floor: float,
     text = query.query_str if query.query_str and query.query_str.strip() else None
     if text is None and query.query_embedding is None:
         raise InputError("KBVectorStore.query needs query_str or query_embedding")
-    top = _positive("similarity_top_k", query.similarity_top_k)
+    top = _top_k(query, settings)
     if mode == VectorStoreQueryMode.TEXT_SEARCH:
         if text is None:
             raise InputError("text_search mode needs query_str")
