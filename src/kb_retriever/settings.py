@@ -182,7 +182,7 @@ class Settings(BaseSettings):
     # become runner-ups. 0 turns it off: ``limit`` hits whatever they hold.
     context_cutoff: float = _field(0.5, "KB_CONTEXT_CUTOFF", ge=0, le=1)
     # A document of the top that the answer's document (the graph's seed) links to needs this
-    # share instead (the lower applies), and a neighbour that a shown passage of it names.
+    # share instead (the lower applies), and so does a neighbour that a shown passage names.
     context_cutoff_linked: float = _field(0.3, "KB_CONTEXT_CUTOFF_LINKED", ge=0, le=1)
 
     # --- canonical trust gradient ---------------------------------------------------------

@@ -218,25 +218,33 @@ def test_expansion_starts_from_the_answer_and_keeps_what_it_links_to(make_kb, tm
     assert slugs(alone.primary) == ["answer"]
 
 
-def test_a_generic_link_needs_the_answer_to_name_it_or_a_primary_share(make_kb, tmp_path):
+def test_a_generic_link_needs_a_passage_to_name_it_or_a_primary_share(make_kb, tmp_path):
     """Decision 0018: a neighbour that only a ``related`` link brings needs the share of the best
-    evidence that a primary document needs, unless a passage of the answer that the result shows
-    links to it inline; then the lower linked share is enough."""
+    evidence that a primary document needs, unless a passage of the top (the answer's or
+    another's) links to it inline; then the lower linked share is enough."""
     docs = {
         "answer": doc("answer", body="widget caching decision: widget caching with a shared "
-                      "cache, see [[cited]] for the rollout", edges={"related": ["listed"]}),
+                      "cache, see [[cited]] for the rollout",
+                      edges={"related": ["listed", "named-elsewhere"]}),
+        "other": doc("other", type_="module-kb", body="widget caching decision notes of the "
+                     "platform team, see [[named-elsewhere]]"),
         "cited": doc("cited", type_="runbook", body="roll out the shared cache by region"),
         "listed": doc("listed", type_="runbook", body="roll out the shared cache by region, too"),
+        "named-elsewhere": doc("named-elsewhere", type_="runbook",
+                               body="roll out the shared cache by region, again"),
     }
-    kb = make_kb(settings=Settings(context_cutoff=1.0, context_cutoff_linked=0.0))
-    kb.ingest([write_kb(tmp_path / "cited", docs)])
-    result = kb.search("widget caching decision", limit=1)
-    assert slugs(result.primary) == ["answer"]
-    assert slugs(result.expanded) == ["cited"]
-    lenient = make_kb(settings=Settings(context_cutoff=0.0))  # no cutoff: no floor either
-    lenient.ingest([write_kb(tmp_path / "cited", docs)])
-    assert set(slugs(lenient.search("widget caching decision", limit=1).expanded)) == {
-        "cited", "listed"}
+    root = write_kb(tmp_path / "cited", docs)
+
+    def expanded(**settings):
+        kb = make_kb(settings=Settings(**settings))
+        kb.ingest([root])
+        result = kb.search("widget caching decision", limit=2)
+        assert slugs(result.primary)[0] == "answer"
+        return set(slugs(result.expanded))
+
+    assert expanded(context_cutoff=1.0, context_cutoff_linked=0.0) == {"cited", "named-elsewhere"}
+    # no cutoff, no floor: every link of the answer
+    assert expanded(context_cutoff=0.0) == {"cited", "listed", "named-elsewhere"}
 
 
 def test_a_refused_question_gets_no_related_context(make_kb, tmp_path):

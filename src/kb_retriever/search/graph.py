@@ -8,7 +8,7 @@ Relevance-gated (issue 27; decisions 0014, 0016 and 0018): the walk starts from 
 first canonical document of the top (:func:`graph_seed`), whose links are the related context
 of the answer; the tail of the top brought its own unrelated neighbours. A neighbour enters on
 evidence that it bears on the question (its chunk's similarity reaches the adaptive cutoff's
-floor, :class:`Floors`, lower when a shown passage of the seed names it, or its title names two
+floor, :class:`Floors`, lower when a passage of the top names it, or its title names two
 of the query's words, or its chunk half of them) or on a strong edge
 (``KB_GRAPH_STRONG_EDGE_WEIGHT``) from a seed that is not a hub; a
 hub (a project index, or ``KB_GRAPH_HUB_MIN_DEGREE`` edges) is never a neighbour. Each seed
@@ -38,8 +38,8 @@ _WIKILINK = re.compile(r"\[\[\s*([^\[\]|#]+?)\s*(?:[|#][^\[\]]*)?\]\]")
 
 class Floors(NamedTuple):
     """The similarity a neighbour needs without a strong edge (None: none): ``cited`` when a
-    chunk of the seed that the result shows links to it (``[[slug]]``, the answer's passage
-    names it), ``other`` otherwise (decision 0018)."""
+    chunk of the top links to it inline (``[[slug]]``: a passage the prompt shows names it),
+    ``other`` otherwise (decision 0018)."""
 
     other: float | None
     cited: float | None
@@ -93,7 +93,7 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
     frontier: list[tuple[str, str]] = [(project, slug)]
     out: list[Hit] = []
     linked: frozenset[int] = frozenset()
-    cited = cited_slugs(h.text for h in top if h.document.id == seed.document.id)
+    cited = cited_slugs(h.text for h in top)
     for hop in range(1, settings.graph_expansion_hops + 1):
         if not frontier or len(out) >= settings.graph_expansion_max_nodes:
             break
