@@ -166,6 +166,32 @@ def test_a_worker_down_is_a_store_error_not_a_wrong_result(citus: Cluster) -> No
         assert kb.search("redis cache").primary
 
 
+def test_a_tenant_opens_and_writes_while_another_tenants_worker_is_down(citus: Cluster) -> None:
+    """Each open ran ``CREATE EXTENSION IF NOT EXISTS vector``, which Citus sends to every
+    worker: with one down, no knowledge base of any tenant opened ("the database has no
+    pgvector extension"), though the tenant's shard was on the other worker."""
+    url = citus.new_database()
+    KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url).open().close()
+    on: dict[int, str] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for i in range(20):
+            row = conn.execute(
+                "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = "
+                "get_shard_id_for_distribution_column('kb_documents', %s::text)",
+                [f"t{i}"]).fetchone()
+            assert row is not None
+            on.setdefault(int(row[0]), f"t{i}")
+    up, down = citus.ports[1], citus.ports[2]
+    citus.pg_ctl(down, "stop")
+    try:
+        with KnowledgeBase(Settings(pool_timeout_s=5), embedder=HashingEmbedder(32),
+                           database_url=url, tenant=on[up]) as kb:
+            kb.add_documents([{"id": "d1", "text": "# D1\n\nnumbat survey data"}])
+            assert kb.search("numbat survey").primary
+    finally:
+        citus.pg_ctl(down, "start")
+
+
 def test_both_adapters_stores_on_one_shard(citus: Cluster) -> None:
     from langchain_core.documents import Document
     from langchain_kb_retriever import KBVectorStore as LangChainStore

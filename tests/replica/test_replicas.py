@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from kb_retriever import HashingEmbedder, KnowledgeBase, Settings, UnavailableError
+from kb_retriever import ConfigError, HashingEmbedder, KnowledgeBase, Settings, UnavailableError
 from kb_retriever.store.embedded import start_embedded
 from kb_retriever.store.replicas import Replicas
 
@@ -122,6 +123,11 @@ def test_a_consistent_read_sees_this_processs_own_write(pair: Pair) -> None:
             assert seen.meta["server"] == "primary"
             assert seen.primary[0].document.source_path == "fresh"
             assert [d.id for d in kb.get_by_ids(["fresh"], consistent=True)] == ["fresh"]
+            # another knowledge base of this process sees the write too (each kept its own mark)
+            with _kb(primary, replica) as other:
+                assert [d.id for d in other.get_by_ids(["fresh"], consistent=True)] == ["fresh"]
+                assert other.search("zebracorn deployment plan",
+                                    consistent=True).meta["server"] == "primary"
         finally:
             pair.standby.sql("postgres", "SELECT pg_wal_replay_resume()")
         _wait_for(replica, "fresh")
@@ -142,6 +148,83 @@ def test_a_replica_that_lags_past_the_bound_is_skipped(pair: Pair) -> None:
             assert kb.search("redis cache").meta["server"] == "primary"
         finally:
             pair.standby.sql("postgres", "SELECT pg_wal_replay_resume()")
+
+
+def test_a_replica_cut_off_from_the_primary_is_skipped(pair: Pair) -> None:
+    """A replica that receives nothing has replayed all it received, which read as no lag: it
+    answered searches while the primary moved on, with no bound. Cut off, it is as far behind
+    as its last replayed transaction is old."""
+    primary, replica = pair.database()
+    conninfo = str(pair.standby.sql("postgres", "SHOW primary_conninfo")[0])  # type: ignore[index]
+    with _kb(primary, replica, replica_max_lag_s=1.0) as kb:
+        kb.add_documents(DOCS[:2])
+        _wait_for(replica, "d1")
+        _reconnect(pair, "host=/nonexistent")
+        try:
+            kb.add_documents(DOCS[2:4])
+            time.sleep(2.0)
+            kb.clear_caches()
+            result = kb.search("redis cache")
+            assert result.meta["server"] == "primary" and len(result.primary) == 4
+        finally:
+            _reconnect(pair, conninfo)
+        _wait_for(replica, "d3")
+        time.sleep(1.2)  # the lag is read again after a second
+        kb.clear_caches()
+        assert kb.search("redis cache").meta["server"] == "replica 1"
+
+
+def _reconnect(pair: Pair, conninfo: str) -> None:
+    """Point the standby's WAL receiver at ``conninfo`` (it restarts on reload)."""
+    with psycopg.connect(pair.standby.url("postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER SYSTEM SET primary_conninfo = {}").format(sql.Literal(conninfo)))
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def test_an_async_pool_of_a_replica_belongs_to_one_running_event_loop(pair: Pair) -> None:
+    """Two running loops on one knowledge base: the primary's async pool refuses the second,
+    and so does now a replica's (each loop replaced the replica's pool, the last one's
+    connections left open: 36 pools in 240 searches). A loop that has ended hands it over."""
+    primary, replica = pair.database()
+    with _kb(primary, replica) as kb:
+        kb.add_documents(DOCS)
+        _wait_for(replica, "d5")
+        loop = asyncio.new_event_loop()
+        runner = threading.Thread(target=loop.run_forever, daemon=True)
+        runner.start()
+        try:
+            first = asyncio.run_coroutine_threadsafe(kb.asearch("redis cache"), loop).result(30)
+            assert first.meta["server"] == "replica 1"
+            with pytest.raises(ConfigError, match="event loop"):
+                asyncio.run(kb.asearch("redis cache"))
+        finally:
+            asyncio.run_coroutine_threadsafe(kb._pools.replicas.aclose(), loop).result(30)
+            loop.call_soon_threadsafe(loop.stop)
+            runner.join(10)
+            loop.close()
+        for _ in range(3):  # loops one after the other: each ended loop hands the pool over
+            assert asyncio.run(kb.asearch("redis cache")).meta["server"] == "replica 1"
+
+
+def test_a_promoted_replica_is_skipped() -> None:
+    """Promoted, a replica's data goes its own way and its WAL positions stand still (which read
+    as no lag): it answered every search with the writes made since missing. Its own primary."""
+    p = Pair()
+    try:
+        primary, replica = p.database()
+        with _kb(primary, replica) as kb:
+            kb.add_documents(DOCS[:2])
+            _wait_for(replica, "d1")
+            p.standby.sql("postgres", "SELECT pg_promote()")
+            kb.add_documents(DOCS[2:4])
+            time.sleep(1.2)  # the state is read again after a second
+            kb.clear_caches()
+            result = kb.search("redis cache")
+            assert result.meta["server"] == "primary" and len(result.primary) == 4
+    finally:
+        p.standby.stop()
+        shutil.rmtree(p.standby.data.parent, ignore_errors=True)
+        stop_primary(p.home)
 
 
 def test_a_replica_that_is_down_is_skipped(pair: Pair) -> None:

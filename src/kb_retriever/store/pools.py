@@ -30,7 +30,7 @@ from . import distribution, schema, spaces
 from .borrowed import BorrowedAsyncPool, BorrowedPool
 from .connection import atranslated, make_async_pool, make_pool, translated
 from .load import ServerLoad
-from .replicas import Replicas, Target, latest_lsn
+from .replicas import WRITTEN, Replicas, Target
 from .session import AsyncSession, Session
 from .thread_writes import ThreadWrites
 
@@ -98,7 +98,6 @@ class Pools:
         self.distributed = False  # a Citus coordinator (known once open)
         self._space: spaces.Space | None = None  # the embedder's (known once open)
         self.replicas = Replicas(settings.replica_urls, settings)
-        self.wrote_lsn: str | None = None  # the primary's WAL after this process's last write
         self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
         # Starts the embedded server again if it stopped (KnowledgeBase sets it; None: the
         # server is not ours to start): True when it did.
@@ -171,7 +170,7 @@ class Pools:
         when ``consistent``), else the primary."""
         self._check_process()
         if self.replicas:
-            replica = self.replicas.pick(self.wrote_lsn if consistent else None)
+            replica = self.replicas.pick(WRITTEN.get(self._url) if consistent else None)
             if replica is not None:
                 return Target(replica.pool, replica.label, replica)
         return Target(self.sync(), "primary" if self.replicas else None, load=self.primary_load)
@@ -181,7 +180,7 @@ class Pools:
         self._check_process()
         if self.replicas:
             replica = await asyncio.to_thread(self.replicas.pick,
-                                               self.wrote_lsn if consistent else None)
+                                               WRITTEN.get(self._url) if consistent else None)
             if replica is not None:
                 apool = await self.replicas.apool(replica, self._conn_kwargs)
                 if apool is not None:  # else it could not connect: marked down, the primary reads
@@ -192,7 +191,8 @@ class Pools:
     def _wrote(self, conn: Any) -> None:
         """Keep the primary's WAL position after a write (for ``consistent`` reads)."""
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-        self.wrote_lsn = latest_lsn(self.wrote_lsn, str(row[0])) if row else self.wrote_lsn
+        if row:
+            WRITTEN.advance(self.url, str(row[0]))
 
     def revived(self) -> bool:
         """After the primary could not be reached: start the embedded server again if it
@@ -283,7 +283,7 @@ class Pools:
                         row = await (await conn.execute(
                             "SELECT pg_current_wal_lsn()::text")).fetchone()
                         if row:
-                            self.wrote_lsn = latest_lsn(self.wrote_lsn, str(row[0]))
+                            WRITTEN.advance(self.url, str(row[0]))
 
     async def asynchronous(self) -> Any:
         """The async pool of the running event loop, opened on first use (never once closed:

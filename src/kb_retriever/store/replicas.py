@@ -25,16 +25,23 @@ from ..settings import Settings
 from .connection import make_async_pool, make_pool
 from .load import ServerLoad
 
-__all__ = ["Replica", "Replicas", "Target", "latest_lsn"]
+__all__ = ["WRITTEN", "Replica", "Replicas", "Target", "Written", "latest_lsn"]
 
 logger = logging.getLogger(__name__)
 
-# Lag: none while the replica has replayed all it received (an idle primary sends nothing,
-# and the last replayed transaction's time would only grow), else the age of that transaction.
+# Lag: none while the replica streams from the primary and has replayed all it received (an
+# idle primary sends nothing, and the last replayed transaction's time would only grow); else
+# the age of its last replayed transaction. One that streams nothing (cut off from the primary:
+# no WAL receiver, or one not streaming) is as old as that, and infinitely when it replayed none:
+# equal positions then only say that nothing arrives. (Without pg_read_all_stats a receiver's
+# status reads NULL: one that runs counts as streaming.)
 _STATE = (
     "SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS replayed, "
-    "CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0.0 "
-    "ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8 END AS lag")
+    "CASE WHEN EXISTS (SELECT FROM pg_stat_wal_receiver "
+    "                  WHERE coalesce(status, 'streaming') = 'streaming') "
+    "AND pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0.0 "
+    "ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8, "
+    "'Infinity') END AS lag")
 _CAUGHT_UP = "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn"
 # How long a measured lag is trusted before it is read again.
 _STATE_TTL_S = 1.0
@@ -54,6 +61,27 @@ def latest_lsn(a: str | None, b: str) -> str:
     return b if a is None or _lsn(b) > _lsn(a) else a
 
 
+class Written:
+    """The primary's WAL position after this process's last write to it, by the primary's URL:
+    every knowledge base of the process on one primary shares it, so a ``consistent`` read sees
+    the process's own writes whichever knowledge base made them (a mark of each one's own missed
+    the writes of another in the same process)."""
+
+    def __init__(self) -> None:
+        self._marks: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def get(self, primary: str | None) -> str | None:
+        return None if primary is None else self._marks.get(primary)
+
+    def advance(self, primary: str, lsn: str) -> None:
+        with self._lock:
+            self._marks[primary] = latest_lsn(self._marks.get(primary), lsn)
+
+
+WRITTEN = Written()
+
+
 @dataclass
 class Replica:
     """One replica: its pools, and what is known of its health."""
@@ -64,6 +92,7 @@ class Replica:
     apool: Any = None
     apool_loop: Any = None
     down_until: float = 0.0
+    standby: bool = True  # in recovery at the last check (a promoted server is not)
     lag_s: float | None = None
     checked_at: float = field(default=-1e9)
     load: ServerLoad = field(default_factory=ServerLoad)  # KB_PARALLEL_LEGS=auto (load.py)
@@ -117,6 +146,7 @@ class Replicas:
         failed one and schedules it again, and ``asyncio.run`` never returns."""
         loop = asyncio.get_running_loop()
         if r.apool is None or r.apool_loop is not loop:
+            self._claim(r, loop)
             pool = make_async_pool(r.url, self.settings, conn_kwargs)
             try:
                 await pool.open(wait=True, timeout=self.settings.replica_connect_timeout_s)
@@ -125,8 +155,27 @@ class Replicas:
                 logger.debug("%s: %s", r.label, exc)
                 self.mark_down(r)
                 return None
-            r.apool, r.apool_loop = pool, loop
+            if r.apool is not None and r.apool_loop is loop:  # another task opened one first
+                await pool.close()
+            else:
+                r.apool, r.apool_loop = pool, loop
         return r.apool
+
+    def _claim(self, r: Replica, loop: asyncio.AbstractEventLoop) -> None:
+        """Let ``loop`` open ``r``'s async pool: refused while another running loop owns one
+        (as the primary's is); the pool of a loop that has ended is let go, its sockets
+        closed (its tasks ended with the loop)."""
+        with self._lock:
+            owner = r.apool_loop
+            if r.apool is None or owner is None or owner is loop:
+                return
+            if owner.is_running() and not owner.is_closed():
+                raise ConfigError(
+                    "this knowledge base's async pool belongs to an event loop that is still "
+                    "running in another thread; give each event loop its own KnowledgeBase "
+                    "(or call the sync methods from the other threads)")
+            _finish(r.apool)
+            r.apool = r.apool_loop = None
 
     def check_schema(self, choices: Any, conn_kwargs: dict[str, Any]) -> tuple[bool, Any]:
         """With the primary unreachable: the first replica that answers must hold this
@@ -152,8 +201,7 @@ class Replicas:
                 r.pool.close()
                 r.pool = None
             if r.apool is not None:  # its loop may be gone: close its idle sockets
-                for conn in list(getattr(r.apool, "_pool", ())):
-                    conn.pgconn.finish()
+                _finish(r.apool)
                 r.apool = r.apool_loop = None
 
     async def aclose(self) -> None:
@@ -185,10 +233,12 @@ class Replicas:
                 if now - r.checked_at > _STATE_TTL_S:
                     row = conn.execute(_STATE).fetchone()
                     r.checked_at = now
+                    r.standby = bool(row and row[0])
                     r.lag_s = None if row is None or row[2] is None else round(float(row[2]), 3)
-                    if row is not None and not row[0]:
-                        logger.warning("%s is not a standby: it is used as one", r.label)
-                if r.lag_s is not None and r.lag_s > self.settings.replica_max_lag_s:
+                    if not r.standby:  # promoted: its data went its own way from the primary's
+                        logger.warning("%s is not a standby (promoted?): skipped", r.label)
+                if (not r.standby or r.lag_s is None
+                        or r.lag_s > self.settings.replica_max_lag_s):
                     return False
                 if wrote_lsn is not None:
                     row = conn.execute(_CAUGHT_UP, [wrote_lsn]).fetchone()
@@ -198,3 +248,9 @@ class Replicas:
             logger.debug("%s: %s", r.label, exc)
             self.mark_down(r)
             return False
+
+
+def _finish(apool: Any) -> None:
+    """Close the idle sockets of an async pool whose event loop may be gone."""
+    for conn in list(getattr(apool, "_pool", ())):
+        conn.pgconn.finish()

@@ -154,8 +154,10 @@ def migrate(conn: psycopg.Connection) -> int:
     """Apply pending migrations in one transaction each; return the schema version."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
-        try:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        try:  # only when missing: on Citus the statement goes to every worker, and a knowledge
+            # base could not open while one was down, whichever worker held its tenant
+            if conn.execute("SELECT FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         except psycopg.Error as exc:
             raise SchemaError(
                 "the database has no pgvector extension (CREATE EXTENSION vector failed): "
