@@ -48,6 +48,12 @@ __all__ = ["CUT", "candidates", "context_evidence", "first_hop", "leg_shape", "n
 HISTORY_CHUNKS = 2
 #: ``Hit.metadata`` key of a runner-up that the adaptive cutoff moved out of the top ``limit``.
 CUT = CONTEXT_CUTOFF
+#: The longest the trust channels' reads (supersession edges, rejected-approach chunks) are
+#: reused, whatever ``KB_CATALOG_CACHE_TTL_SECONDS`` says: another process's (or knowledge
+#: base's) writes change which record outranks which and what the ⚠ block warns about, a
+#: deleted rejected record's text included, within this long. Each is one small read per scope
+#: every few seconds: nothing under load.
+TRUST_TTL_S = 5.0
 
 
 def validate_query(query: Any, settings: Settings) -> str:
@@ -116,7 +122,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                       now=req.now, lexeme_stats=found.lexeme_stats)
         # A superseded record never above its successor; for a history question (the query
         # names the predecessor) the predecessor's best chunks go right after the successor.
-        edges = yield reads.supersessions(req.scope, catalog.ttl)
+        edges = yield reads.supersessions(req.scope, min(catalog.ttl, TRUST_TTL_S))
         ranked = successors_first(ranked, edges)
         ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit,
                                                 chunks=HISTORY_CHUNKS)
@@ -125,7 +131,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     channel = pool = None
     if settings.rejected_injection_enabled:
         with watch.lap("rejected"):
-            pool = yield reads.rejected_chunks(req.scope, catalog.ttl, unit_vectors)
+            pool = yield reads.rejected_chunks(req.scope, min(catalog.ttl, TRUST_TTL_S),
+                                               unit_vectors)
             channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings,
                                       top=req.limit, ratio=req.legs.cutoff(settings.context_cutoff))
             # a rejected idea that does not correlate is no context either (rejected.py); one
