@@ -109,8 +109,10 @@ async def test_get_document_by_the_path_of_a_hit(server) -> None:
     ({}, "invalid arguments: query: Field required"),
     ({"query": 42}, "invalid arguments: query: Input should be a valid string"),
     ({"query": "cache", "limit": "many"}, "invalid arguments: limit: Input should be a valid "
-                                          "integer, unable to parse string as an integer"),
+                                          "integer"),
     ({"query": "cache", "limit": 0}, "InputError: limit must be between 1 and 200, got 0"),
+    ({"query": "cache", "limit": True}, "invalid arguments: limit: Input should be a valid "
+                                        "integer"),
     ({"query": "cache", "filters": "tags"}, "invalid arguments: filters: Input should be a "
                                             "valid dictionary"),
     ({"query": "cache", "filters": {"colour": "red"}}, "FilterError: unknown filter key(s) "

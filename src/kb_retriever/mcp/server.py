@@ -159,7 +159,7 @@ def _add_read_tools(server: _Server, opened: _Opener, scope: Scope, s: Settings,
     """The search tools, the document reader and the prompt template."""
     Query = Annotated[str, Field(description=h["query"])]
     Project = Annotated[str | None, Field(description=h["project"])]
-    Limit = Annotated[int | None, Field(description=h["limit"])]
+    Limit = Annotated[int | None, Field(description=h["limit"], strict=True)]  # true is no 1
     Filters = Annotated[dict[str, Any] | None, Field(description=h["filters"])]
 
     async def _search(query: str, project: str | None, limit: int | None,
