@@ -14,7 +14,7 @@ from llama_index.core.schema import (
 )
 from llama_index.postprocessor.kb import KBNodePostprocessor
 
-from kb_retriever import Settings
+from kb_retriever import InputError, Settings
 
 QUERY = "which cache layer do we use?"
 TEXT = "We use a shared cache layer for every service."
@@ -128,7 +128,7 @@ def test_settings_are_honoured_and_not_serialised() -> None:
 def test_edge_cases() -> None:
     post = KBNodePostprocessor()
     assert post.postprocess_nodes([], query_str=QUERY) == []
-    with pytest.raises(ValueError, match="needs the query"):
+    with pytest.raises(InputError, match="needs the query"):  # a ValueError too
         post.postprocess_nodes([_node("a", "accepted", 0.5)])
     none_score = NodeWithScore(node=TextNode(text="cache layer"), score=None)
     (out,) = post.postprocess_nodes([none_score], query_str=QUERY)

@@ -10,7 +10,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.retrievers.kb.convert import HIDDEN_METADATA_KEYS, foreign
 
-from kb_retriever import Hit, Settings
+from kb_retriever import Hit, InputError, Settings
 from kb_retriever.interop import DEFAULT_TOP_N, ForeignDocument, rerank_documents, reranked_metadata
 
 __all__ = ["KBNodePostprocessor"]
@@ -65,7 +65,7 @@ class KBNodePostprocessor(BaseNodePostprocessor):
     def _postprocess_nodes(self, nodes: list[NodeWithScore],
                            query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
         if query_bundle is None:
-            raise ValueError("KBNodePostprocessor needs the query: pass query_bundle or query_str")
+            raise InputError("KBNodePostprocessor needs the query: pass query_bundle or query_str")
         dispatcher.event(ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=self.top_n,
                                           model_name=MODEL_NAME))
         with self.callback_manager.event(
