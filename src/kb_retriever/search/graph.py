@@ -116,7 +116,7 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
         hop_hits = [_graph_hit(n, hop, decay) for n in found
                     if n.candidate.document.id not in primary_docs
                     and _admitted(n, req.query, settings, hubs,
-                                  floors.of(n.candidate.document.slug, cited if hop == 1 else ()))]
+                                  floors.of(n.candidate.document.slug, cited))]
         hop_hits.sort(key=lambda h: (-h.score, h.chunk_id))
         per_seed: dict[str | None, int] = {}
         capped = []
