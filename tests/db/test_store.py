@@ -8,8 +8,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from kb_retriever import KnowledgeBase
-from kb_retriever.store import schema
+from kb_retriever import KnowledgeBase, SchemaError
+from kb_retriever.store import diagnostics, schema
 from tests.conftest import fk_lookups_by_path_index
 
 pytestmark = pytest.mark.db
@@ -170,3 +170,24 @@ def test_chunk_storage_keeps_tsvectors_inline_new_and_migrated(make_kb):
         assert schema.migrate(conn) >= 2
         storage, indexes = _storage_and_indexes(conn)
         assert storage == "m" and "kb_chunks_doc_ix" not in indexes
+
+
+def test_a_schema_newer_than_the_library_is_refused(make_kb):
+    """A newer kb-retriever migrated the database (a rolling upgrade): this one opened it and
+    went on writing what the newer schema does not expect. It refuses, naming both versions, and
+    the doctor says which way to go for an older one."""
+    kb = make_kb()
+    latest = max(v for v, _, _ in schema.migration_files())
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        conn.execute("UPDATE kb_meta SET value = %s WHERE key = 'schema_version'",
+                     [str(latest + 1)])
+    with pytest.raises(SchemaError, match=f"version {latest + 1}, newer than the {latest}"):
+        KnowledgeBase(kb.settings, embedder=kb.embedder, database_url=kb.url).open()
+    with pytest.raises(SchemaError, match="newer than"), diagnostics.connect(kb.url):
+        pass
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        conn.execute("UPDATE kb_meta SET value = %s WHERE key = 'schema_version'",
+                     [str(latest - 1)])
+    with pytest.raises(SchemaError, match="older than .* migrates it"), \
+            diagnostics.connect(kb.url):
+        pass

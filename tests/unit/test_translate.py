@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from kb_retriever.errors import StoreError, UnavailableError
+from kb_retriever.errors import SchemaError, StoreError, UnavailableError
 from kb_retriever.store.connection import is_retryable, translate
 
 
@@ -25,3 +25,13 @@ def test_a_lost_connection_is_unavailable_and_retryable():
     exc = psycopg.OperationalError("server closed the connection unexpectedly")
     assert isinstance(translate(exc), UnavailableError)
     assert is_retryable(exc)
+
+
+def test_tables_changed_under_the_process_say_so():
+    """A newer kb-retriever migrated the schema while this process ran: its prepared statements
+    fail with "cached plan must not change result type", which read as a missing feature."""
+    err = translate(psycopg.errors.FeatureNotSupported("cached plan must not change result type"))
+    assert type(err) is SchemaError
+    assert "tables changed under this process" in str(err) and "restart" in str(err)
+    other = translate(psycopg.errors.FeatureNotSupported("hnsw does not support that"))
+    assert str(other).startswith("database feature missing")

@@ -102,6 +102,10 @@ def translate(exc: BaseException) -> KbError:
     msg = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
     if isinstance(exc, psycopg.errors.QueryCanceled):
         return StoreError(f"the database cancelled the statement (statement_timeout?): {msg}")
+    if isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan" in msg:
+        return SchemaError("the database's tables changed under this process (another "
+                           "kb-retriever, a newer one?, migrated the schema); restart it: "
+                           f"{msg}")
     if isinstance(exc, psycopg.errors.UndefinedFile | psycopg.errors.FeatureNotSupported):
         return SchemaError(f"database feature missing: {msg}")
     if isinstance(exc, psycopg.errors.DataException):

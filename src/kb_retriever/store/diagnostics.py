@@ -16,9 +16,10 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
-from ..errors import InputError
+from ..errors import InputError, SchemaError
 from .connection import translated
 from .distribution import Distribution, describe, is_citus
+from .schema import migration_files, refuse_newer
 from .session import Session
 from .spaces import Space, project_space, rebuild_index
 
@@ -66,8 +67,21 @@ def connect(url: str) -> Iterator[Diagnostics]:
         has = conn.execute("SELECT to_regclass('kb_chunks') IS NOT NULL").fetchone()
         if not has or not has[0]:
             raise InputError("this database has no kb-retriever schema yet (run ingest first)")
+        _current_schema(conn)
         register_vector(conn)
         yield Diagnostics(conn, distributed=is_citus(conn))
+
+
+def _current_schema(conn: psycopg.Connection[Any]) -> None:
+    """The doctor reads the current schema only: an older one is migrated by any other command
+    (which opens the knowledge base), a newer one by a newer kb-retriever."""
+    row = conn.execute("SELECT value FROM kb_meta WHERE key = 'schema_version'").fetchone()
+    have, latest = int(row[0]) if row else 0, max(v for v, _, _ in migration_files())
+    refuse_newer(have)
+    if have < latest:
+        raise SchemaError(f"this database's schema is version {have}, older than this "
+                          f"kb-retriever's {latest}: any other command (search, ingest) "
+                          "migrates it when it opens the knowledge base")
 
 
 class Diagnostics(Session):

@@ -140,6 +140,17 @@ def check_current(conn: psycopg.Connection, choices: Choices) -> spaces.Space:
     return space
 
 
+def refuse_newer(version: int) -> None:
+    """A :class:`SchemaError` when a newer kb-retriever migrated the database past the versions
+    this one knows: run on, this one would write what the newer schema does not expect (a
+    rolling upgrade; docs/scaling.md, "Upgrading")."""
+    latest = max(v for v, _, _ in migration_files())
+    if version > latest:
+        raise SchemaError(f"this database's schema is version {version}, newer than the "
+                          f"{latest} this kb-retriever knows: a newer kb-retriever migrated it; "
+                          "upgrade this one (pip install -U kb-retriever)")
+
+
 def migration_files() -> list[tuple[int, str, str]]:
     """(version, name, sql) of every packaged migration, in order."""
     files = []
@@ -166,6 +177,7 @@ def migrate(conn: psycopg.Connection) -> int:
         conn.execute("CREATE TABLE IF NOT EXISTS kb_meta (key text PRIMARY KEY, value text NOT NULL)")
         row = conn.execute("SELECT value FROM kb_meta WHERE key = 'schema_version'").fetchone()
         current = int(row[0]) if row else 0
+        refuse_newer(current)
         for version, name, body in migration_files():
             if version <= current:
                 continue
