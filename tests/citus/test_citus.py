@@ -169,7 +169,8 @@ def test_a_worker_down_is_a_store_error_not_a_wrong_result(citus: Cluster) -> No
 def test_a_tenant_opens_and_writes_while_another_tenants_worker_is_down(citus: Cluster) -> None:
     """Each open ran ``CREATE EXTENSION IF NOT EXISTS vector``, which Citus sends to every
     worker: with one down, no knowledge base of any tenant opened ("the database has no
-    pgvector extension"), though the tenant's shard was on the other worker."""
+    pgvector extension"), though the tenant's shard was on the other worker; and the
+    statistics of every tenant's writes stayed unfolded."""
     url = citus.new_database()
     KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url).open().close()
     on: dict[int, str] = {}
@@ -188,6 +189,12 @@ def test_a_tenant_opens_and_writes_while_another_tenants_worker_is_down(citus: C
                            database_url=url, tenant=on[up]) as kb:
             kb.add_documents([{"id": "d1", "text": "# D1\n\nnumbat survey data"}])
             assert kb.search("numbat survey").primary
+        # the write's statistics were folded on the tenant's worker alone (the fold's deleted
+        # log rows went to every worker as an intermediate result, and failed with one down)
+        with psycopg.connect(url, autocommit=True) as conn:
+            left = conn.execute("SELECT count(*) FROM kb_lexeme_log WHERE tenant_id = %s",
+                                [on[up]]).fetchone()
+            assert left is not None and left[0] == 0
     finally:
         citus.pg_ctl(down, "start")
 

@@ -5,7 +5,7 @@ A write appends one row to ``kb_lexeme_log``: the lexemes its chunks added (or r
 the chunk count, computed by the same statement that wrote (or deleted) the chunks. Writers
 never touch a shared row, so they neither queue nor deadlock on the statistics. After a write
 commits, :func:`fold_log` folds the scope's log into ``kb_lexemes`` and ``kb_scope_stats`` in
-one statement, one folder per scope at a time (a try-lock: a busy scope is folded by the next
+one transaction, one folder per scope at a time (a try-lock: a busy scope is folded by the next
 write). Readers sum the folded counts and the log (``store.catalog_sql.lexeme_stats_sql``), so the
 statistics are exact at every moment (decision 0010).
 
@@ -68,20 +68,40 @@ def log_document_chunks(conn: psycopg.Connection[Any], tenant: str, project: str
                                        "uids": uids})
 
 
-# One statement moves the scope's log into the folded counts: its snapshot decides which log
-# rows it folds, and a row committed after it stays for the next fold.
-_FOLD = sql.SQL(
-    "WITH moved AS (DELETE FROM kb_lexeme_log WHERE tenant_id = %(tenant)s "
-    "AND project_key = %(project)s RETURNING chunks, lexemes, deltas), "
-    "summed AS (SELECT u.lexeme, sum(u.delta) AS n FROM moved, "
-    "unnest(moved.lexemes, moved.deltas) AS u(lexeme, delta) GROUP BY u.lexeme), "
-    "folded AS (INSERT INTO kb_lexemes AS b (tenant_id, project_key, lexeme, chunks) "
-    "SELECT %(tenant)s, %(project)s, lexeme, n FROM summed WHERE n <> 0 ORDER BY lexeme "
-    "ON CONFLICT (tenant_id, project_key, lexeme) DO UPDATE SET chunks = b.chunks + EXCLUDED.chunks), "
-    "total AS (INSERT INTO kb_scope_stats AS s (tenant_id, project_key, chunks) "
-    "SELECT %(tenant)s, %(project)s, sum(chunks) FROM moved HAVING count(*) > 0 "
-    "ON CONFLICT (tenant_id, project_key) DO UPDATE SET chunks = s.chunks + EXCLUDED.chunks) "
-    "SELECT count(*) FROM moved")
+# The fold takes the scope's log rows (the DELETE's snapshot decides which: a row committed
+# after it stays for the next fold), sums them here and adds the sums to the folded counts, in
+# one transaction. Three statements, each on the tenant's shard under Citus: one statement
+# whose modifying CTEs fed each other was planned with the deleted rows as an intermediate
+# result sent to every worker, so one worker down failed every tenant's folds.
+_TAKE = sql.SQL("DELETE FROM kb_lexeme_log WHERE tenant_id = %(tenant)s "
+                "AND project_key = %(project)s RETURNING chunks, lexemes, deltas")
+_ADD_LEXEMES = sql.SQL(
+    "INSERT INTO kb_lexemes AS b (tenant_id, project_key, lexeme, chunks) "
+    "SELECT %(tenant)s, %(project)s, u.lexeme, u.n "
+    "FROM unnest(%(lexemes)s::text[], %(ns)s::bigint[]) AS u(lexeme, n) ORDER BY u.lexeme "
+    "ON CONFLICT (tenant_id, project_key, lexeme) DO UPDATE SET chunks = b.chunks + EXCLUDED.chunks")
+_ADD_CHUNKS = sql.SQL(
+    "INSERT INTO kb_scope_stats AS s (tenant_id, project_key, chunks) "
+    "VALUES (%(tenant)s, %(project)s, %(chunks)s) "
+    "ON CONFLICT (tenant_id, project_key) DO UPDATE SET chunks = s.chunks + EXCLUDED.chunks")
+
+
+def _sums(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """The log rows taken, summed: each lexeme's change (those that cancel out left out), the
+    chunks'.
+
+    >>> _sums([(2, ["cach", "redi"], [2, 1]), (-1, ["cach"], [-1]), (1, ["redi"], [-1])])
+    {'lexemes': ['cach'], 'ns': [1], 'chunks': 2}
+    """
+    totals: dict[str, int] = {}
+    for _, lexemes, deltas in rows:
+        for lexeme, delta in zip(lexemes, deltas, strict=True):
+            totals[lexeme] = totals.get(lexeme, 0) + int(delta)
+    changed = sorted((lexeme, n) for lexeme, n in totals.items() if n)
+    return {"lexemes": [lexeme for lexeme, _ in changed], "ns": [n for _, n in changed],
+            "chunks": sum(int(row[0]) for row in rows)}
+
+
 _PRUNE = sql.SQL("DELETE FROM kb_lexemes WHERE tenant_id = %(tenant)s "
                  "AND project_key = %(project)s AND chunks <= 0")
 _TRY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))"
@@ -101,9 +121,14 @@ def fold_log(conn: psycopg.Connection[Any], tenant: str, project: str) -> int | 
         row = conn.execute(_TRY_LOCK, [scope_lock_key(tenant, project)]).fetchone()
         if not row or not row[0]:
             return None
-        moved = conn.execute(_FOLD, params).fetchone()
-        conn.execute(_PRUNE, params)
-    return int(moved[0]) if moved else 0
+        taken = conn.execute(_TAKE, params).fetchall()
+        if taken:
+            sums = {**params, **_sums(taken)}
+            if sums["lexemes"]:
+                conn.execute(_ADD_LEXEMES, sums)
+            conn.execute(_ADD_CHUNKS, sums)
+            conn.execute(_PRUNE, params)
+    return len(taken)
 
 
 async def afold_log(conn: psycopg.AsyncConnection[Any], tenant: str, project: str) -> int | None:
@@ -113,9 +138,14 @@ async def afold_log(conn: psycopg.AsyncConnection[Any], tenant: str, project: st
         row = await (await conn.execute(_TRY_LOCK, [scope_lock_key(tenant, project)])).fetchone()
         if not row or not row[0]:
             return None
-        moved = await (await conn.execute(_FOLD, params)).fetchone()
-        await conn.execute(_PRUNE, params)
-    return int(moved[0]) if moved else 0
+        taken = await (await conn.execute(_TAKE, params)).fetchall()
+        if taken:
+            sums = {**params, **_sums(taken)}
+            if sums["lexemes"]:
+                await conn.execute(_ADD_LEXEMES, sums)
+            await conn.execute(_ADD_CHUNKS, sums)
+            await conn.execute(_PRUNE, params)
+    return len(taken)
 
 
 # The planner's statistics (pg_statistic) of the tables a write changes. A table is analysed
