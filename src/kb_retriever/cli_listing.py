@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -113,12 +114,14 @@ def cmd_delete(args: argparse.Namespace, kb_for: Callable[..., Any],
                           "deleted_count": deleted, "not_found": missing}, indent=2,
                          ensure_ascii=False))
     else:
-        where = f"project {printable(args.project)}"
-        print(f"deleted {deleted} document{'' if deleted == 1 else 's'} from {where}"
-              + (": " + ", ".join(printable(i) for i in ids) if ids else ""))
-        if missing:
-            print(f"not found in {where}: " + ", ".join(printable(k) for k in missing))
-    # Nothing to delete for a key is bad input (a typo?); what was found is deleted anyway.
+        print(f"deleted {deleted} document{'' if deleted == 1 else 's'} from project "
+              f"{printable(args.project)}" + (": " + ", ".join(printable(i) for i in ids)
+                                               if ids else ""))
+    # Nothing to delete for a key is bad input (a typo?): exit 2 with the one line on stderr,
+    # as every bad input; what was found is deleted anyway.
+    if missing:
+        print(f"kb-retriever: not found in project {printable(args.project)}: "
+              + ", ".join(printable(k) for k in missing), file=sys.stderr)
     return 2 if missing else 0
 
 

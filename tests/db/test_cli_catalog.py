@@ -91,9 +91,12 @@ def test_delete_by_slug_and_id_says_what_went(url: str,
     # an unknown key: nothing else happens, exit 2, and the output says which
     assert main(["--database-url", url, "delete", "runbook-typo", "--project", "ops",
                  "--json"]) == 2
-    assert json.loads(capsys.readouterr().out) == {
+    out = capsys.readouterr()
+    assert json.loads(out.out) == {
         "project": "ops", "tenant": "default", "deleted": [], "deleted_count": 0,
         "not_found": ["runbook-typo"]}
+    # bad input says so on stderr, in one line (it went to stdout alone)
+    assert out.err == "kb-retriever: not found in project ops: runbook-typo\n"
     assert [p["project"] for p in _json(capsys, "--database-url", url, "projects",
                                         "--json")] == ["ops"]
 
