@@ -95,6 +95,14 @@ _ABORTED = (psycopg.errors.TransactionRollback, psycopg.errors.SerializationFail
             psycopg.errors.DeadlockDetected)
 
 
+def finish_idle(pool: Any) -> None:
+    """Close the sockets of an async pool's idle connections without its event loop (gone, or
+    another thread's). psycopg_pool keeps them in ``_pool``; connections in use belong to their
+    caller."""
+    for conn in list(getattr(pool, "_pool", ())):
+        conn.pgconn.finish()
+
+
 def translate(exc: BaseException) -> KbError:
     """Map a driver exception to our tree (messages redacted)."""
     if isinstance(exc, KbError):

@@ -28,7 +28,7 @@ from ..errors import ConfigError, StoreError, UnavailableError
 from ..settings import Settings
 from . import distribution, schema, spaces
 from .borrowed import BorrowedAsyncPool, BorrowedPool
-from .connection import atranslated, make_async_pool, make_pool, translated
+from .connection import atranslated, finish_idle, make_async_pool, make_pool, translated
 from .load import ServerLoad
 from .replicas import WRITTEN, Replicas, Target
 from .session import AsyncSession, Session
@@ -58,13 +58,6 @@ def _idle(conn: Any) -> bool:
     half-way, and a statement sent then fails (masking the interrupt); the pool discards such
     a connection when it comes back."""
     return not conn.broken and conn.pgconn.transaction_status != TransactionStatus.ACTIVE
-
-
-def _finish_idle(pool: Any) -> None:
-    """Close the sockets of an async pool's idle connections without its event loop.
-    psycopg_pool keeps them in ``_pool``; connections in use belong to their caller."""
-    for conn in list(getattr(pool, "_pool", ())):
-        conn.pgconn.finish()
 
 
 class Pools:
@@ -386,7 +379,7 @@ class Pools:
             running = None
         if loop is not None and not loop.is_closed():
             if loop is running:  # close() inside the loop: it cannot wait for pool.close()
-                _finish_idle(pool)  # asyncio.run would cancel a pending close at its end
+                finish_idle(pool)  # asyncio.run would cancel a pending close at its end
                 self._closing = loop.create_task(pool.close())
                 return
             if not loop.is_running():
@@ -394,4 +387,4 @@ class Pools:
                 return
             asyncio.run_coroutine_threadsafe(pool.close(), loop).result(timeout=30)
             return
-        _finish_idle(pool)  # the loop is gone, and with it the pool's tasks
+        finish_idle(pool)  # the loop is gone, and with it the pool's tasks

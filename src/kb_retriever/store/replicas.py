@@ -22,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import ConfigError, redact
 from ..settings import Settings
-from .connection import make_async_pool, make_pool
+from .connection import finish_idle, make_async_pool, make_pool
 from .load import ServerLoad
 
 __all__ = ["WRITTEN", "Replica", "Replicas", "Target", "Written", "latest_lsn"]
@@ -174,7 +174,7 @@ class Replicas:
                     "this knowledge base's async pool belongs to an event loop that is still "
                     "running in another thread; give each event loop its own KnowledgeBase "
                     "(or call the sync methods from the other threads)")
-            _finish(r.apool)
+            finish_idle(r.apool)
             r.apool = r.apool_loop = None
 
     def check_schema(self, choices: Any, conn_kwargs: dict[str, Any]) -> tuple[bool, Any]:
@@ -201,7 +201,7 @@ class Replicas:
                 r.pool.close()
                 r.pool = None
             if r.apool is not None:  # its loop may be gone: close its idle sockets
-                _finish(r.apool)
+                finish_idle(r.apool)
                 r.apool = r.apool_loop = None
 
     async def aclose(self) -> None:
@@ -248,9 +248,3 @@ class Replicas:
             logger.debug("%s: %s", r.label, exc)
             self.mark_down(r)
             return False
-
-
-def _finish(apool: Any) -> None:
-    """Close the idle sockets of an async pool whose event loop may be gone."""
-    for conn in list(getattr(apool, "_pool", ())):
-        conn.pgconn.finish()
