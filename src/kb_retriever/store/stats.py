@@ -84,6 +84,8 @@ _ADD_CHUNKS = sql.SQL(
     "INSERT INTO kb_scope_stats AS s (tenant_id, project_key, chunks) "
     "VALUES (%(tenant)s, %(project)s, %(chunks)s) "
     "ON CONFLICT (tenant_id, project_key) DO UPDATE SET chunks = s.chunks + EXCLUDED.chunks")
+_PRUNE = sql.SQL("DELETE FROM kb_lexemes WHERE tenant_id = %(tenant)s "
+                 "AND project_key = %(project)s AND chunks <= 0")
 
 
 def _sums(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
@@ -102,8 +104,17 @@ def _sums(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
             "chunks": sum(int(row[0]) for row in rows)}
 
 
-_PRUNE = sql.SQL("DELETE FROM kb_lexemes WHERE tenant_id = %(tenant)s "
-                 "AND project_key = %(project)s AND chunks <= 0")
+def _additions(taken: list[tuple[Any, ...]],
+               params: dict[str, Any]) -> list[tuple[sql.SQL, dict[str, Any]]]:
+    """The statements that add the log rows ``taken`` to the folded counts (none for none),
+    for both twins."""
+    if not taken:
+        return []
+    sums = {**params, **_sums(taken)}
+    adds = [(_ADD_LEXEMES, sums)] if sums["lexemes"] else []
+    return [*adds, (_ADD_CHUNKS, sums), (_PRUNE, params)]
+
+
 _TRY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 
@@ -122,12 +133,8 @@ def fold_log(conn: psycopg.Connection[Any], tenant: str, project: str) -> int | 
         if not row or not row[0]:
             return None
         taken = conn.execute(_TAKE, params).fetchall()
-        if taken:
-            sums = {**params, **_sums(taken)}
-            if sums["lexemes"]:
-                conn.execute(_ADD_LEXEMES, sums)
-            conn.execute(_ADD_CHUNKS, sums)
-            conn.execute(_PRUNE, params)
+        for stmt, args in _additions(taken, params):
+            conn.execute(stmt, args)
     return len(taken)
 
 
@@ -139,12 +146,8 @@ async def afold_log(conn: psycopg.AsyncConnection[Any], tenant: str, project: st
         if not row or not row[0]:
             return None
         taken = await (await conn.execute(_TAKE, params)).fetchall()
-        if taken:
-            sums = {**params, **_sums(taken)}
-            if sums["lexemes"]:
-                await conn.execute(_ADD_LEXEMES, sums)
-            await conn.execute(_ADD_CHUNKS, sums)
-            await conn.execute(_PRUNE, params)
+        for stmt, args in _additions(taken, params):
+            await conn.execute(stmt, args)
     return len(taken)
 
 
