@@ -126,7 +126,7 @@ def check_current(conn: psycopg.Connection, choices: Choices) -> spaces.Space:
     """On a read-only server (a replica while the primary is down): the schema must be the
     library's current one and know the embedder's model; a :class:`SchemaError` says what
     differs. The embedder's space."""
-    latest = max(v for v, _, _ in migration_files())
+    latest = latest_version()
     meta = read_meta(conn)
     have = int(meta.get("schema_version", 0))
     if have != latest:
@@ -144,11 +144,16 @@ def refuse_newer(version: int) -> None:
     """A :class:`SchemaError` when a newer kb-retriever migrated the database past the versions
     this one knows: run on, this one would write what the newer schema does not expect (a
     rolling upgrade; docs/scaling.md, "Upgrading")."""
-    latest = max(v for v, _, _ in migration_files())
+    latest = latest_version()
     if version > latest:
         raise SchemaError(f"this database's schema is version {version}, newer than the "
                           f"{latest} this kb-retriever knows: a newer kb-retriever migrated it; "
                           "upgrade this one (pip install -U kb-retriever)")
+
+
+def latest_version() -> int:
+    """The newest schema version this kb-retriever knows (its last migration's)."""
+    return max(v for v, _, _ in migration_files())
 
 
 def migration_files() -> list[tuple[int, str, str]]:
