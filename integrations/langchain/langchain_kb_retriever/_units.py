@@ -32,12 +32,9 @@ from langchain_core.documents import Document
 from kb_retriever import Hit, KnowledgeBase, StoredChunk, StoredDocument
 from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
 from kb_retriever.write.calls import Group, awrite_groups, write_groups
-from kb_retriever.write.from_memory import canonical_slug, derived_id, shared_fields
+from kb_retriever.write.from_memory import canonical_slug, chunks_of, derived_id, shared_fields
 
 __all__ = ["WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "whole", "write"]
-
-# Canonical documents whose stored parts one read asks for (a filter's $in takes at most 1000).
-_SLUGS_PER_READ = 500
 
 
 @dataclass
@@ -71,13 +68,6 @@ def _with_ids(plan: WritePlan, whole_ids: list[str]) -> list[str]:
     return [doc_id or next(given) for doc_id in plan.ids]
 
 
-def _reads(plan: WritePlan) -> list[dict[str, Any]]:
-    """``get_chunks`` filters for the stored parts of the plan's canonical documents."""
-    slugs = list(plan.parts)
-    return [{"$and": [{"source_path": {"$in": slugs[i:i + _SLUGS_PER_READ]}}]}
-            for i in range(0, len(slugs), _SLUGS_PER_READ)]
-
-
 def _fields(plan: WritePlan, stored: Sequence[StoredChunk]) -> dict[str, dict[str, Any]]:
     """The fields of each canonical document the plan writes: what all the parts it will hold
     share, the stored ones the write keeps (those of other ids) and the plan's
@@ -104,7 +94,7 @@ def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str
     if plan.whole:
         groups.append(([r["id"] for r in plan.whole if r["id"]],
                        lambda: whole_ids.extend(kb.add_documents(plan.whole, **scope))))
-    fields = _fields(plan, [c for f in _reads(plan)
+    fields = _fields(plan, [c for f in chunks_of(list(plan.parts))
                             for c in kb.get_chunks(filters=f, consistent=True, **scope)])
     for slug, parts in plan.parts.items():
         groups.append(([p["id"] for p in parts], functools.partial(
@@ -122,7 +112,7 @@ async def awrite(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> l
     groups: list[tuple[list[str], Callable[[], Awaitable[Any]]]] = []
     if plan.whole:
         groups.append(([r["id"] for r in plan.whole if r["id"]], add_whole))
-    fields = _fields(plan, [c for f in _reads(plan)
+    fields = _fields(plan, [c for f in chunks_of(list(plan.parts))
                             for c in await kb.aget_chunks(filters=f, consistent=True, **scope)])
     for slug, parts in plan.parts.items():
         groups.append(([p["id"] for p in parts], functools.partial(

@@ -117,6 +117,22 @@ def with_frontmatter(text: str, metadata: Mapping[str, Any]) -> Mapping[str, Any
     return {**frontmatter_fields(text), **metadata}
 
 
+#: Documents whose stored chunks one read asks for (a filter's ``$in`` takes at most 1000).
+_DOCUMENTS_PER_READ = 500
+
+
+def chunks_of(document_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """``get_chunks`` filters for the stored chunks of ``document_ids``, a slice of them each
+    (what the adapters read before a write, for :func:`shared_fields`).
+
+    >>> chunks_of(["a", "b"])
+    [{'$and': [{'source_path': {'$in': ['a', 'b']}}]}]
+    """
+    ids = list(document_ids)
+    return [{"$and": [{"source_path": {"$in": ids[i:i + _DOCUMENTS_PER_READ]}}]}
+            for i in range(0, len(ids), _DOCUMENTS_PER_READ)]
+
+
 def shared_fields(metadatas: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The fields that every one of ``metadatas`` (the chunks of one document) has, with one
     value: what the framework vector stores give the document. A filter reads a chunk's

@@ -32,7 +32,7 @@ from kb_retriever.ranking.diversify import diversify
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.search.modes import Legs
 from kb_retriever.write.calls import awrite_groups, write_groups
-from kb_retriever.write.from_memory import shared_fields, with_frontmatter
+from kb_retriever.write.from_memory import chunks_of, shared_fields, with_frontmatter
 
 from .filters import to_kb_filters
 from .modes import Mode, resolve_mode
@@ -41,8 +41,7 @@ __all__ = ["KBVectorStore"]
 
 # Chunks asked for per node returned: the per-document cap keeps a few chunks of one document.
 _CHUNKS_PER_NODE = 3
-# Documents whose stored chunks one read asks for (a filter's $in takes at most 1000 values).
-_DOCUMENTS_PER_READ = 500
+
 
 class KBVectorStore(BasePydanticVectorStore):
     """LlamaIndex nodes in a kb-retriever knowledge base; queries ranked by its pipeline.
@@ -322,10 +321,8 @@ def _hit_node(hit: Hit) -> BaseNode:
 
 
 def _of_documents(nodes: Sequence[BaseNode]) -> list[dict[str, Any]]:
-    """``get_chunks`` filters for the stored chunks of the nodes' documents, a slice each."""
-    ids = list(dict.fromkeys(n.ref_doc_id or n.node_id for n in nodes))
-    return [{"$and": [{"source_path": {"$in": ids[i:i + _DOCUMENTS_PER_READ]}}]}
-            for i in range(0, len(ids), _DOCUMENTS_PER_READ)]
+    """``get_chunks`` filters for the stored chunks of the nodes' documents."""
+    return chunks_of(list(dict.fromkeys(n.ref_doc_id or n.node_id for n in nodes)))
 
 
 def _document_fields(group: Sequence[BaseNode], chunks: Sequence[ChunkRecord],
