@@ -45,6 +45,8 @@ _WRITE_TIMEOUT = ("SELECT current_setting('statement_timeout') AS before, "
                   "set_config('statement_timeout', %s, false)")
 
 
+# The primary's WAL position after a write, for ``consistent`` reads (replicas.WRITTEN).
+_WAL_POSITION = "SELECT pg_current_wal_lsn()::text"
 # What a forked child inherited: the parent's, never closed (nor collected) in the child.
 _INHERITED: list[Any] = []
 
@@ -183,7 +185,7 @@ class Pools:
 
     def _wrote(self, conn: Any) -> None:
         """Keep the primary's WAL position after a write (for ``consistent`` reads)."""
-        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        row = conn.execute(_WAL_POSITION).fetchone()
         if row:
             WRITTEN.advance(self.url, str(row[0]))
 
@@ -273,8 +275,7 @@ class Pools:
                     await conn.execute(_TIMEOUT, [before or
                                                   str(self.settings.statement_timeout_ms)])
                     if self.replicas:
-                        row = await (await conn.execute(
-                            "SELECT pg_current_wal_lsn()::text")).fetchone()
+                        row = await (await conn.execute(_WAL_POSITION)).fetchone()
                         if row:
                             WRITTEN.advance(self.url, str(row[0]))
 
