@@ -141,12 +141,13 @@ def _systems(names: list[str], stack: list[Any]) -> dict[str, tuple[str, dict[st
             from tests.replica.standby import Standby
 
             standby = Standby(home, server)
-            stack.append(standby.stop)
+            stack.append(standby.remove)
             out["replica"] = (primary, {"KB_REPLICA_URLS": standby.url("scale")})
     if "citus" in names:
         from tests.citus.cluster import Cluster, build
 
         cluster = Cluster(build())
+        stack.append(lambda: shutil.rmtree(cluster.data, ignore_errors=True))  # after stop
         cluster.start()
         stack.append(cluster.stop)
         out["citus"] = (cluster.new_database(), {})

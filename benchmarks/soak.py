@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import gc
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -77,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
     home = tempfile.mkdtemp(prefix="kb-soak-")
+    # Registered before the server starts, so it runs after pgserver's own exit hook stops it.
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
     kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(384), database_url=args.database_url,
                        home=home, project="soak").open()
     report = kb.ingest([CORPUS])

@@ -56,6 +56,7 @@ def base() -> Iterator[Path]:
         pid = lifecycle.postmaster_pid(pidfile.parent)
         if pid:
             os.kill(pid, signal.SIGTERM)
+            _wait_gone(pidfile.parent)  # a server still shutting down writes behind rmtree
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -75,6 +76,15 @@ class Standby:
     def stop(self) -> None:
         _as(self.user, [f"{self.bindir}/pg_ctl", "-D", str(self.data), "-m", "fast", "-w",
                         "stop"])
+
+    def remove(self) -> None:
+        """Stop the replica if it runs and remove its data and socket directories."""
+        try:
+            self.stop()
+        except RuntimeError:
+            pass  # already stopped
+        shutil.rmtree(self.data.parent, ignore_errors=True)
+        shutil.rmtree(self.socket, ignore_errors=True)
 
     def sql(self, dbname: str, statement: str) -> object:
         with psycopg.connect(self.url(dbname), autocommit=True) as conn:
