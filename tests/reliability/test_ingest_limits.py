@@ -237,6 +237,25 @@ def test_empty_and_unsupported_files_are_reported_the_same_way_everywhere(
         assert report.failed == []
 
 
+def test_a_file_emptied_to_no_text_stops_serving_its_old_text(make_kb: MakeKb,
+                                                               tmp_path: Path) -> None:
+    """Its stored version went on answering searches ("skipped: no text"). An empty file of
+    the same name under another root is another file: the stored one stays."""
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    _write(mine, "cache.md", "# Cache\n\nWe cache sessions in redis.\n")
+    _write(other, "cache.md", "")
+    kb = make_kb()
+    kb.ingest([mine])
+    assert kb.ingest([other]).deleted == 0 and _paths(kb) == ["cache.md"]
+    _write(mine, "cache.md", "")
+    report = kb.ingest([mine])
+    assert report.deleted == 1 and report.skipped == [
+        ("cache.md", "no text to index; the version stored before was removed")]
+    assert _paths(kb) == [] and not kb.search("redis sessions").primary
+    again = kb.ingest([mine])
+    assert again.deleted == 0 and again.skipped == [("cache.md", "no text to index")]
+
+
 def test_cli_exit_code_says_whether_anything_failed(
         new_database: Callable[[], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

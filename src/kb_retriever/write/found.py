@@ -28,7 +28,8 @@ class IngestReport:
 
     ``skipped`` holds files that were not read on purpose (unsupported type, no text, a
     symlink leaving its root); ``failed`` those that could not be ingested. The previous
-    version of a failed or skipped document stays as it was.
+    version of a failed document stays as it was; that of a file now without text is
+    deleted (counted in ``deleted``), as it would go on serving the old text.
     """
 
     added: list[str] = field(default_factory=list)

@@ -137,21 +137,37 @@ def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenan
                  elsewhere: Mapping[str, list[tuple[str, str]]]) -> None:
     budget = Budget.start(found.rel, settings)  # read and embedded within it (the parse checks its own)
     draft = parse_document(found.file, root=found.root, settings=settings, listed=found.listed)
+    root = str(found.root.resolve())
+    stored = elsewhere.get(os.path.join(root, draft.source_path), [])
     if not draft.chunks:
-        report.skipped.append((found.rel, "no text to index"))
+        removed = _remove_emptied(session, tenant, project, draft.source_path, root,
+                                  [path for path, _ in stored])
+        report.skipped.append((found.rel, "no text to index" + (
+            "; the version stored before was removed" if removed else "")))
+        report.deleted += removed
         return
     if len(draft.chunks) > settings.ingest_max_chunks:
         raise IngestError(f"{len(draft.chunks)} chunks, more than KB_INGEST_MAX_CHUNKS="
                           f"{settings.ingest_max_chunks}; split the file or raise the limit")
     for w in draft.canonical_warnings:
         report.warnings.append((draft.source_path, w))
-    root = str(found.root.resolve())
-    stored = elsewhere.get(os.path.join(root, draft.source_path), [])
     _ingest_one(session, embedder, tenant, project, draft, report, source_root=root,
                 replaces=[path for path, _ in stored], budget=budget)
     for path, other_root in stored:  # written: the write deleted them
         report.warnings.append((draft.source_path, f"the same file was stored as {path} "
                                                    f"(ingested from {other_root}); replaced"))
+
+
+def _remove_emptied(session: Session, tenant: str, project: str, source_path: str, root: str,
+                    other_ids: Sequence[str]) -> int:
+    """Delete the stored versions of a file that now holds no text (its id's, and those of the
+    same file stored under another root's id): kept, they would go on serving its old text.
+    A document of the same id from another root is another file and stays."""
+    stored_hash, stored_root = session.stored_version(tenant, project, source_path)
+    ids = list(other_ids)
+    if stored_hash is not None and stored_root in (None, root):
+        ids.append(source_path)
+    return session.delete_documents(tenant, project, ids) if ids else 0
 
 
 def _ingest_one(session: Session, embedder: Embedder, tenant: str, project: str,
