@@ -129,8 +129,8 @@ class Settings(BaseSettings):
     # the measurements.
     fts_match_cap: int = _field(300, "KB_FTS_MATCH_CAP", ge=10, le=1_000_000)
     # How long a process reuses what only changes when the knowledge base is written: the lexeme
-    # statistics (BM25 idf, the OR lexemes' budget), the full-text configurations and the
-    # calibration; the trust channels' reads at most 5 s (search.pipeline.TRUST_TTL_S). A base's
+    # statistics (BM25 idf, the OR lexemes' budget) and the calibration; the full-text
+    # configurations and trust channels' reads at most 5 s (search.pipeline.TRUST_TTL_S). A base's
     # own writes clear it; other writers show after at most this long (0: never kept).
     catalog_cache_ttl_seconds: int = _field(300, "KB_CATALOG_CACHE_TTL_SECONDS", ge=0)
     rrf_k: int = _field(60, "KB_RRF_K", ge=1)

@@ -48,11 +48,12 @@ __all__ = ["CUT", "candidates", "context_evidence", "first_hop", "leg_shape", "n
 HISTORY_CHUNKS = 2
 #: ``Hit.metadata`` key of a runner-up that the adaptive cutoff moved out of the top ``limit``.
 CUT = CONTEXT_CUTOFF
-#: The longest the trust channels' reads (supersession edges, rejected-approach chunks) are
-#: reused, whatever ``KB_CATALOG_CACHE_TTL_SECONDS`` says: another process's (or knowledge
-#: base's) writes change which record outranks which and what the ⚠ block warns about, a
-#: deleted rejected record's text included, within this long. Each is one small read per scope
-#: every few seconds: nothing under load.
+#: The longest the trust channels' reads (supersession edges, rejected-approach chunks) and the
+#: scope's full-text configurations are reused, whatever ``KB_CATALOG_CACHE_TTL_SECONDS`` says:
+#: another process's (or knowledge base's) writes change which record outranks which, what the
+#: ⚠ block warns about (a deleted rejected record's text included) and by which languages the
+#: query is stemmed within this long. Each is one small read per scope every few seconds:
+#: nothing under load.
 TRUST_TTL_S = 5.0
 
 
@@ -259,7 +260,8 @@ class ScopeCatalog(NamedTuple):
 def scope_catalog(req: SearchRequest, settings: Settings) -> Generator[Fetch, Any, ScopeCatalog]:
     ttl = settings.catalog_cache_ttl_seconds
     corpus = yield reads.lexeme_stats(req.scope, ttl)
-    configs = yield reads.fts_configs(req.scope, settings.fts_language, ttl)
+    # a language another process brings changes how the query is stemmed: not 300 s stale
+    configs = yield reads.fts_configs(req.scope, settings.fts_language, min(ttl, TRUST_TTL_S))
     calibration = yield reads.calibration(req.scope, ttl)
     return ScopeCatalog(corpus, configs, calibration, ttl)
 
