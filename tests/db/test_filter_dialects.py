@@ -72,6 +72,11 @@ CASES: list[tuple[dict[str, Any], set[str]]] = [
     ({"$not": {"team": "platform"}}, {"dec-queue", "run-deploy", "note"}),
     ({"$not": {"$or": [{"tags": "cache"}, {"tags": "queue"}]}}, {"note"}),
     ({"canonical_type": "decision", "score": {"$lt": 6}}, {"dec-cache"}),
+    # metadata.<key>: the frontmatter's key even when a document field has its name
+    ({"metadata.retrieval_priority": 80}, {"dec-cache"}),
+    ({"metadata.slug": {"$exists": False}}, {"note"}),
+    ({"$or": [{"metadata.team": "infra"}, {"metadata.type": "decision", "score": 9}]},
+     {"dec-queue", "run-deploy"}),
 ]
 
 

@@ -9,11 +9,14 @@ into it::
               {"$not": {"canonical_status": "superseded"}}]}
 
 A field is one of :data:`TYPED_FIELDS` (document and chunk columns, typed) or any other key, read from
-the chunk's metadata and then the document's frontmatter. A bare value means ``$eq``.
+the chunk's metadata and then the document's frontmatter; ``metadata.<key>`` is always that
+metadata key, one named like a column (``metadata.language``) included. A bare value means ``$eq``.
 Parsing validates everything; rendering (``store.filter_sql``) binds every value.
 
 >>> parse_expr({"tags": {"$in": ["cache"]}, "team": "platform"})
 And(items=(Cond(field='tags', op='$in', value=('cache',)), Cond(field='team', op='$eq', value='platform')))
+>>> parse_expr({"metadata.language": "python"})
+MetaCond(field='language', op='$eq', value='python')
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from typing import Any, Literal
 from ..checks import check_text
 from ..errors import FilterError
 
-__all__ = ["And", "Cond", "Expr", "MetaCond", "Not", "OPERATORS", "Or", "TYPED_FIELDS",
-           "parse_expr", "parse_metadata"]
+__all__ = ["And", "Cond", "Expr", "METADATA_PREFIX", "MetaCond", "Not", "OPERATORS", "Or",
+           "TYPED_FIELDS", "parse_expr", "parse_metadata"]
 
 OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$between", "$like",
              "$ilike", "$exists")
@@ -45,6 +48,8 @@ TYPED_FIELDS: dict[str, FieldKind] = {
     "evidence_tier": "text", "heading_path": "text", "chunk_uid": "text", "is_canonical": "bool",
     "retrieval_priority": "int", "tags": "tags", "doc_date": "date",
 }
+#: A field written ``metadata.<key>`` names that metadata key, whatever its name.
+METADATA_PREFIX = "metadata."
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 MAX_DEPTH = 16  # deeper trees are generated, not written: refuse before recursion costs
 MAX_CONDITIONS = 200
@@ -140,6 +145,8 @@ def _day(v: Any) -> bool:
 
 
 def _conditions(field: Any, operand: Any, counter: list[int], *, metadata: bool) -> list[Expr]:
+    if isinstance(field, str) and field.startswith(METADATA_PREFIX) and not metadata:
+        field, metadata = field[len(METADATA_PREFIX):], True
     if not isinstance(field, str) or not _FIELD.match(field):
         raise FilterError(f"filter field {field!r:.80} is invalid: letters, digits, '_' and '-'")
     ops = operand if isinstance(operand, Mapping) else {"$eq": operand}

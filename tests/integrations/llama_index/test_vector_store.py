@@ -376,6 +376,36 @@ def test_node_ids_restrict_the_query_before_it_ranks(make_kb):
     assert sorted(both.ids) == ["n14", "n3"]
 
 
+def test_a_nodes_own_key_named_like_a_document_field_is_filtered_on(make_kb, tmp_path):
+    """A code loader's ``language="python"`` filtered the document's language column (NULL:
+    "python" is no ISO code) and returned nothing; an ingested file, which has no node
+    metadata, is still filtered on its document's field."""
+    kb = make_kb(embedder=HashingEmbedder(256))
+    (tmp_path / "guide.md").write_text("---\nlanguage: en\n---\n# Guide\n\ncode sample guide\n")
+    kb.ingest([tmp_path])
+    store = KBVectorStore(kb)
+    embed = KBCoreEmbedding(kb.embedder)
+    nodes = [TextNode(text=text, metadata=meta, embedding=embed.get_text_embedding(text))
+             for text, meta in [("def f(): pass  # python code sample",
+                                 {"language": "python", "source_type": "code"}),
+                                ("fn main() {}  // rust code sample",
+                                 {"language": "rust", "source_type": "code"})]]
+    store.add(nodes)
+
+    def texts(key, value, op=FilterOperator.EQ):
+        q = _query(store, "code sample", similarity_top_k=5, filters=MetadataFilters(
+            filters=[MetadataFilter(key=key, value=value, operator=op)]))
+        return sorted(n.get_content()[:8] for n in store.query(q).nodes)
+
+    assert texts("language", "python") == ["def f():"]
+    assert texts("language", "en") == ["code sam"]  # the ingested file's chunk: its field
+    assert texts("language", "python", FilterOperator.NE) == ["code sam", "fn main("]
+    assert texts("source_type", "code") == ["def f():", "fn main("]
+    assert texts("source_type", "markdown") == ["code sam"]
+    assert [n.get_content()[:8] for n in store.get_nodes(filters=MetadataFilters(filters=[
+        MetadataFilter(key="language", value="rust")]))] == ["fn main("]
+
+
 def test_a_long_document_is_capped_within_top_k(make_kb):
     """The search asks for a few chunks per node returned, and the store took the first top_k
     of them: a long document filled top_k that the per-document cap promises to share."""
