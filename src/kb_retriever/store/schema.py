@@ -113,12 +113,22 @@ def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings) -> s
     create the embedder's space, then distribute the tables on a Citus coordinator
     (``store/distribution.py``): last, so that a new database's tables are complete (tsv stored
     in the row, indexes) when Citus copies their definition to the shards. The space."""
-    migrate(conn)
-    ensure_fixed_choices(conn, fts_language=choices.fts_language)
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
-        space = spaces.ensure(conn, choices.model_id, choices.dimension, settings)
-        distribution.distribute(conn)
+    try:
+        migrate(conn)
+        ensure_fixed_choices(conn, fts_language=choices.fts_language)
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+            space = spaces.ensure(conn, choices.model_id, choices.dimension, settings)
+            distribution.distribute(conn)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        # A role granted only reads and writes opens a database that is set up; setting it up
+        # (the tables, a migration, a new embedding model's index) takes its owner.
+        reason = str(exc).strip().splitlines()[0]
+        raise SchemaError(
+            f"this role may not set up the knowledge base ({reason}): open it once as the role "
+            "that owns its tables (the first one needs CREATE on the schema), which creates "
+            "them, applies migrations and builds each embedding model's index"
+        ) from None
     return space
 
 
@@ -179,7 +189,10 @@ def migrate(conn: psycopg.Connection) -> int:
                 "the database has no pgvector extension (CREATE EXTENSION vector failed): "
                 f"{str(exc).strip().splitlines()[0]}"
             ) from None
-        conn.execute("CREATE TABLE IF NOT EXISTS kb_meta (key text PRIMARY KEY, value text NOT NULL)")
+        # Only when missing: PostgreSQL checks the CREATE privilege before IF NOT EXISTS, so a
+        # role granted only reads and writes on a migrated database could not open it.
+        if conn.execute("SELECT to_regclass('kb_meta')").fetchone() == (None,):
+            conn.execute("CREATE TABLE kb_meta (key text PRIMARY KEY, value text NOT NULL)")
         row = conn.execute("SELECT value FROM kb_meta WHERE key = 'schema_version'").fetchone()
         current = int(row[0]) if row else 0
         refuse_newer(current)
