@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     parallel_legs: bool | Literal["auto"] = _field("auto", "KB_PARALLEL_LEGS")
     pool_timeout_s: float = _field(10.0, "KB_POOL_TIMEOUT_S", gt=0, le=600)
     statement_timeout_ms: int = _field(10_000, "KB_STATEMENT_TIMEOUT_MS", ge=0, le=_PG_MAX_INT)
+    # Behind a pooler in transaction mode (PgBouncer, Supavisor): no prepared statements, and a
+    # read's HNSW settings and statement timeout set for its own transaction, never a session's.
+    transaction_pooler: bool = _field(False, "KB_TRANSACTION_POOLER")
     hnsw_ef_search: int = _field(100, "KB_HNSW_EF_SEARCH", ge=1, le=1000)
     # How an embedding model's approximate index is built (store/spaces.py), when the model is
     # first used and by ``doctor --reindex``: pgvector's HNSW ``m`` and ``ef_construction``, and
@@ -107,22 +110,16 @@ class Settings(BaseSettings):
     hnsw_type: Literal["auto", "vector", "halfvec"] = _field("auto", "KB_HNSW_TYPE")
 
     # --- search basics --------------------------------------------------------------------
-    default_min_similarity: float = _field(
-        0.30, "KB_MIN_SIMILARITY", ge=-1.0, le=1.0
-    )
+    default_min_similarity: float = _field(0.30, "KB_MIN_SIMILARITY", ge=-1.0, le=1.0)
     default_limit: int = _field(8, "KB_DEFAULT_LIMIT", ge=1, le=200)
     max_limit: int = _field(200, "KB_MAX_LIMIT", ge=1, le=10_000)
     max_query_chars: int = _field(10_000, "KB_MAX_QUERY_CHARS", ge=1)
     prompt_timezone: str = _field("UTC", "KB_PROMPT_TIMEZONE")
 
     # --- hybrid (FTS + RRF) ---------------------------------------------------------------
-    hybrid_search_enabled: bool = _field(
-        True, "KB_HYBRID_SEARCH_ENABLED"
-    )
+    hybrid_search_enabled: bool = _field(True, "KB_HYBRID_SEARCH_ENABLED")
     fts_language: str = _field("english", "KB_FTS_LANGUAGE")
-    fts_query_mode: Literal["or", "websearch", "plain"] = _field(
-        "or", "KB_FTS_QUERY_MODE"
-    )
+    fts_query_mode: Literal["or", "websearch", "plain"] = _field("or", "KB_FTS_QUERY_MODE")
     # Matches ranked by the FTS leg at most (reference/postgres-performance.md §3.1: ranking reads
     # every match), and the budget for the OR query's lexemes: rarest first while their
     # estimated matches fit (store.fulltext.tsvector.lexeme_selection_sql). Decision 0003 has

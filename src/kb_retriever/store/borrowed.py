@@ -23,6 +23,8 @@ __all__ = ["BorrowedAsyncPool", "BorrowedPool"]
 
 
 def _settings_sql(settings: Settings) -> list[tuple[str, list[str]]]:
+    if settings.transaction_pooler:  # each read sets them for its own transaction
+        return []
     return [("SELECT set_config(%s, %s, false)", [k, v]) for k, v in _gucs(settings)
             if k != "statement_timeout"]
 

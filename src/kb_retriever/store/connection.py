@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector, register_vector_async
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from ..errors import InputError, KbError, SchemaError, StoreError, UnavailableError, redact
@@ -31,7 +32,25 @@ def _gucs(settings: Settings) -> list[tuple[str, str]]:
 
 
 def _configure_sql(settings: Settings) -> list[tuple[str, list[str]]]:
+    """The session's settings; none behind a transaction pooler, where a session's ``SET``
+    stays on whichever server connection ran it, for the pooler's other clients: each read
+    sets them for its own transaction instead (``local_settings``)."""
+    if settings.transaction_pooler:
+        return []
     return [("SELECT set_config(%s, %s, false)", [k, v]) for k, v in _gucs(settings)]
+
+
+def local_settings(settings: Settings) -> sql.Composed:
+    """One statement that sets the session's settings for the current transaction only."""
+    return sql.SQL("SELECT {}").format(sql.SQL(", ").join(
+        sql.SQL("set_config({}, {}, true)").format(sql.Literal(k), sql.Literal(v))
+        for k, v in _gucs(settings)))
+
+
+def pooler_kwargs(settings: Settings) -> dict[str, Any]:
+    """Connection arguments: behind a transaction pooler, no prepared statements (a statement
+    prepared on one server connection is unknown to the next, or names another one there)."""
+    return {"prepare_threshold": None} if settings.transaction_pooler else {}
 
 
 def make_pool(url: str, settings: Settings, *, vector_ready: bool,
@@ -42,8 +61,8 @@ def make_pool(url: str, settings: Settings, *, vector_ready: bool,
         conn.autocommit = True
         if vector_ready:
             register_vector(conn)
-        for sql, params in _configure_sql(settings):
-            conn.execute(sql, params)
+        for statement, params in _configure_sql(settings):
+            conn.execute(statement, params)
 
     pool = ConnectionPool(
         url,
@@ -74,8 +93,8 @@ def make_async_pool(url: str, settings: Settings,
     async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.set_autocommit(True)
         await register_vector_async(conn)
-        for sql, params in _configure_sql(settings):
-            await conn.execute(sql, params)
+        for statement, params in _configure_sql(settings):
+            await conn.execute(statement, params)
 
     return AsyncConnectionPool(
         url,

@@ -28,7 +28,7 @@ from ..errors import ConfigError, StoreError, UnavailableError
 from ..settings import Settings
 from . import distribution, schema, spaces
 from .borrowed import BorrowedAsyncPool, BorrowedPool
-from .connection import atranslated, finish_idle, make_async_pool, make_pool, translated
+from .connection import atranslated, finish_idle, make_async_pool, make_pool, pooler_kwargs, translated
 from .load import ServerLoad
 from .replicas import WRITTEN, Replicas, Target
 from .session import AsyncSession, Session
@@ -78,7 +78,8 @@ class Pools:
         # (a pool built with a kwargs callable has no fixed kwargs to copy: none are taken).
         given = pool if pool is not None else async_pool
         kwargs = getattr(given, "kwargs", None)
-        self._conn_kwargs: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
+        self._conn_kwargs: dict[str, Any] = {**(kwargs if isinstance(kwargs, dict) else {}),
+                                             **pooler_kwargs(settings)}
         if self._conn_kwargs.get("row_factory") is not None:  # our statements read tuples
             raise ConfigError("a borrowed pool whose connections have a row_factory is not "
                               "supported; set the row factory on your cursors instead")
@@ -246,16 +247,19 @@ class Pools:
         the ingest's (``KB_INGEST_STATEMENT_TIMEOUT_MS``: a large document's COPY, or a writer
         queued behind another writer of the same document, may take longer than a search
         may), given back with the search's."""
+        session = not self.settings.transaction_pooler  # else the server's timeout holds
         with translated(), self.checked().connection() as conn:
             before = None
             try:
-                row = conn.execute(_WRITE_TIMEOUT,
-                                   [str(self.settings.ingest_statement_timeout_ms)]).fetchone()
-                before = row[0] if row else None
+                if session:
+                    row = conn.execute(_WRITE_TIMEOUT,
+                                       [str(self.settings.ingest_statement_timeout_ms)]).fetchone()
+                    before = row[0] if row else None
                 yield Session(conn, distributed=self.distributed, space=self._space)
             finally:
                 if _idle(conn):
-                    _timeout(conn, before or self.settings.statement_timeout_ms)
+                    if session:
+                        _timeout(conn, before or self.settings.statement_timeout_ms)
                     if self.replicas:
                         self._wrote(conn)
 
@@ -263,17 +267,20 @@ class Pools:
     async def awriting(self) -> AsyncIterator[AsyncSession]:
         """The async twin of :meth:`writing`."""
         pool = await self.asynchronous()
+        session = not self.settings.transaction_pooler
         async with atranslated(), pool.connection() as conn:
             before = None
             try:  # a cancellation may come at any await: the timeout is put back whatever
-                row = await (await conn.execute(
-                    _WRITE_TIMEOUT, [str(self.settings.ingest_statement_timeout_ms)])).fetchone()
-                before = row[0] if row else None
+                if session:
+                    row = await (await conn.execute(_WRITE_TIMEOUT, [
+                        str(self.settings.ingest_statement_timeout_ms)])).fetchone()
+                    before = row[0] if row else None
                 yield AsyncSession(conn, distributed=self.distributed)
             finally:
                 if _idle(conn):
-                    await conn.execute(_TIMEOUT, [before or
-                                                  str(self.settings.statement_timeout_ms)])
+                    if session:
+                        await conn.execute(_TIMEOUT, [before or
+                                                      str(self.settings.statement_timeout_ms)])
                     if self.replicas:
                         row = await (await conn.execute(_WAL_POSITION)).fetchone()
                         if row:

@@ -36,7 +36,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import PoolTimeout
 
 from ..settings import Settings
-from .connection import atranslated, is_retryable, translate, translated
+from .connection import atranslated, is_retryable, local_settings, translate, translated
 from .distribution import shard_settings
 from .load import OTHERS_ACTIVE, ServerLoad
 from .reads import Fetch, Parallel
@@ -58,6 +58,16 @@ def prepared(req: Fetch) -> bool | None:
     ran the one-statement form unprepared (its warm-up, alone on the server, had run the legs
     at once), the server parsing and planning ~25 kB of SQL each time (decision 0017)."""
     return True if isinstance(req.query, Statement) else None
+
+
+def _local(settings: Settings, distributed: bool) -> list[Any] | None:
+    """What a read sends first, in its own transaction: on Citus a vector read the HNSW
+    settings for the shard (``distribution.shard_settings``); behind a transaction pooler every
+    read all the session's settings, which no session holds there (``KB_TRANSACTION_POOLER``)."""
+    local: list[Any] = list(shard_settings(settings)) if distributed else []
+    if settings.transaction_pooler:
+        local.append(local_settings(settings))
+    return local or None
 
 
 class ReadCache:
@@ -104,8 +114,7 @@ class SearchSession:
                  load: ServerLoad | None = None) -> None:
         self._pool, self._cache, self._settings, self._executor = pool, cache, settings, executor
         self._load = load if load is not None else ServerLoad()
-        # On Citus a vector read carries the HNSW settings to the shard (distribution.py).
-        self._local = shard_settings(settings) if distributed else None
+        self._local = _local(settings, distributed)
         self._held: list[Any] = []  # the search's own connection first, then the extra ones
         # With ``record`` the reads that go to the database are kept there, in plan order
         # (``KnowledgeBase.search_sql``).
@@ -134,7 +143,7 @@ class SearchSession:
                 if not held:
                     held.append(self._pool.getconn())
                 conn = held[0]
-                if self._local is not None and req.ann:
+                if self._local is not None and (req.ann or self._settings.transaction_pooler):
                     with conn.pipeline(), conn.transaction(), \
                             conn.cursor(row_factory=dict_row) as cur:
                         for stmt in self._local:
@@ -221,7 +230,7 @@ class AsyncSearchSession:
                  distributed: bool = False, load: ServerLoad | None = None) -> None:
         self._pool, self._cache, self._settings = pool, cache, settings
         self._load = load if load is not None else ServerLoad()
-        self._local = shard_settings(settings) if distributed else None
+        self._local = _local(settings, distributed)
         self._held: list[Any] = []
 
     async def fetch(self, req: Fetch) -> Any:
@@ -236,7 +245,7 @@ class AsyncSearchSession:
                 if not held:
                     held.append(await self._pool.getconn())
                 conn = held[0]
-                if self._local is not None and req.ann:
+                if self._local is not None and (req.ann or self._settings.transaction_pooler):
                     async with conn.pipeline(), conn.transaction(), \
                             conn.cursor(row_factory=dict_row) as cur:
                         for stmt in self._local:
