@@ -55,3 +55,27 @@ def test_a_single_language_scope_stems_the_query_in_that_language(make_kb, tmp_p
     hit = kb.search("le notifiche", limit=1).primary[0]
     # the query's Italian stop word "le" is no lexeme; "notifiche" is "notif"
     assert set(hit.scores.lexeme_tf or {}) == {"notif"}
+
+
+RU_PLAIN = ("# Очереди\n\nСобытия между сервисами склада и доставки передаются через Kafka. "
+            "Сообщения хранятся семь дней, и их можно повторно прочитать с любого смещения, "
+            "если потребитель не успел их обработать.\n")
+
+
+def test_a_russian_document_is_detected_and_stemmed_in_russian(make_kb, tmp_path):
+    # "ru" has a configuration (russian) but was never detected: a Russian document without
+    # frontmatter `language` was indexed by the default (english), unstemmed, stop words kept
+    root = tmp_path / "ru"
+    root.mkdir()
+    (root / "очереди.md").write_text(RU_PLAIN, encoding="utf-8")
+    kb = make_kb()
+    kb.ingest([root])
+    with psycopg.connect(kb.url) as conn:
+        language, config, lexemes = conn.execute(
+            "SELECT d.language, c.fts_lang, tsvector_to_array(c.tsv) FROM kb_chunks c "
+            "JOIN kb_documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id").fetchone()
+    assert (language, config) == ("ru", "ru")
+    assert "и" not in lexemes and "сообщен" in lexemes  # stop word out, stemmed
+    # another inflection of the same words matches through the full-text leg
+    hit = kb.search("сообщение хранится", limit=1).primary[0]
+    assert hit.document.doc_key == "очереди" and hit.scores.fts_rank

@@ -25,6 +25,8 @@ _STOP: dict[str, frozenset[str]] = {
                     "pero sus está".split()),
     "pt": frozenset("o a os as de que e em um uma para com não do da dos das no na por mais "
                     "se são é".split()),
+    "ru": frozenset("и в во не на что с со по как к из у за от для о об же так то это все он "
+                    "она они мы их но а до или его её при через между после если уже".split()),
 }
 _WORD = re.compile(r"[^\W\d_]+")
 # At least this many stop words, and the winner this many times the runner-up: short or
@@ -42,6 +44,9 @@ def detect_language(text: str) -> str | None:
     >>> detect_language("The service issues tokens and the keys rotate daily for all of the "
     ...                 "clients that are on the platform.")
     'en'
+    >>> detect_language("События передаются через Kafka, и их можно прочитать с любого "
+    ...                 "смещения, если потребитель не успел их обработать за день.")
+    'ru'
     >>> detect_language("OK") is None
     True
     """
