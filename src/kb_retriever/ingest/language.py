@@ -25,6 +25,18 @@ _STOP: dict[str, frozenset[str]] = {
                     "pero sus está".split()),
     "pt": frozenset("o a os as de que e em um uma para com não do da dos das no na por mais "
                     "se são é".split()),
+    # Words that are also another set's stop words (English "in", "is", "a"; German "die")
+    # are left out, so that a language added here takes no document from one that was there.
+    "nl": frozenset("de het een en van dat op te zijn voor met niet er aan ook als bij door "
+                    "maar om naar wordt worden deze kan hun wij zich".split()),
+    "sv": frozenset("och att det som på är av för med till den har inte om ett jag men var "
+                    "från vid eller när också efter skall".split()),
+    "fi": frozenset("ja on ei se että hän oli ovat tai kun mutta jos myös sekä joka mikä kuin "
+                    "tämä nämä ole voi sitä".split()),
+    "tr": frozenset("ve bir bu için ile olarak çok daha gibi ama veya kadar sonra olan her "
+                    "değil ancak şu".split()),
+    "hu": frozenset("az és hogy nem egy meg van ez csak már mint volt vagy ha kell még "
+                    "azt ami amely".split()),
     "ru": frozenset("и в во не на что с со по как к из у за от для о об же так то это все он "
                     "она они мы их но а до или его её при через между после если уже".split()),
 }
@@ -47,6 +59,9 @@ def detect_language(text: str) -> str | None:
     >>> detect_language("События передаются через Kafka, и их можно прочитать с любого "
     ...                 "смещения, если потребитель не успел их обработать за день.")
     'ru'
+    >>> detect_language("De gemeente registreert een nieuw adres in de BAG en de wijziging "
+    ...                 "staat daarna ook in het zaaksysteem, maar niet voor het weekend.")
+    'nl'
     >>> detect_language("OK") is None
     True
     """
