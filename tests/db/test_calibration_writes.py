@@ -45,3 +45,32 @@ def test_adding_documents_one_at_a_time_recalibrates_at_a_tenth(new_database, tm
         (root / "one.md").unlink()
         kb.ingest([root], prune=True)  # a prune recalibrates
         assert _state(url)[1] == 0
+
+
+def test_a_project_in_another_script_is_measured_with_that_scripts_questions(new_database):
+    """A Chinese project's null was measured with European questions alone (E5 scores text of
+    another script low, so everyday Chinese questions cleared it); a project in Latin script
+    stores the cosines of those questions only, as before."""
+    from kb_retriever.ranking.calibration import ALL_PROBES, GROUPS, PROBES, Calibration
+
+    url = new_database()
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(64), database_url=url) as kb:
+        kb.add_documents([{"id": f"zh{i}", "text": f"# 缓存层 {i}\n\n我们使用 Redis 作为会话缓存层，"
+                                                   f"第 {i} 条说明。\n"} for i in range(4)],
+                         project="zh")
+        kb.add_documents([{"id": f"en{i}", "text": f"# Cache {i}\n\nRedis is the session "
+                                                   f"cache layer, note {i}.\n"} for i in range(4)],
+                         project="en")
+        with psycopg.connect(url) as conn:
+            stored = dict(conn.execute("SELECT project_key, probe_similarity FROM kb_scope_stats"
+                                       ).fetchall())
+        han = dict(GROUPS)["han"]
+        assert len(stored["en"]) == len(PROBES) and None not in stored["en"]
+        assert len(stored["zh"]) == len(ALL_PROBES)
+        assert [i for i, x in enumerate(stored["zh"]) if x is not None] == [
+            *range(len(PROBES)), *range(han.start, han.stop)]
+        both = Calibration.from_rows([{"probe_version": "1", "probe_similarity": stored[p]}
+                                      for p in ("zh", "en")])
+        assert None not in both.null_top1[han] and both.null_top1[dict(GROUPS)["greek"]] == (
+            None,) * 6
+        assert kb.search("缓存", project=["zh", "en"]).meta["calibration"]["calibrated"]

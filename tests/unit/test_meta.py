@@ -31,7 +31,8 @@ def test_meta_is_typed_and_reads_as_its_json_mapping():
     assert meta["project_key"] == "p" and meta.project_key == "p"
     assert meta["search_strategy"]["synonym_phrases"] == ["pto"]
     assert meta["search_strategy"]["candidate_fusion"] == "rrf"
-    assert meta["calibration"] == {"calibrated": True, "null_ceiling": 0.1235}
+    assert meta["calibration"] == {"calibrated": True, "null_ceiling": 0.1235,
+                                   "warning_ceiling": 0.1235}
     assert meta["filters_selected"] == 1
     assert set(meta["retrieval_stats"]) >= {"primary_count", "expanded_count", "rejected_count",
                                              "cut_to_runner_up"}

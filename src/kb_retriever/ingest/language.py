@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 
-__all__ = ["detect_language"]
+__all__ = ["detect_language", "scripts_of"]
 
 _STOP: dict[str, frozenset[str]] = {
     "en": frozenset("the and of to is in that for with on are as this be by from it was we not "
@@ -75,3 +76,31 @@ def detect_language(text: str) -> str | None:
     (best, n), *rest = counts.most_common(2) + [("", 0)]
     second = rest[0][1]
     return best if n >= _MIN_HITS and n >= _MIN_LEAD * second else None
+
+
+# The scripts that calibration.SCRIPT_PROBES has questions in (Unicode blocks).
+_SCRIPTS = {name: re.compile(f"[{chars}]") for name, chars in (
+    ("han", "\u3400-\u4dbf\u4e00-\u9fff"), ("kana", "\u3040-\u30ff"),
+    ("hangul", "\u1100-\u11ff\uac00-\ud7af"), ("cyrillic", "\u0400-\u04ff"),
+    ("arabic", "\u0600-\u06ff"), ("greek", "\u0370-\u03ff"))}
+_LETTER = re.compile(r"[^\W\d_]")
+#: A script counts when it holds at least this share of the letters.
+SCRIPT_SHARE = 0.1
+
+
+def scripts_of(texts: Iterable[str]) -> frozenset[str]:
+    """The non-Latin scripts (keys of ``ranking.calibration.SCRIPT_PROBES``) that hold at
+    least :data:`SCRIPT_SHARE` of the letters of ``texts``.
+
+    >>> sorted(scripts_of(["缓存层使用 Redis", "We cache sessions in Redis."]))
+    ['han']
+    >>> sorted(scripts_of(["半熟卵は何分ゆでればいいですか"])), scripts_of(["Plain English."])
+    (['han', 'kana'], frozenset())
+    """
+    letters, counts = 0, Counter[str]()
+    for text in texts:
+        letters += len(_LETTER.findall(text))
+        for name, script in _SCRIPTS.items():
+            counts[name] += len(script.findall(text))
+    return frozenset(n for n, c in counts.items() if letters and c >= SCRIPT_SHARE * letters)
+

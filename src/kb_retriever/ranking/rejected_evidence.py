@@ -34,7 +34,7 @@ class RejectedEvidence:
     doc_id: int
     chunk_id: int  # its best chunk by cosine
     similarity: float
-    margin: float  # the cosine above the scope's null ceiling (Calibration.margin)
+    margin: float  # the cosine above the scope's warning ceiling (Calibration.margin)
     keyword: float  # the keyword signal of its best candidate chunk, 0 when no leg found it
     linked: bool  # an edge to or from one of the best primary documents
     score: float
@@ -73,8 +73,9 @@ def correlate_rejected(
     [(8, 0.825), (7, 0.5)]
     """
     out = []
+    ceiling = calibration.warning_ceiling
     for doc_id, chunk_id, sim in best:
-        margin = calibration.margin(sim)
+        margin = calibration.margin(sim, ceiling)
         keyword = float(keywords.get(doc_id, 0.0))
         linked = bool(set(links.get(doc_id, ())) & set(seed_slugs))
         grounded = margin + keyword_weight * keyword

@@ -93,6 +93,8 @@ class SearchMeta(Mapping[str, Any]):
     rejected_evidence: tuple[RejectedEvidence, ...] = ()
     # the scope's frequencies of the query's lexemes (the BM25 idf inputs), for --explain
     lexeme_stats: Mapping[str, Any] | None = None
+    # the rejected channel's null: null_ceiling, or higher with another script's probes
+    warning_ceiling: float | None = None
     # with read replicas: which server answered ("primary", "replica 2") and, for a replica,
     # how far behind the primary it was when last measured (seconds); None without replicas
     server: str | None = None
@@ -119,7 +121,10 @@ class SearchMeta(Mapping[str, Any]):
             "retrieval_stats": self.retrieval_stats.to_dict(),
             "should_refuse": self.should_refuse,
             "calibration": {"calibrated": self.calibrated,
-                            "null_ceiling": round(self.null_ceiling, 4)},
+                            "null_ceiling": round(self.null_ceiling, 4),
+                            "warning_ceiling": round(self.null_ceiling
+                                                     if self.warning_ceiling is None
+                                                     else self.warning_ceiling, 4)},
             "history_promoted": list(self.history_promoted),
             "rejected_evidence": [e.to_dict() for e in self.rejected_evidence],
             "lexeme_stats": self.lexeme_stats,

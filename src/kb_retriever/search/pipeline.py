@@ -358,4 +358,4 @@ def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, fou
         null_ceiling=catalog.calibration.ceiling,
         history_promoted=tuple(slug for _, slug in promoted),
         rejected_evidence=tuple(channel.evidence) if channel else (),
-        lexeme_stats=found.lexeme_stats)
+        lexeme_stats=found.lexeme_stats, warning_ceiling=catalog.calibration.warning_ceiling)

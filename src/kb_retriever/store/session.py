@@ -41,6 +41,9 @@ def _top1(space: spaces.Space) -> sql.Composed:
         "ORDER BY {dist} LIMIT 1").format(id=space.literal, dist=space.distance("c.embedding", "v"))
 
 
+# The beginnings of up to 2,000 of a project's chunks: what its calibration tells its scripts by.
+_TEXT_SAMPLE = ("SELECT left(text, 300) FROM kb_chunks WHERE tenant_id = %s AND project_key = %s "
+                "LIMIT 2000")
 _SAVE_CALIBRATION = (
     "INSERT INTO kb_scope_stats AS s (tenant_id, project_key, probe_model, probe_version, "
     "probe_similarity, calibrated_at) VALUES (%(tenant)s, %(project)s, %(model)s, %(version)s, "
@@ -295,8 +298,12 @@ class Session:
         return None if row is None else float(row[0])
 
     @_typed_errors
+    def text_sample(self, tenant: str, project: str) -> list[str]:
+        return [str(r[0]) for r in self.conn.execute(_TEXT_SAMPLE, [tenant, project])]
+
+    @_typed_errors
     def save_calibration(self, tenant: str, project: str, *, model: str, version: str,
-                         similarities: Sequence[float]) -> None:
+                         similarities: Sequence[float | None]) -> None:
         with self.conn.transaction():
             self.conn.execute(_SAVE_CALIBRATION, {
                 "tenant": tenant, "project": project, "model": model, "version": version,

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..embedding import Embedder, check_vectors, embedder_errors
 from ..errors import KbError
-from ..ranking.calibration import PROBE_VERSION, PROBES
+from ..ingest.language import scripts_of
+from ..ranking.calibration import ALL_PROBES, PROBE_VERSION, PROBES, probes_for
 from ..store.session import CalibrationState, Session
 
 __all__ = ["RECALIBRATE_AT", "after_write", "calibrate_after_write", "calibrate_project",
@@ -27,22 +28,25 @@ logger = logging.getLogger(__name__)
 #: tenth more (or other) chunks barely moves; a small project recalibrates on every write.
 RECALIBRATE_AT = 0.1
 
-_vectors: dict[str, list[np.ndarray]] = {}  # model id -> the probes' query vectors
+_vectors: dict[tuple[str, int], np.ndarray] = {}  # (model id, probe index) -> query vector
 _lock = threading.Lock()
 
 
-def _probe_vectors(embedder: Embedder) -> list[np.ndarray]:
+def _probe_vectors(embedder: Embedder, indexes: list[int]) -> list[np.ndarray]:
+    """The query vectors of ``ALL_PROBES[i]`` for each of ``indexes``, embedded once per
+    process and model."""
     with _lock:
-        have = _vectors.get(embedder.model_id)
-    if have is not None:
-        return have
-    with embedder_errors():
-        raw = [embedder.embed_query(p) for p in PROBES]
-    vecs = [np.asarray(v, dtype=np.float32) for v in check_vectors(
-        raw, count=len(PROBES), dimension=embedder.dimension, model_id=embedder.model_id)]
+        missing = [i for i in indexes if (embedder.model_id, i) not in _vectors]
+    if missing:
+        with embedder_errors():
+            raw = [embedder.embed_query(ALL_PROBES[i]) for i in missing]
+        vecs = check_vectors(raw, count=len(missing), dimension=embedder.dimension,
+                             model_id=embedder.model_id)
+        with _lock:
+            for i, v in zip(missing, vecs, strict=True):
+                _vectors[embedder.model_id, i] = np.asarray(v, dtype=np.float32)
     with _lock:
-        _vectors[embedder.model_id] = vecs
-    return vecs
+        return [_vectors[embedder.model_id, i] for i in indexes]
 
 
 def needs_calibration(state: CalibrationState | None, model_id: str) -> bool:
@@ -95,16 +99,20 @@ def after_write(session: Session, embedder: Embedder, tenant: str, project: str,
 
 
 def calibrate_project(session: Session, embedder: Embedder, *, tenant: str,
-                      project: str) -> list[float]:
-    """Measure and store the project's null (each probe's top-1 cosine); return it. A project
-    with no chunks stores an empty list (uncalibrated)."""
-    sims: list[float] = []
-    for vec in _probe_vectors(embedder):
+                      project: str) -> list[float | None]:
+    """Measure and store the project's null (each probe's top-1 cosine: PROBES, and the
+    questions of each other script its documents are written in, None for the rest); return
+    it. A project with no chunks stores an empty list (uncalibrated)."""
+    wanted = probes_for(scripts_of(session.text_sample(tenant, project)))
+    sims: list[float | None] = [None] * len(ALL_PROBES)
+    for i, vec in zip(wanted, _probe_vectors(embedder, wanted), strict=True):
         sim = session.top1_similarity(tenant, project, vec)
         if sim is None:
             sims = []
             break
-        sims.append(round(sim, 6))
+        sims[i] = round(sim, 6)
+    if len(wanted) == len(PROBES):  # Latin script alone: PROBES' cosines, as stored before
+        sims = sims[:len(PROBES)]
     session.save_calibration(tenant, project, model=embedder.model_id, version=PROBE_VERSION,
                              similarities=sims)
     logger.debug("calibrated %s/%s: %s", tenant, project, sims)
