@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from pgvector.psycopg import register_vector, register_vector_async
 
 from ..settings import Settings
-from .connection import _gucs
+from .connection import _gucs, aput_back
 
 __all__ = ["BorrowedAsyncPool", "BorrowedPool"]
 
@@ -87,15 +87,15 @@ class BorrowedAsyncPool:
         return conn
 
     async def getconn(self, timeout: float | None = None) -> Any:
-        return await self._prepare(await self.pool.getconn(timeout=timeout))
+        conn = await self.pool.getconn(timeout=timeout)
+        try:
+            return await self._prepare(conn)
+        except BaseException:  # a cancellation, a failed statement: the owner's, given back
+            await aput_back(self.pool, [conn])
+            raise
 
     async def putconn(self, conn: Any) -> None:
         await self.pool.putconn(conn)
-
-    @contextlib.asynccontextmanager
-    async def connection(self, timeout: float | None = None) -> AsyncIterator[Any]:
-        async with self.pool.connection(timeout=timeout) as conn:
-            yield await self._prepare(conn)
 
     async def check(self) -> None:
         await self.pool.check()

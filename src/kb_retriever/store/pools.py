@@ -26,9 +26,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import ConfigError, StoreError, UnavailableError
 from ..settings import Settings
-from . import distribution, schema, spaces
+from . import connection, distribution, schema, spaces
 from .borrowed import BorrowedAsyncPool, BorrowedPool
-from .connection import atranslated, finish_idle, make_async_pool, make_pool, pooler_kwargs, translated
+from .connection import aconnection, atranslated, finish_idle, make_async_pool, make_pool, translated
 from .load import ServerLoad
 from .replicas import WRITTEN, Replicas, Target
 from .session import AsyncSession, Session
@@ -79,7 +79,7 @@ class Pools:
         given = pool if pool is not None else async_pool
         kwargs = getattr(given, "kwargs", None)
         self._conn_kwargs: dict[str, Any] = {**(kwargs if isinstance(kwargs, dict) else {}),
-                                             **pooler_kwargs(settings)}
+                                             **connection.pooler_kwargs(settings)}
         if self._conn_kwargs.get("row_factory") is not None:  # our statements read tuples
             raise ConfigError("a borrowed pool whose connections have a row_factory is not "
                               "supported; set the row factory on your cursors instead")
@@ -238,7 +238,7 @@ class Pools:
     async def asession(self, target: Target | None = None) -> AsyncIterator[AsyncSession]:
         """The async twin of :meth:`session`."""
         pool = await self.asynchronous() if target is None else target.pool
-        async with atranslated(), pool.connection() as conn:
+        async with atranslated(), aconnection(pool) as conn:
             yield AsyncSession(conn, distributed=self.distributed)
 
     @contextlib.contextmanager
@@ -268,7 +268,7 @@ class Pools:
         """The async twin of :meth:`writing`."""
         pool = await self.asynchronous()
         session = not self.settings.transaction_pooler
-        async with atranslated(), pool.connection() as conn:
+        async with atranslated(), aconnection(pool) as conn:
             before = None
             try:  # a cancellation may come at any await: the timeout is put back whatever
                 if session:

@@ -36,7 +36,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import PoolTimeout
 
 from ..settings import Settings
-from .connection import atranslated, is_retryable, local_settings, translate, translated
+from .connection import aput_back, atranslated, is_retryable, local_settings, translate, translated
 from .distribution import shard_settings
 from .load import OTHERS_ACTIVE, ServerLoad
 from .reads import Fetch, Parallel
@@ -330,5 +330,4 @@ def _release(pool: Any, held: list[Any]) -> None:
 
 
 async def _arelease(pool: Any, held: list[Any]) -> None:
-    while held:
-        await pool.putconn(held.pop(0))
+    await aput_back(pool, held)  # a search cancelled meanwhile must not lose them
