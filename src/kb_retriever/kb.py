@@ -205,8 +205,12 @@ class KnowledgeBase(DocumentMethods):
         self.close()
 
     async def __aenter__(self) -> KnowledgeBase:
-        await asyncio.to_thread(self.open)
-        await self._pools.asynchronous()
+        try:
+            await asyncio.to_thread(self.open)
+            await self._pools.asynchronous()
+        except BaseException:  # cancelled or failed: no __aexit__ runs, nothing may stay open
+            await self._pools.abandon(self.close)
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -310,12 +314,10 @@ class KnowledgeBase(DocumentMethods):
         text = self._query_text(query, by_vector=vec is not None, legs=legs)
         tenant_key = valid_name("tenant", self.tenant if tenant is None else tenant)
         project_keys = tuple(dict.fromkeys(valid_name("project", p) for p in projects))
-        size = validate_limit(self.settings.default_limit if limit is None else limit,
-                              self.settings)
+        size = validate_limit(self.settings.default_limit if limit is None else limit, self.settings)
         parsed, mentions, moment = parse_filters(filters), _doc_ids(mention_doc_ids), _moment(now)
         return SearchRequest(
-            query=text,
-            scope=Scope(tenant=tenant_key, projects=project_keys, space=self._pools.space),
+            query=text, scope=Scope(tenant=tenant_key, projects=project_keys, space=self._pools.space),
             limit=size, filters=parsed, mention_doc_ids=mentions, query_embedding=vec, now=moment,
             legs=legs)
 

@@ -326,6 +326,13 @@ class Pools:
             raise
         self._apool = pool
 
+    async def abandon(self, close: Callable[[], None]) -> None:
+        """After ``async with`` failed to open (cancelled): ``close`` in a thread (it waits for an
+        open under way in its thread) once the async pool being opened is open or has failed."""
+        if self._opening is not None:
+            await asyncio.wait([self._opening])
+        await asyncio.to_thread(close)
+
     def executor(self) -> ThreadPoolExecutor:
         """The worker threads of parallel legs, started on first use."""
         self._check_process()
