@@ -43,16 +43,10 @@ _TIMEOUT = "SELECT set_config('statement_timeout', %s, false)"
 # The write's timeout, and the one it replaces (a borrowed pool's is its owner's: put back).
 _WRITE_TIMEOUT = ("SELECT current_setting('statement_timeout') AS before, "
                   "set_config('statement_timeout', %s, false)")
-
-
 # The primary's WAL position after a write, for ``consistent`` reads (replicas.WRITTEN).
 _WAL_POSITION = "SELECT pg_current_wal_lsn()::text"
 # What a forked child inherited: the parent's, never closed (nor collected) in the child.
 _INHERITED: list[Any] = []
-
-
-def _timeout(conn: psycopg.Connection[Any], ms: int | str) -> None:
-    conn.execute(_TIMEOUT, [str(ms)])
 
 
 def _idle(conn: Any) -> bool:
@@ -259,7 +253,7 @@ class Pools:
             finally:
                 if _idle(conn):
                     if session:
-                        _timeout(conn, before or self.settings.statement_timeout_ms)
+                        conn.execute(_TIMEOUT, [str(before or self.settings.statement_timeout_ms)])
                     if self.replicas:
                         self._wrote(conn)
 
