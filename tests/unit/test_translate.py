@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg_pool import PoolClosed
 
 from kb_retriever.errors import SchemaError, StoreError, UnavailableError
 from kb_retriever.store.connection import is_retryable, translate
@@ -35,3 +36,12 @@ def test_tables_changed_under_the_process_say_so():
     assert "tables changed under this process" in str(err) and "restart" in str(err)
     other = translate(psycopg.errors.FeatureNotSupported("hnsw does not support that"))
     assert str(other).startswith("database feature missing")
+
+
+def test_a_call_that_raced_close_says_so():
+    """It read "the database could not be reached" (PoolClosed is an OperationalError), and was
+    retried on the closed pool."""
+    exc = PoolClosed("the pool 'kb-retriever-async' is already closed")
+    err = translate(exc)
+    assert type(err) is StoreError and "closed during the call" in str(err)
+    assert not is_retryable(exc)

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from pgvector.psycopg import register_vector, register_vector_async
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import InputError, KbError, SchemaError, StoreError, UnavailableError, redact
 from ..settings import Settings
@@ -175,6 +175,8 @@ def translate(exc: BaseException) -> KbError:
         return InputError(f"the database rejected a value: {msg}")
     if isinstance(exc, PoolTimeout):
         return UnavailableError(f"no database connection available: {msg}")
+    if isinstance(exc, PoolClosed):  # a call that raced close(): the server is not the cause
+        return StoreError(f"the knowledge base was closed during the call: {msg}")
     if isinstance(exc, _ABORTED):  # OperationalErrors, but no lost server: the transaction was
         # aborted (deadlock victim, serialization failure) and changed nothing; a write has
         # run it store.retry.ATTEMPTS times already
@@ -225,4 +227,4 @@ def is_retryable(exc: BaseException) -> bool:
     # PoolTimeout is an OperationalError too, but it already waited the pool's whole timeout
     # for a connection: a retry would only double the wait on an unreachable server.
     return isinstance(exc, psycopg.OperationalError) and not isinstance(
-        exc, (psycopg.errors.QueryCanceled, PoolTimeout, *_ABORTED))
+        exc, (psycopg.errors.QueryCanceled, PoolTimeout, PoolClosed, *_ABORTED))
