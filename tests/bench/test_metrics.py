@@ -74,6 +74,20 @@ def test_answer_containment_normalises_whitespace_and_case():
     assert not answer_contained("   ", texts, 5)
 
 
+def test_answer_containment_reads_what_the_prompt_shows_of_a_chunk():
+    """The prompt shows each context chunk's document title and heading above its text: an
+    answer in a heading ("## MRK-409: the code was already sold") reached the model."""
+    from kb_retriever.bench.runner import _shown
+
+    from ..unit.factories import make_doc, make_hit
+
+    hit = make_hit(1, doc=make_doc(1, title="Marking errors"),
+                   heading="Marking errors > MRK-409: the code was already sold",
+                   text="Ask the customer for another pack.")
+    assert answer_contained("the code was already sold", [_shown(hit)], 1)
+    assert not answer_contained("the code was already sold", [hit.text], 1)
+
+
 def test_empty_subsets_and_percentiles():
     assert mean_or_one([]) == 1.0
     assert mean_or_one([1.0, 0.0, 0.0]) == 0.3333

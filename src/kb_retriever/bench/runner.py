@@ -10,7 +10,7 @@ from typing import Any
 
 from kb_retriever.errors import InputError
 from kb_retriever.kb import KnowledgeBase
-from kb_retriever.models import SearchResult
+from kb_retriever.models import Hit, SearchResult
 from kb_retriever.search.pipeline import CUT
 from kb_retriever.write.from_files import IngestReport, discover
 
@@ -183,7 +183,7 @@ def _row(r: QueryRun, rank: dict[str, float] | None, k: int) -> dict[str, Any]:
         row[name] = None if rank is None else round(rank[name], 4)
     row["answer_contained"] = (
         None if q.expect_answer is None
-        else answer_contained(q.expect_answer, (h.text for h in r.result.primary), k)
+        else answer_contained(q.expect_answer, (_shown(h) for h in r.result.primary), k)
     )
     row["citation_ok"] = None if q.expect_citation is None else q.expect_citation in cited
     row["related_ok"] = (
@@ -232,3 +232,11 @@ def rejected_precision(rows: Sequence[dict[str, Any]]) -> float:
     injected = sum(len(row["rejected_doc_keys"]) for row in rows)
     false = sum(len(row["rejected_false"]) for row in rows)
     return round((injected - false) / injected, 4) if injected else 1.0
+
+
+def _shown(hit: Hit) -> str:
+    """What the prompt shows of a context chunk (``prompt.compose``): its document's title,
+    its heading path and its text. An answer in a heading ("## MRK-409: the code was already
+    sold") reached the model and was counted missing."""
+    return "\n".join((hit.document.title or "", hit.heading_path or "", hit.text))
+
