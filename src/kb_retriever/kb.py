@@ -25,6 +25,7 @@ from .search.pipeline import validate_limit, validate_query
 from .search.plan import SearchRequest
 from .settings import Settings, is_blank, load_settings
 from .store import schema
+from .store.connection import finish
 from .store.embedded import restart_if_stopped, start_embedded
 from .store.pools import Pools
 from .store.reader import ReadCache
@@ -195,7 +196,7 @@ class KnowledgeBase(DocumentMethods):
             self._pools.close()
 
     async def aclose(self) -> None:
-        await self._pools.aclose()
+        await finish(self._pools.aclose())  # cancelled meanwhile, it would stay half-closed
         self._join_loader()
 
     def __enter__(self) -> KnowledgeBase:
@@ -209,7 +210,7 @@ class KnowledgeBase(DocumentMethods):
             await asyncio.to_thread(self.open)
             await self._pools.asynchronous()
         except BaseException:  # cancelled or failed: no __aexit__ runs, nothing may stay open
-            await self._pools.abandon(self.close)
+            await finish(self._pools.abandon(self.close))
             raise
         return self
 
@@ -331,8 +332,7 @@ class KnowledgeBase(DocumentMethods):
         return validate_query(query, self.settings)
 
     def _vector(self, values: Sequence[float]) -> np.ndarray:
-        checked = check_vector(values, dimension=self.embedder.dimension,
-                               model_id=self.embedder.model_id)
+        checked = check_vector(values, dimension=self.embedder.dimension, model_id=self.embedder.model_id)
         return checked.astype(np.float32)
 
     def _embed(self, text: str) -> np.ndarray:

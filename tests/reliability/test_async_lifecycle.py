@@ -22,11 +22,11 @@ MakeKb = Callable[..., KnowledgeBase]
 TEXT = "Redis is the shared cache layer; the eviction policy is least recently used."
 
 
-def _sessions(kb: KnowledgeBase) -> int:
-    """The server sessions open on the knowledge base's database, this one's excepted, once
-    those closing have ended (a backend exits a moment after its client's goodbye)."""
+def sessions(url: str) -> int:
+    """The server sessions open on the database at ``url``, this one's excepted, once those
+    closing have ended (a backend exits a moment after its client's goodbye)."""
     deadline = time.monotonic() + 5
-    with psycopg.connect(kb.url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True) as conn:
         while True:
             row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
                                "current_database() AND pid <> pg_backend_pid()").fetchone()
@@ -53,7 +53,7 @@ def test_a_closed_base_serves_no_async_call_and_leaks_no_session(make_kb: MakeKb
         asyncio.run(kb.asearch("cache layer"))
     with pytest.raises(StoreError, match="not open"):
         asyncio.run(kb.adelete(["d1"]))
-    assert _stored(kb) == 1 and _sessions(kb) == 0
+    assert _stored(kb) == 1 and sessions(kb.url) == 0
 
 
 def test_aclose_on_another_event_loop_closes_everything(make_kb: MakeKb) -> None:
@@ -63,7 +63,7 @@ def test_aclose_on_another_event_loop_closes_everything(make_kb: MakeKb) -> None
     kb.add_documents([{"text": TEXT, "id": "d1"}])
     assert asyncio.run(kb.asearch("cache layer")).primary
     asyncio.run(kb.aclose())
-    assert not kb.is_open and _sessions(kb) == 0
+    assert not kb.is_open and sessions(kb.url) == 0
 
 
 class SlowEmbedder(HashingEmbedder):

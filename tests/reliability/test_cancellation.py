@@ -15,6 +15,8 @@ import pytest
 
 from kb_retriever import KnowledgeBase
 
+from .test_async_lifecycle import sessions
+
 pytestmark = pytest.mark.db
 
 MakeKb = Callable[..., KnowledgeBase]
@@ -33,19 +35,6 @@ def _busy_backends(kb: KnowledgeBase) -> list[tuple[str, str]]:
                                 ).fetchall()
             if not rows or time.monotonic() > deadline:
                 return [(str(r[0]), str(r[1])) for r in rows]
-            time.sleep(0.1)
-
-
-def _sessions(url: str) -> int:
-    """The other sessions of the database at ``url``, once those closing have ended."""
-    deadline = time.monotonic() + 5
-    with psycopg.connect(url, autocommit=True) as conn:
-        while True:
-            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                               "current_database() AND pid <> pg_backend_pid()").fetchone()
-            count = int(row[0]) if row else 0
-            if count == 0 or time.monotonic() > deadline:
-                return count
             time.sleep(0.1)
 
 
@@ -201,4 +190,28 @@ def test_an_async_with_cancelled_while_it_opens_leaves_nothing_open(
     finished = [asyncio.run(bounded(rng.uniform(0, entered))) for _ in range(20)]
     assert finished.count(False) >= 10  # most bounds fell while the base opened
     assert [kb.is_open for kb in bases] == [False] * 21
-    assert _sessions(url) == 0
+    assert sessions(url) == 0
+
+
+def test_an_aclose_cancelled_half_way_still_closes(new_database: Callable[[], str]) -> None:
+    """``aclose()`` (and ``async with``'s exit) cancelled while it closed, as a timeout around
+    the whole block does when it falls there: the base stayed open with its pools."""
+    from kb_retriever import HashingEmbedder, Settings
+
+    url = new_database()
+
+    async def cancelled_close(delay: float) -> bool:
+        kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(64), database_url=url)
+        async with kb:
+            await kb.asearch("cache layer")
+        await kb.__aenter__()  # open again, then close under a cancellation
+        closing = asyncio.ensure_future(kb.aclose())
+        await asyncio.sleep(delay)
+        closing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
+        return kb.is_open
+
+    delays = [0, 0, 0.001, 0.002, 0.005, 0.01]
+    assert [asyncio.run(cancelled_close(d)) for d in delays] == [False] * len(delays)
+    assert sessions(url) == 0

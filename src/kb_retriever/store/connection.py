@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import Any, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector, register_vector_async
@@ -17,6 +17,7 @@ from ..errors import InputError, KbError, SchemaError, StoreError, UnavailableEr
 from ..settings import Settings
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Per-connection GUCs (reference/postgres-performance.md §3.1): ef_search must be >= the
 # candidate count or the HNSW arm returns fewer rows; relaxed_order keeps filtered searches
@@ -138,11 +139,18 @@ async def aput_back(pool: Any, held: list[Any]) -> None:
         for conn in conns:
             await pool.putconn(conn)
 
-    returning = asyncio.ensure_future(put_all())
+    await finish(put_all())
+
+
+async def finish(work: Awaitable[T]) -> T:
+    """Await ``work`` to its end even when the caller is cancelled meanwhile (in a task of its
+    own; the cancellation is raised once it has ended): a return of connections or a close
+    cut half-way leaves them behind."""
+    task = asyncio.ensure_future(work)
     try:
-        await asyncio.shield(returning)
+        return await asyncio.shield(task)
     except asyncio.CancelledError:
-        await asyncio.wait([returning])  # cancelled again: the task still ends on its own
+        await asyncio.wait([task])  # cancelled again: the task still ends on its own
         raise
 
 
