@@ -36,6 +36,17 @@ def sessions(url: str) -> int:
             time.sleep(0.1)
 
 
+async def pool_timeouts(kb: KnowledgeBase) -> list[str]:
+    """The ``statement_timeout`` of every connection of the loop's async pool."""
+    pool = await kb._pools.asynchronous()
+    conns = [await pool.getconn(timeout=5) for _ in range(pool.max_size)]
+    try:
+        return [(await (await c.execute("SHOW statement_timeout")).fetchone())[0] for c in conns]
+    finally:
+        for c in conns:
+            await pool.putconn(c)
+
+
 def _stored(kb: KnowledgeBase) -> int:
     with psycopg.connect(kb.url, autocommit=True) as conn:
         row = conn.execute("SELECT count(*) FROM kb_documents").fetchone()
@@ -99,26 +110,16 @@ def test_a_cancelled_write_puts_back_the_search_timeout(make_kb: MakeKb) -> None
     kb = make_kb()
     kb.add_documents([{"text": TEXT, "id": "d0"}])
 
-    async def timeouts() -> list[str]:
-        pool = await kb._pools.asynchronous()
-        conns = [await pool.getconn() for _ in range(pool.max_size)]
-        try:
-            return [(await (await c.execute("SHOW statement_timeout")).fetchone())[0]
-                    for c in conns]
-        finally:
-            for c in conns:
-                await pool.putconn(c)
-
     async def run() -> tuple[list[str], list[str]]:
         await kb.asearch("cache layer")
-        fresh = await timeouts()
+        fresh = await pool_timeouts(kb)
         for delay in [0, 0.0005, 0.001, 0.002, 0.003, 0.005] * 6:
             task = asyncio.create_task(kb.adelete(["nothing"]))
             await asyncio.sleep(delay)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):  # unless it had ended
                 await task
-        after = await timeouts()
+        after = await pool_timeouts(kb)
         await kb.aclose()
         return fresh, after
 

@@ -15,7 +15,7 @@ import pytest
 
 from kb_retriever import KnowledgeBase
 
-from .test_async_lifecycle import sessions
+from .test_async_lifecycle import pool_timeouts, sessions
 
 pytestmark = pytest.mark.db
 
@@ -100,22 +100,12 @@ def test_reads_and_writes_cancelled_at_random_moments_give_every_connection_back
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(call(ids), timeout=rng.uniform(0, 0.01))
 
-    async def timeouts() -> list[str]:
-        pool = await kb._pools.asynchronous()
-        conns = [await pool.getconn(timeout=5) for _ in range(pool.max_size)]
-        try:
-            return [(await (await c.execute("SHOW statement_timeout")).fetchone())[0]
-                    for c in conns]
-        finally:
-            for c in conns:
-                await pool.putconn(c)
-
     async def storm() -> tuple[int, list[str], int]:
         await kb.aget_by_ids(["d0"])
         for start in range(0, 1600, 16):
             await asyncio.gather(*(bounded(i) for i in range(start, start + 16)))
         idle = await _idle_in_pool(kb)
-        after = await asyncio.wait_for(timeouts(), timeout=30)
+        after = await asyncio.wait_for(pool_timeouts(kb), timeout=30)
         left = await kb.aget_by_ids([d["id"] for d in docs])
         whole = sum(1 for d in left if d.text == docs[int(d.id[1:])]["text"])
         await kb.aclose()
