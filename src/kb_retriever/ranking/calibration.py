@@ -3,10 +3,11 @@
 An absolute cosine means different things per embedder and language: MiniLM gives unrelated
 English text ~0.1 and unrelated Italian text ~0.45; E5 gives everything 0.7-0.85. So each
 project measures its own *null*: at ingest, every probe sentence below (everyday questions no
-engineering knowledge base answers, in six languages) is searched against the project's chunks
-and its top-1 cosine kept (``kb_scope_stats.probe_similarity``). A query is vector evidence
-when its best cosine clears the upper end of that null distribution by a margin, the same test
-for any model.
+engineering knowledge base answers, in six languages of Latin script, and in each other script
+the project's documents are written in) is searched against the project's chunks and its top-1
+cosine kept (``kb_scope_stats.probe_similarity``). A query is vector evidence when its best
+cosine clears the upper end of that null distribution by a margin, the same test for any
+model.
 """
 
 from __future__ import annotations
