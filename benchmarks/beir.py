@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     load_s = time.perf_counter() - t
     logger.info("kb-retriever load: %s in %.0fs", counts, load_s)
 
-    results: dict[str, Any] = {"systems": {}, "ablation": []}
+    results: dict[str, Any] = {"systems": {}}  # an ablation key only when it ran: merged()
 
     def record(name: str, search, note: str = "", *, close=None) -> None:
         logger.info("running %s", name)
