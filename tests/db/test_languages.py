@@ -79,3 +79,26 @@ def test_a_russian_document_is_detected_and_stemmed_in_russian(make_kb, tmp_path
     # another inflection of the same words matches through the full-text leg
     hit = kb.search("сообщение хранится", limit=1).primary[0]
     assert hit.document.doc_key == "очереди" and hit.scores.fts_rank
+
+
+ZH_NOTE = ("# 值班笔记\n\n夜班时扫码枪突然扫不了产品上的二维码，先把扫码枪恢复出厂设置，再重新配对。\n")
+ZH_OTHER = "# 标签打印\n\n标签打印机报错时，检查碳带和标签纸是否装好。\n"
+
+
+def test_chinese_text_is_found_by_the_full_text_leg_through_its_character_pairs(make_kb,
+                                                                                 tmp_path):
+    """PostgreSQL's parser takes a run of Chinese characters for one word: the full-text leg
+    matched a chunk only when the question was that whole clause, so a note that only full
+    text would find was never found. Chunks and questions are now indexed and matched by
+    their character pairs (ranking.text.cjk_bigrams)."""
+    from kb_retriever.search.modes import Legs
+
+    root = tmp_path / "zh"
+    root.mkdir()
+    (root / "zhiban.md").write_text(ZH_NOTE, encoding="utf-8")
+    (root / "biaoqian.md").write_text(ZH_OTHER, encoding="utf-8")
+    kb = make_kb()
+    kb.ingest([root])
+    found = kb.search("扫码枪扫不了二维码怎么办？", legs=Legs(vector_weight=0)).primary
+    assert [h.document.source_path for h in found][:1] == ["zhiban.md"]
+    assert found[0].scores.fts_rank == 1 and found[0].scores.keyword > 0

@@ -16,10 +16,13 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 __all__ = [
     "MAX_HEADING_CHARS",
     "STOP_WORDS",
+    "cjk_bigrams",
     "clip_words",
+    "fts_prefix",
     "keyword_score",
     "normalize_tags",
     "query_tags",
+    "segment_cjk",
     "tokenize_query",
     "words",
 ]
@@ -199,3 +202,50 @@ def clip_words(text: str, limit: int) -> str:
         return text
     cut = text[:limit + 1].rsplit(None, 1)[0] if " " in text[:limit + 1] else text[:limit]
     return cut[:limit].rstrip()
+
+
+# Kana, Han and Hangul: written without spaces between words, so PostgreSQL's parser takes a
+# whole run of them for one word, and full-text search never matched part of a sentence.
+_CJK_RUN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
+
+
+def cjk_bigrams(text: str) -> list[str]:
+    """The overlapping character pairs of each run of Chinese, Japanese or Korean script in
+    ``text`` (a lone character stands alone): the words that full-text search indexes and
+    matches for scripts written without spaces, as n-gram indexes do.
+
+    >>> cjk_bigrams("缓存层 uses Redis; 会话 and 键")
+    ['缓存', '存层', '会话', '键']
+    """
+    out: list[str] = []
+    for run in _CJK_RUN.findall(text):
+        out.extend([run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)])
+    return out
+
+
+def segment_cjk(text: str) -> str:
+    """``text`` with each run of Chinese, Japanese or Korean script replaced by its character
+    pairs (:func:`cjk_bigrams`): the full-text query of a question. Other text is unchanged.
+
+    >>> segment_cjk("Redis 缓存层怎么配置?")
+    'Redis 缓存 存层 层怎 怎么 么配 配置 ?'
+    """
+    if not _CJK_RUN.search(text):
+        return text
+    return " ".join(_CJK_RUN.sub(lambda m: f" {' '.join(cjk_bigrams(m.group()))} ", text).split())
+
+
+def fts_prefix(title: str, heading_path: str, text: str) -> str:
+    """A chunk's ``search_prefix``, which its full-text vector indexes with its text: its
+    title and heading path, and the character pairs of its Chinese, Japanese or Korean text
+    (a chunk in other scripts gets its title and heading path, as before).
+
+    >>> fts_prefix("Cache", "Cache > TTL", "We keep sessions 15 minutes.")
+    'Cache Cache > TTL'
+    >>> fts_prefix("缓存", "缓存 > 过期", "会话保存")
+    '缓存 缓存 > 过期 会话 话保 保存'
+    """
+    head = segment_cjk(f"{title} {heading_path}".strip())
+    pairs = " ".join(cjk_bigrams(text))
+    return f"{head} {pairs}".strip() if pairs else head
+

@@ -31,6 +31,7 @@ from ..ranking.grounding import calibrated_evidence, evidence_score, uses_calibr
 from ..ranking.history import promote_predecessors
 from ..ranking.placement import cut_weak, place_rejected, successors_first
 from ..ranking.rerank import Scored, rank
+from ..ranking.text import segment_cjk
 from ..settings import Settings
 from ..store import reads
 from ..store import sql as q
@@ -299,7 +300,7 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
     query = reads.LegQuery(
         qvec=qvec, fts_lang=catalog.configs[0] if len(catalog.configs) == 1
         else settings.fts_language,
-        fts_text=" ".join([req.query, *phrases]) if mode == "or" else req.query,
+        fts_text=segment_cjk(" ".join([req.query, *phrases]) if mode == "or" else req.query),
         phrases=tuple(phrases), mention_ids=tuple(sorted(mentions)))
     keyword: LegResult | None = None
     if text_leg(req, settings):

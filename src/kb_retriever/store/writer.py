@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 
 from ..errors import IngestError
 from ..models import DocumentDraft
-from ..ranking.text import MAX_HEADING_CHARS, clip_words
+from ..ranking.text import MAX_HEADING_CHARS, clip_words, fts_prefix
 from ..settings import fts_language
 from .by_id import delete_documents_sql, delete_other_kind_sql, other_kind_sql
 from .retry import retried
@@ -163,7 +163,7 @@ def chunk_rows(tenant: str, project: str, doc_pk: int, draft: DocumentDraft,
     lang = fts_language(draft.language)
     for chunk, emb, uid in zip(draft.chunks, embeddings, chunk_uids(draft), strict=True):
         yield (tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
-               text_hash(chunk.text), f"{prefix} {chunk.heading_path}".strip(),
+               text_hash(chunk.text), fts_prefix(prefix, chunk.heading_path, chunk.text),
                Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid, lang,
                space.id)
 
