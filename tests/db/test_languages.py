@@ -46,12 +46,16 @@ def test_documents_are_indexed_in_their_language_and_queries_use_the_scopes(make
     assert "unnest('{english,italian}'::regconfig[])" in shown, shown
 
 
+def _ingested(kb, folder, files):
+    """``kb`` after an ingest of ``files`` (name -> text) written under ``folder``."""
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    kb.ingest([folder])
+    return kb
+
+
 def test_a_single_language_scope_stems_the_query_in_that_language(make_kb, tmp_path):
-    root = tmp_path / "it"
-    root.mkdir()
-    (root / "it.md").write_text(IT, encoding="utf-8")
-    kb = make_kb()
-    kb.ingest([root])
+    kb = _ingested(make_kb(), tmp_path, {"it.md": IT})
     hit = kb.search("le notifiche", limit=1).primary[0]
     # the query's Italian stop word "le" is no lexeme; "notifiche" is "notif"
     assert set(hit.scores.lexeme_tf or {}) == {"notif"}
@@ -65,11 +69,7 @@ RU_PLAIN = ("# Очереди\n\nСобытия между сервисами с
 def test_a_russian_document_is_detected_and_stemmed_in_russian(make_kb, tmp_path):
     # "ru" has a configuration (russian) but was never detected: a Russian document without
     # frontmatter `language` was indexed by the default (english), unstemmed, stop words kept
-    root = tmp_path / "ru"
-    root.mkdir()
-    (root / "очереди.md").write_text(RU_PLAIN, encoding="utf-8")
-    kb = make_kb()
-    kb.ingest([root])
+    kb = _ingested(make_kb(), tmp_path, {"очереди.md": RU_PLAIN})
     with psycopg.connect(kb.url) as conn:
         language, config, lexemes = conn.execute(
             "SELECT d.language, c.fts_lang, tsvector_to_array(c.tsv) FROM kb_chunks c "
@@ -93,12 +93,7 @@ def test_chinese_text_is_found_by_the_full_text_leg_through_its_character_pairs(
     their character pairs (ranking.text.cjk_bigrams)."""
     from kb_retriever.search.modes import Legs
 
-    root = tmp_path / "zh"
-    root.mkdir()
-    (root / "zhiban.md").write_text(ZH_NOTE, encoding="utf-8")
-    (root / "biaoqian.md").write_text(ZH_OTHER, encoding="utf-8")
-    kb = make_kb()
-    kb.ingest([root])
+    kb = _ingested(make_kb(), tmp_path, {"zhiban.md": ZH_NOTE, "biaoqian.md": ZH_OTHER})
     found = kb.search("扫码枪扫不了二维码怎么办？", legs=Legs(vector_weight=0)).primary
     assert [h.document.source_path for h in found][:1] == ["zhiban.md"]
     assert found[0].scores.fts_rank == 1 and found[0].scores.keyword > 0
