@@ -13,7 +13,7 @@ from pgvector.psycopg import register_vector, register_vector_async
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
-from ..errors import InputError, KbError, SchemaError, StoreError, UnavailableError, redact
+from ..errors import ConfigError, InputError, KbError, SchemaError, StoreError, UnavailableError, redact
 from ..settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -114,6 +114,20 @@ def make_async_pool(url: str, settings: Settings,
 # lost connection.
 _ABORTED = (psycopg.errors.TransactionRollback, psycopg.errors.SerializationFailure,
             psycopg.errors.DeadlockDetected)
+
+
+def loop_ended(owner: asyncio.AbstractEventLoop | None, loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether an async pool opened in ``owner``'s loop is to be replaced for ``loop``: its loop
+    has ended (False for the same loop, or none). A :class:`ConfigError` while ``owner`` still
+    runs in another thread: one loop at a time owns an async pool and its lock."""
+    if owner is None or owner is loop:
+        return False
+    if owner.is_running() and not owner.is_closed():
+        raise ConfigError(
+            "this knowledge base's async pool belongs to an event loop that is still running in "
+            "another thread; give each event loop its own KnowledgeBase (or call the sync "
+            "methods from the other threads)")
+    return True
 
 
 def finish_idle(pool: Any) -> None:

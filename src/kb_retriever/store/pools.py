@@ -291,14 +291,9 @@ class Pools:
         loop = asyncio.get_running_loop()
         with self._loop_claim:  # one loop at a time owns the pool (and its lock)
             owner = self._apool_loop
-            if owner is not None and owner is not loop:
-                if owner.is_running() and not owner.is_closed():
-                    raise ConfigError(
-                        "this knowledge base's async pool belongs to an event loop that is "
-                        "still running in another thread; give each event loop its own "
-                        "KnowledgeBase (or call the sync methods from the other threads)")
+            if connection.loop_ended(owner, loop):
                 logger.debug("event loop changed: opening a new async pool")
-                self._apool = None  # the old one's loop has ended
+                self._apool = None
             if owner is not loop:
                 self._opening, self._apool_loop = None, loop
         if self._apool is None:

@@ -22,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import ConfigError, redact
 from ..settings import Settings
-from .connection import finish_idle, make_async_pool, make_pool
+from .connection import finish_idle, loop_ended, make_async_pool, make_pool
 from .load import ServerLoad
 
 __all__ = ["WRITTEN", "Replica", "Replicas", "Target", "Written", "latest_lsn"]
@@ -166,16 +166,9 @@ class Replicas:
         (as the primary's is); the pool of a loop that has ended is let go, its sockets
         closed (its tasks ended with the loop)."""
         with self._lock:
-            owner = r.apool_loop
-            if r.apool is None or owner is None or owner is loop:
-                return
-            if owner.is_running() and not owner.is_closed():
-                raise ConfigError(
-                    "this knowledge base's async pool belongs to an event loop that is still "
-                    "running in another thread; give each event loop its own KnowledgeBase "
-                    "(or call the sync methods from the other threads)")
-            finish_idle(r.apool)
-            r.apool = r.apool_loop = None
+            if r.apool is not None and loop_ended(r.apool_loop, loop):
+                finish_idle(r.apool)
+                r.apool = r.apool_loop = None
 
     def check_schema(self, choices: Any, conn_kwargs: dict[str, Any]) -> tuple[bool, Any]:
         """With the primary unreachable: the first replica that answers must hold this
