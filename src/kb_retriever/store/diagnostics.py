@@ -19,7 +19,7 @@ from psycopg import sql
 from ..errors import InputError, SchemaError
 from .connection import translated
 from .distribution import Distribution, describe, is_citus
-from .schema import latest_version, read_meta, refuse_newer
+from .schema import latest_version, refuse_newer, stored_version
 from .session import Session
 from .spaces import Space, project_space, rebuild_index
 
@@ -75,7 +75,7 @@ def connect(url: str) -> Iterator[Diagnostics]:
 def _current_schema(conn: psycopg.Connection[Any]) -> None:
     """The doctor reads the current schema only: an older one is migrated by any other command
     (which opens the knowledge base), a newer one by a newer kb-retriever."""
-    have, latest = int(read_meta(conn).get("schema_version", 0)), latest_version()
+    have, latest = stored_version(conn), latest_version()
     refuse_newer(have)
     if have < latest:
         raise SchemaError(f"this database's schema is version {have}, older than this "

@@ -136,9 +136,7 @@ def check_current(conn: psycopg.Connection, choices: Choices) -> spaces.Space:
     """On a read-only server (a replica while the primary is down): the schema must be the
     library's current one and know the embedder's model; a :class:`SchemaError` says what
     differs. The embedder's space."""
-    latest = latest_version()
-    meta = read_meta(conn)
-    have = int(meta.get("schema_version", 0))
+    latest, have = latest_version(), stored_version(conn)
     if have != latest:
         raise SchemaError(f"this server holds schema version {have}, the library needs {latest}: "
                           "open the knowledge base with its primary reachable to migrate it")
@@ -193,8 +191,7 @@ def migrate(conn: psycopg.Connection) -> int:
         # role granted only reads and writes on a migrated database could not open it.
         if conn.execute("SELECT to_regclass('kb_meta')").fetchone() == (None,):
             conn.execute("CREATE TABLE kb_meta (key text PRIMARY KEY, value text NOT NULL)")
-        row = conn.execute("SELECT value FROM kb_meta WHERE key = 'schema_version'").fetchone()
-        current = int(row[0]) if row else 0
+        current = stored_version(conn)
         refuse_newer(current)
         for version, name, body in migration_files():
             if version <= current:
@@ -214,6 +211,12 @@ def migrate(conn: psycopg.Connection) -> int:
 
 def read_meta(conn: psycopg.Connection) -> dict[str, str]:
     return dict(conn.execute("SELECT key, value FROM kb_meta").fetchall())
+
+
+def stored_version(conn: psycopg.Connection) -> int:
+    """The schema version the database holds (0: none migrated yet)."""
+    row = conn.execute("SELECT value FROM kb_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
 
 
 def ensure_fixed_choices(conn: psycopg.Connection, *, fts_language: str) -> None:
