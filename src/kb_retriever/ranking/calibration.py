@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 __all__ = ["ALL_PROBES", "GROUPS", "PROBES", "PROBE_VERSION", "SCRIPT_PROBES", "Calibration",
@@ -168,14 +169,14 @@ class Calibration:
     def calibrated(self) -> bool:
         return bool(self.null_top1)
 
-    @property
+    @cached_property  # a scope's calibration is cached and read for every hit: once each
     def ceiling(self) -> float:
         """The upper end of the null: what unrelated text scores at best, nearly always (the
         quantile of PROBES' cosines). The refusal gate, the cutoff and the graph's floors
         compare against it."""
         return self._quantile(self.null_top1[:len(PROBES)])
 
-    @property
+    @cached_property
     def warning_ceiling(self) -> float:
         """The null of the rejected channel: the highest of each script's own quantile
         (PROBES', and those of the scripts the scope's documents are written in), so that six
