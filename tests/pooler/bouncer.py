@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import os
 import pwd
-import shlex
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from ..replica.standby import run_as
 
 
 def binary() -> str | None:
@@ -69,10 +69,7 @@ class Bouncer:
         for f in self.dir.iterdir():
             if runner:
                 os.chown(f, pwd.getpwnam(runner).pw_uid, -1)
-        cmd = [str(binary()), "-d", str(self.dir / "pgbouncer.ini")]
-        if runner:
-            cmd = ["su", runner, "-s", "/bin/sh", "-c", shlex.join(cmd)]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+        run_as(runner, [str(binary()), "-d", str(self.dir / "pgbouncer.ini")])
         self._wait_ready()
 
     def url(self, dbname: str) -> str:

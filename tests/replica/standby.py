@@ -20,7 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from kb_retriever.store import embedded
 
 
-def _as(user: str | None, argv: list[str], env: dict[str, str] | None = None) -> None:
+def run_as(user: str | None, argv: list[str], env: dict[str, str] | None = None) -> None:
     """Run ``argv`` as ``user`` (the embedded server's service user when the tests run as
     root), failing with its output."""
     extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
@@ -59,7 +59,7 @@ class Standby:
                 conn.execute("SELECT pg_reload_conf()")
         self.data = _private_dir(self.user) / "pgdata"
         self.socket = _private_dir(self.user)
-        _as(self.user, [f"{self.bindir}/pg_basebackup", "-D", str(self.data), "-R", "-X",
+        run_as(self.user, [f"{self.bindir}/pg_basebackup", "-D", str(self.data), "-R", "-X",
                         "stream", "-c", "fast", "-h", str(info["host"]), "-U", "postgres"],
             {"PGPASSWORD": password})
         self.start()
@@ -70,11 +70,11 @@ class Standby:
 
     def start(self) -> None:
         options = f"-h '' -k {shlex.quote(str(self.socket))} -c unix_socket_permissions=0700"
-        _as(self.user, [f"{self.bindir}/pg_ctl", "-D", str(self.data), "-l",
+        run_as(self.user, [f"{self.bindir}/pg_ctl", "-D", str(self.data), "-l",
                         str(self.data / "server.log"), "-w", "-o", options, "start"])
 
     def stop(self) -> None:
-        _as(self.user, [f"{self.bindir}/pg_ctl", "-D", str(self.data), "-m", "fast", "-w",
+        run_as(self.user, [f"{self.bindir}/pg_ctl", "-D", str(self.data), "-m", "fast", "-w",
                         "stop"])
 
     def remove(self) -> None:
@@ -94,5 +94,5 @@ class Standby:
 def stop_primary(home: Path) -> None:
     """Stop the embedded primary of ``home`` at once (``pg_ctl -m immediate``)."""
     server = embedded._locate(embedded._resolve_home(home))
-    _as(server.user, [f"{server.bindir}/pg_ctl", "-D", str(server.pgdata), "-m", "immediate",
+    run_as(server.user, [f"{server.bindir}/pg_ctl", "-D", str(server.pgdata), "-m", "immediate",
                       "-w", "stop"])
