@@ -32,7 +32,7 @@ from langchain_core.documents import Document
 from kb_retriever import Hit, KnowledgeBase, StoredChunk, StoredDocument
 from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
 from kb_retriever.write.calls import Group, awrite_groups, write_groups
-from kb_retriever.write.from_memory import canonical_slug, chunks_of, derived_id, shared_fields
+from kb_retriever.write.from_memory import by_document, canonical_slug, chunks_of, derived_id, shared_fields
 
 __all__ = ["WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "whole", "write"]
 
@@ -72,9 +72,7 @@ def _fields(plan: WritePlan, stored: Sequence[StoredChunk]) -> dict[str, dict[st
     """The fields of each canonical document the plan writes: what all the parts it will hold
     share, the stored ones the write keeps (those of other ids) and the plan's
     (``kb_retriever.write.from_memory.shared_fields``)."""
-    kept: dict[str, list[StoredChunk]] = {}
-    for chunk in stored:
-        kept.setdefault(chunk.document_id, []).append(chunk)
+    kept = by_document(stored)
     out = {}
     for slug, parts in plan.parts.items():
         ids = {p["id"] for p in parts}

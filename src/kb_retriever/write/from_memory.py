@@ -133,6 +133,14 @@ def chunks_of(document_ids: Sequence[str]) -> list[dict[str, Any]]:
             for i in range(0, len(ids), _DOCUMENTS_PER_READ)]
 
 
+def by_document(chunks: Iterable[StoredChunk]) -> dict[str, list[StoredChunk]]:
+    """The stored ``chunks`` (read through :func:`chunks_of`) by their document's id."""
+    out: dict[str, list[StoredChunk]] = {}
+    for chunk in chunks:
+        out.setdefault(chunk.document_id, []).append(chunk)
+    return out
+
+
 def shared_fields(metadatas: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The fields that every one of ``metadatas`` (the chunks of one document) has, with one
     value: what the framework vector stores give the document. A filter reads a chunk's

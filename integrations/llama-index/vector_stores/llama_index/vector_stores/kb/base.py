@@ -32,7 +32,7 @@ from kb_retriever.ranking.diversify import diversify
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.search.modes import Legs
 from kb_retriever.write.calls import awrite_groups, write_groups
-from kb_retriever.write.from_memory import chunks_of, shared_fields, with_frontmatter
+from kb_retriever.write.from_memory import by_document, chunks_of, shared_fields, with_frontmatter
 
 from .filters import to_kb_filters
 from .modes import Mode, resolve_mode
@@ -143,9 +143,7 @@ class KBVectorStore(BasePydanticVectorStore):
         groups: dict[str, list[BaseNode]] = {}
         for node in nodes:
             groups.setdefault(node.ref_doc_id or node.node_id, []).append(node)
-        kept: dict[str, list[StoredChunk]] = {}
-        for chunk in stored:
-            kept.setdefault(chunk.document_id, []).append(chunk)
+        kept = by_document(stored)
         out = []
         for doc_id, group in groups.items():
             chunks = [ChunkRecord(
