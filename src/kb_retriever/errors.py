@@ -9,6 +9,7 @@
     ├── StoreError               the database failed or could not be reached (password redacted)
     │   ├── UnavailableError     the server could not be reached (connection refused, lost, none free)
     │   │   └── IngestInterruptedError  lost during an ingest: what was saved before it, what was not
+    │   ├── QueryTimeoutError    a statement ran past its timeout (or was cancelled): nothing of it saved
     │   └── SchemaError          schema/embedding-dimension mismatch, missing ``vector`` extension
     ├── EmbeddingError           the embedder failed or returned NaN/inf/wrong-dimension vectors
     └── IngestError              a file could not be read or parsed (the old version stays intact)
@@ -31,6 +32,7 @@ __all__ = [
     "IngestInterruptedError",
     "InputError",
     "KbError",
+    "QueryTimeoutError",
     "SchemaError",
     "StoreError",
     "UnavailableError",
@@ -79,6 +81,13 @@ class IngestInterruptedError(UnavailableError):
             f"the database connection was lost while ingesting {interrupted} (its outcome is "
             f"unknown; {remaining} more files not read); before it: {report.summary()}. Run "
             f"the ingest again: unchanged files are skipped. ({cause})")
+
+
+class QueryTimeoutError(StoreError):
+    """The database cancelled a statement: it ran past its ``statement_timeout``
+    (``KB_STATEMENT_TIMEOUT_MS``; a write waiting on another's lock counts its wait) or an
+    operator cancelled it. Its transaction was rolled back, so a write saved nothing of it; the
+    server is up, so a caller may answer without the result or try again later."""
 
 
 class SchemaError(StoreError):

@@ -21,7 +21,12 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
-from kb_retriever.errors import IngestInterruptedError, StoreError, UnavailableError
+from kb_retriever.errors import (
+    IngestInterruptedError,
+    QueryTimeoutError,
+    StoreError,
+    UnavailableError,
+)
 from kb_retriever.ingest import parse_document
 
 from ._util import HELPERS, PYTHON, canonical, doc_chunks
@@ -106,6 +111,31 @@ def test_an_ingest_that_loses_its_connection_says_what_it_saved(
     again = kb.ingest([tmp_path])
     assert sorted(again.unchanged) == sorted(err.report.added) and len(again.added) == 3
     assert not again.failed
+
+
+def test_a_statement_past_its_timeout_is_a_query_timeout_error(
+        make_kb: Callable[..., KnowledgeBase], tmp_path: Path) -> None:
+    """A search or write that waits past its statement timeout (here behind another session's
+    lock on the chunks) raises QueryTimeoutError, a StoreError a caller can tell
+    apart from a lost server; the write saved nothing, and both work once the lock is gone."""
+    (tmp_path / "a.md").write_text(GOOD)
+    kb = make_kb(settings=Settings(statement_timeout_ms=300, ingest_statement_timeout_ms=300))
+    kb.ingest([tmp_path])
+    doc = {"id": "later", "text": "Valkey replaced Redis for the sessions."}
+    with psycopg.connect(kb.url) as blocker:
+        blocker.execute("LOCK TABLE kb_chunks IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(QueryTimeoutError, match="statement_timeout") as caught:
+            kb.search("redis cache")
+        assert isinstance(caught.value, StoreError) and not isinstance(caught.value,
+                                                                       UnavailableError)
+        with pytest.raises(QueryTimeoutError):
+            asyncio.run(kb.asearch("redis cache"))
+        with pytest.raises(QueryTimeoutError):
+            kb.add_documents([doc])
+    assert kb.search("redis cache").primary
+    assert kb.get_by_ids(["later"]) == []
+    kb.add_documents([doc])
+    assert [d.id for d in kb.get_by_ids(["later"])] == ["later"]
 
 
 class _Proxy:

@@ -13,7 +13,16 @@ from pgvector.psycopg import register_vector, register_vector_async
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
-from ..errors import ConfigError, InputError, KbError, SchemaError, StoreError, UnavailableError, redact
+from ..errors import (
+    ConfigError,
+    InputError,
+    KbError,
+    QueryTimeoutError,
+    SchemaError,
+    StoreError,
+    UnavailableError,
+    redact,
+)
 from ..settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -186,7 +195,9 @@ def translate(exc: BaseException) -> KbError:
         return exc
     msg = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
     if isinstance(exc, psycopg.errors.QueryCanceled):
-        return StoreError(f"the database cancelled the statement (statement_timeout?): {msg}")
+        return QueryTimeoutError("the database cancelled the statement (its statement_timeout, "
+                                 f"KB_STATEMENT_TIMEOUT_MS, or a cancel request); nothing of "
+                                 f"its transaction was saved: {msg}")
     if isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan" in msg:
         return SchemaError("the database's tables changed under this process (another "
                            "kb-retriever, a newer one?, migrated the schema); restart it: "
