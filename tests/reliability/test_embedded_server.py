@@ -256,3 +256,15 @@ def test_a_search_starts_a_stopped_server_again(base: Path) -> None:
         assert lifecycle.postmaster_pid(pgdata) not in (None, pid)
         assert asyncio.run(twice(kb, pgdata)) == ["cache"]
         assert kb.open().search("cache layer").primary
+
+
+def test_a_watchdog_leaves_a_home_being_removed_without_a_lock_file(tmp_path: Path) -> None:
+    """The tests' home was removed at exit while the server's watchdog still ran: it took the
+    home's lock, creating ``server.lock`` again, and an empty directory stayed behind each
+    run. A home without its lock file is being removed: the watchdog leaves it as it is."""
+    from kb_retriever.store.watchdog import watch
+
+    home = tmp_path / "home"
+    home.mkdir()
+    watch(home, home / "pgdata", home / "bin", None, 0.01)
+    assert list(home.iterdir()) == []

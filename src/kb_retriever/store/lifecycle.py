@@ -25,9 +25,12 @@ PIDFILE = "postmaster.pid"
 
 
 @contextlib.contextmanager
-def home_lock(home: Path) -> Iterator[None]:
-    """Exclusive, inter-process: one process at a time initialises, starts or stops the server."""
-    fd = os.open(home / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+def home_lock(home: Path, *, create: bool = True) -> Iterator[None]:
+    """Exclusive, inter-process: one process at a time initialises, starts or stops the server.
+    Without ``create`` a home whose lock file is gone (being removed) raises
+    FileNotFoundError instead of getting the file back."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
+    fd = os.open(home / LOCK_NAME, flags, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -25,13 +25,24 @@ def watch(home: Path, pgdata: Path, bindir: Path, user: str | None, interval: fl
     started with it (the old one watched on beside it until that server stopped)."""
     while True:
         time.sleep(interval)
-        with lifecycle.home_lock(home):
-            running = lifecycle.postmaster_pid(pgdata)
-            if running is None or server is not None and running != server:
+        try:
+            if not _still_watching(home, pgdata, bindir, user, server):
                 return
-            if not lifecycle.live_clients(home):
-                lifecycle.pg_ctl_stop(bindir, pgdata, user)
-                return
+        except FileNotFoundError:  # the home is being removed: taking the lock would create
+            return  # its file again, and the directory would stay behind
+
+
+def _still_watching(home: Path, pgdata: Path, bindir: Path, user: str | None,
+                    server: int | None) -> bool:
+    """One look under the home's lock: False once the server stopped or was stopped here."""
+    with lifecycle.home_lock(home, create=False):
+        running = lifecycle.postmaster_pid(pgdata)
+        if running is None or server is not None and running != server:
+            return False
+        if not lifecycle.live_clients(home):
+            lifecycle.pg_ctl_stop(bindir, pgdata, user)
+            return False
+        return True
 
 
 if __name__ == "__main__":
