@@ -181,6 +181,9 @@ class Settings(BaseSettings):
     # A document of the top that the answer's document (the graph's seed) links to needs this
     # share instead (the lower applies), and so does a neighbour that a shown passage names.
     context_cutoff_linked: float = _field(0.3, "KB_CONTEXT_CUTOFF_LINKED", ge=0, le=1)
+    # Any other document needs this share of the best keyword signal too: near in meaning is
+    # not evidence alone when others hold the question's words (decision 0020).
+    context_cutoff_lexical: float = _field(0.4, "KB_CONTEXT_CUTOFF_LEXICAL", ge=0, le=1)
 
     # --- canonical trust gradient ---------------------------------------------------------
     canonical_enabled: bool = _field(True, "KB_CANONICAL_ENABLED")

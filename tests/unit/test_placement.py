@@ -92,6 +92,30 @@ def test_a_document_the_answer_links_to_needs_the_lower_linked_share():
     assert kept(ratio=0.0, linked={NOTE.id}, linked_ratio=0.3) == [1, 2, 3]  # cutoff off
 
 
+def test_a_document_with_few_of_the_questions_words_leaves_unless_the_answer_links_to_it():
+    """Decision 0020: a document whose evidence clears the share but whose text holds under
+    0.4 of the best keyword signal is a neighbour in meaning, not evidence; one the answer's
+    document links to keeps the linked rule alone; a question whose words no document holds
+    is judged on evidence alone."""
+    def hit(chunk: int, doc, keyword: float):
+        s = _s(chunk, doc, 0.9)
+        return Scored(s.score, s.candidate, {**s.terms, "keyword": keyword}).hit()
+
+    hits = [hit(1, DEC, 0.8), hit(2, NOTE, 0.25), hit(3, V2, 0.5), hit(4, NOTE, 0.3)]
+
+    def kept(lexical_ratio: float = 0.4, **kw) -> list[int]:
+        return [h.chunk_id for h in cut_weak(hits, lambda h: 1.0, ratio=0.5,
+                                             lexical_ratio=lexical_ratio, **kw)[0]]
+
+    assert kept() == [1, 3]  # NOTE's best, 0.3, is under 0.4 x 0.8
+    assert kept(lexical_ratio=0.0) == [1, 2, 3, 4]  # the rule off
+    assert kept(lexical_ratio=0.35) == [1, 2, 3, 4]  # 0.3 >= 0.35 x 0.8: all its hits stay
+    assert kept(linked={NOTE.id}, linked_ratio=0.3) == [1, 2, 3, 4]  # the answer links to it
+    assert kept(keep={2}) == [1, 2, 3]  # placed or @mentioned: that chunk stays
+    wordless = [hit(1, DEC, 0.0), hit(2, NOTE, 0.0)]
+    assert cut_weak(wordless, lambda h: 1.0, ratio=0.5, lexical_ratio=0.4) == (wordless, [])
+
+
 def test_a_project_index_neither_anchors_nor_measures_the_context():
     """A hub ranked first (its one-line summaries match every question) is cut, the first other
     document anchors, and the measure is the best evidence of the others; alone, it stays."""

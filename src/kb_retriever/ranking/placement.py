@@ -11,8 +11,8 @@ so that the prompt spends its tokens on the answer:
   asks for it).
 * :func:`cut_weak`: ``limit`` is the most the primary context holds; hits whose evidence is
   far below the best one's go to the runner-ups instead of padding the prompt (a document the
-  answer's document links to needs less: decision 0016), and so does a project index that is
-  not the first hit.
+  answer's document links to needs less: decision 0016; any other needs some of the
+  question's words too: decision 0020), and so does a project index that is not the first hit.
 
 Pure functions of ranked items (:class:`~kb_retriever.ranking.rerank.Scored` or
 :class:`~kb_retriever.models.Hit`); they return new lists and never drop a candidate: what
@@ -86,14 +86,17 @@ def successors_first(ranked: Sequence[R], successors: Mapping[Key, Sequence[Key]
 
 def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: float,
              keep: Collection[int] = (), linked: Collection[int] = (),
-             linked_ratio: float | None = None) -> tuple[list[Hit], list[Hit]]:
+             linked_ratio: float | None = None,
+             lexical_ratio: float = 0.0) -> tuple[list[Hit], list[Hit]]:
     """``(kept, cut)`` by document: a document stays when its best hit's ``evidence``
     reaches ``ratio`` times the best hit's, or ``linked_ratio`` times it for the documents in
     ``linked`` (document ids: those the answer's document links to), with all its hits (the
-    prompt is judged by the documents it carries); order is kept. The first hit's document and
-    the hits whose chunk ids are in ``keep`` always stay; a project index (navigation, not
-    evidence) stays only so, and the first document that is not one stands first in its
-    place. Nothing is cut when ``ratio`` is 0 or the best evidence is not
+    prompt is judged by the documents it carries); order is kept. A document not in
+    ``linked`` also needs ``lexical_ratio`` times the best keyword signal (``scores.keyword``:
+    the question's words in its text) when a document has one (decision 0020). The first
+    hit's document and the hits whose chunk ids are in ``keep`` always stay; a project index
+    (navigation, not evidence) stays only so, and the first document that is not one stands
+    first in its place. Nothing is cut when ``ratio`` is 0 or the best evidence is not
     positive (a refused query: the gate decides).
 
     >>> from types import SimpleNamespace as H
@@ -121,12 +124,23 @@ def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: fl
         return list(hits), []
     first = evident[0].document.id
     low = ratio if linked_ratio is None else min(ratio, linked_ratio)
+    words = _best_keyword(hits) if lexical_ratio > 0 else {}
+    enough_words = lexical_ratio * max(words.get(h.document.id, 0.0) for h in evident)
     kept: list[Hit] = []
     cut: list[Hit] = []
     for h in hits:
         doc = h.document.id
         share = low if doc in linked else ratio
         stays = doc == first or h.chunk_id in keep or (
-            h.document.canonical_type != PROJECT_INDEX and best_of[doc] >= share * best)
+            h.document.canonical_type != PROJECT_INDEX and best_of[doc] >= share * best
+            and (doc in linked or not words or words[doc] >= enough_words))
         (kept if stays else cut).append(h)
     return kept, cut
+
+
+def _best_keyword(hits: Sequence[Hit]) -> dict[int, float]:
+    """Each document's best keyword signal among ``hits``."""
+    best: dict[int, float] = {}
+    for h in hits:
+        best[h.document.id] = max(best.get(h.document.id, 0.0), h.scores.keyword)
+    return best

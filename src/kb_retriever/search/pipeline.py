@@ -156,7 +156,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
 
     def cutoff(linked: Collection[int] = ()) -> tuple[list[Hit], list[Hit]]:
         return cut_weak(shown, evidence, ratio=ratio, keep=keep, linked=linked,
-                        linked_ratio=linked_ratio)
+                        linked_ratio=linked_ratio, lexical_ratio=settings.context_cutoff_lexical)
 
     # the gate judges what was found; the cutoff only trims what the prompt carries
     refuse = should_refuse(shown, settings, catalog.calibration)
