@@ -157,6 +157,12 @@ def test_an_accepted_decision_linked_to_a_rejected_one_ranks_above_it_when_close
     far = [scored(10, rej, 1.0), scored(20, dec, 0.6)]
     assert [s.document.slug for s in yield_to_accepted(far, pool, ratio=0.88)[0]] == [
         "rej-jwt", "dec-oidc"]
+    # a project index links to every record (transit's start page and "should we run our own
+    # Kafka?"): it is navigation, not the decision the rejected idea lost to, and stays put
+    hub = canonical_doc(4, slug="index", canonical_type="project-index")
+    hub_pool = unit_vectors([_rejected_row(10, 1, [1.0, 0.0], ("index",))])
+    ranked = [scored(10, rej, 1.0), scored(40, hub, 0.95)]
+    assert yield_to_accepted(ranked, hub_pool, ratio=0.0) == (ranked, set())
 
 
 def test_the_rejected_channel_reads_the_keyword_term_by_name(monkeypatch):

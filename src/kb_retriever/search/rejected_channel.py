@@ -27,7 +27,7 @@ from ..ranking.rejected_evidence import EDGE_SEEDS, RejectedEvidence, correlate_
 from ..ranking.rerank import Scored
 from ..settings import Settings
 from ..store.rows import document_from_row, vector_array
-from ..vocabulary import ACCEPTED, is_rejected_approach
+from ..vocabulary import ACCEPTED, PROJECT_INDEX, is_rejected_approach
 
 __all__ = ["QueryCosines", "RejectedChannel", "RejectedChunk", "RejectedVectors",
            "decide_rejected", "query_cosines", "rejected_hit", "unit_vectors",
@@ -211,11 +211,12 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
                       ratio: float) -> tuple[list[Scored], set[int]]:
     """``ranked`` with each accepted canonical document moved just above a rejected approach it
     is linked with (an edge either way) when its score is at least ``ratio`` times the rejected
-    one's, and the chunk ids moved: for "how long does the access token last?" and for "can we use
-    90-day tokens?" alike, the accepted decision answers and the rejected record beside it is
-    the warning. ``ratio`` 0 (the default, issue 27) moves every linked accepted decision the
-    candidates hold; a higher ratio lets a rejected record with clearly stronger evidence keep
-    its place."""
+    one's, and the chunk ids moved: for "how long does the access token last?" and for "can we
+    use 90-day tokens?" alike, the accepted decision answers and the rejected record beside it
+    is the warning. A project index, which links to every record, is no such decision and
+    stays put (decision 0020). ``ratio`` 0 (the default, issue 27) moves every linked accepted
+    decision the candidates hold; a higher ratio lets a rejected record with clearly stronger
+    evidence keep its place."""
     out = list(ranked)
     done: set[int] = set()
     moved_ids: set[int] = set()
@@ -236,6 +237,7 @@ def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
                 continue
             seen.add(d.id)
             if (d.is_canonical and d.canonical_status == ACCEPTED and not is_rejected_approach(d)
+                    and d.canonical_type != PROJECT_INDEX  # it links to everything: no answer
                     and d.slug and (d.project_key, d.slug) in linked
                     and out[j].score >= ratio * r.score):
                 out.insert(i, between(out.pop(j), out[i - 1] if i > 0 else None, out[i]))
