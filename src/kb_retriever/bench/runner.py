@@ -239,4 +239,3 @@ def _shown(hit: Hit) -> str:
     its heading path and its text. An answer in a heading ("## MRK-409: the code was already
     sold") reached the model and was counted missing."""
     return "\n".join((hit.document.title or "", hit.heading_path or "", hit.text))
-

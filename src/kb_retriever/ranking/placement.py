@@ -112,10 +112,7 @@ def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: fl
     """
     if not hits or ratio <= 0:
         return list(hits), []
-    best_of: dict[int, float] = {}
-    for h in hits:
-        e = evidence(h)
-        best_of[h.document.id] = max(best_of.get(h.document.id, e), e)
+    best_of = _best_by_document(hits, evidence)
     # the first document anchors the context and the best evidence is the measure; a project
     # index lists what exists and is navigation, not evidence: it counts only alone
     evident = [h for h in hits if h.document.canonical_type != PROJECT_INDEX] or list(hits)
@@ -124,8 +121,8 @@ def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: fl
         return list(hits), []
     first = evident[0].document.id
     low = ratio if linked_ratio is None else min(ratio, linked_ratio)
-    words = _best_keyword(hits) if lexical_ratio > 0 else {}
-    enough_words = lexical_ratio * max(words.get(h.document.id, 0.0) for h in evident)
+    words = _best_by_document(hits, lambda h: h.scores.keyword) if lexical_ratio > 0 else {}
+    enough_words = lexical_ratio * max(words[h.document.id] for h in evident) if words else 0.0
     kept: list[Hit] = []
     cut: list[Hit] = []
     for h in hits:
@@ -138,9 +135,10 @@ def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: fl
     return kept, cut
 
 
-def _best_keyword(hits: Sequence[Hit]) -> dict[int, float]:
-    """Each document's best keyword signal among ``hits``."""
+def _best_by_document(hits: Sequence[Hit], value: Callable[[Hit], float]) -> dict[int, float]:
+    """Each document's best ``value`` among ``hits`` (its evidence, its keyword signal)."""
     best: dict[int, float] = {}
     for h in hits:
-        best[h.document.id] = max(best.get(h.document.id, 0.0), h.scores.keyword)
+        v = value(h)
+        best[h.document.id] = max(best.get(h.document.id, v), v)
     return best

@@ -248,4 +248,3 @@ def fts_prefix(title: str, heading_path: str, text: str) -> str:
     head = segment_cjk(f"{title} {heading_path}".strip())
     pairs = " ".join(cjk_bigrams(text))
     return f"{head} {pairs}".strip() if pairs else head
-
