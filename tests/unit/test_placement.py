@@ -116,6 +116,33 @@ def test_a_document_with_few_of_the_questions_words_leaves_unless_the_answer_lin
     assert cut_weak(wordless, lambda h: 1.0, ratio=0.5, lexical_ratio=0.4) == (wordless, [])
 
 
+def test_a_predecessor_the_question_names_needs_the_linked_share_and_the_words():
+    """A superseded record that history promotion moved beside its successor because the
+    question shares a word with its title ("named") is no longer kept whatever its evidence:
+    its successor links to it, so it needs the linked share of the evidence, and the
+    question's words as any other document (a proposal that shares one word with the old
+    title is not a history question)."""
+    def hit(chunk: int, doc, keyword: float):
+        s = _s(chunk, doc, 0.9)
+        return Scored(s.score, s.candidate, {**s.terms, "keyword": keyword}).hit()
+
+    hits = [hit(1, V2, 0.8), hit(2, V1, 0.6), hit(3, NOTE, 0.8)]
+    evidence = {1: 1.0, 2: 0.35, 3: 0.9}
+
+    def kept(**kw) -> list[int]:
+        return [h.chunk_id for h in cut_weak(hits, lambda h: evidence[h.chunk_id], ratio=0.5,
+                                             linked_ratio=0.3, lexical_ratio=0.4, **kw)[0]]
+
+    assert kept() == [1, 3]  # 0.35 is under the share of a document on its own
+    assert kept(named={V1.id}) == [1, 2, 3]  # named: the linked share, and enough words
+    evidence[2] = 0.2
+    assert kept(named={V1.id}) == [1, 3]  # under the linked share too
+    evidence[2] = 0.35
+    hits[1] = hit(2, V1, 0.2)
+    assert kept(named={V1.id}) == [1, 3]  # too few of the question's words
+    assert kept(linked={V1.id}) == [1, 2, 3]  # what the answer links to keeps the linked rule
+
+
 def test_a_project_index_neither_anchors_nor_measures_the_context():
     """A hub ranked first (its one-line summaries match every question) is cut, the first other
     document anchors, and the measure is the best evidence of the others; alone, it stays."""

@@ -86,15 +86,17 @@ def successors_first(ranked: Sequence[R], successors: Mapping[Key, Sequence[Key]
 
 def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: float,
              keep: Collection[int] = (), linked: Collection[int] = (),
-             linked_ratio: float | None = None,
-             lexical_ratio: float = 0.0) -> tuple[list[Hit], list[Hit]]:
+             linked_ratio: float | None = None, lexical_ratio: float = 0.0,
+             named: Collection[int] = ()) -> tuple[list[Hit], list[Hit]]:
     """``(kept, cut)`` by document: a document stays when its best hit's ``evidence``
     reaches ``ratio`` times the best hit's, or ``linked_ratio`` times it for the documents in
     ``linked`` (document ids: those the answer's document links to), with all its hits (the
     prompt is judged by the documents it carries); order is kept. A document not in
     ``linked`` also needs ``lexical_ratio`` times the best keyword signal (``scores.keyword``:
-    the question's words in its text) when a document has one (decision 0020). The first
-    hit's document and the hits whose chunk ids are in ``keep`` always stay; a project index
+    the question's words in its text) when a document has one (decision 0020). A document in
+    ``named`` (a superseded record the question names, moved beside its successor) needs
+    ``linked_ratio`` of the evidence, as its successor links to it, and the words as any
+    other. The first hit's document and the hits whose chunk ids are in ``keep`` always stay; a project index
     (navigation, not evidence) stays only so, and the first document that is not one stands
     first in its place. Nothing is cut when ``ratio`` is 0 or the best evidence is not
     positive (a refused query: the gate decides).
@@ -127,7 +129,7 @@ def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: fl
     cut: list[Hit] = []
     for h in hits:
         doc = h.document.id
-        share = low if doc in linked else ratio
+        share = low if doc in linked or doc in named else ratio
         stays = doc == first or h.chunk_id in keep or (
             h.document.canonical_type != PROJECT_INDEX and best_of[doc] >= share * best
             and (doc in linked or not words or words[doc] >= enough_words))

@@ -28,7 +28,7 @@ from ..ranking.bm25 import CorpusLexemes
 from ..ranking.calibration import Calibration
 from ..ranking.fusion import fuse_legs
 from ..ranking.grounding import calibrated_evidence, evidence_score, uses_calibration
-from ..ranking.history import promote_predecessors
+from ..ranking.history import key_of, promote_predecessors
 from ..ranking.placement import cut_weak, place_rejected, successors_first
 from ..ranking.rerank import Scored, rank
 from ..ranking.text import segment_cjk
@@ -128,8 +128,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         ranked = successors_first(ranked, edges)
         ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit,
                                                 chunks=HISTORY_CHUNKS)
-    placed = Placed(promoted={s.candidate.chunk_id for s in ranked if s.document.slug and (
-        s.document.project_key, s.document.slug) in set(promoted)})
+    placed = Placed(promoted={s.document.id for s in ranked if key_of(s) in promoted})
     channel = pool = None
     if settings.rejected_injection_enabled:
         with watch.lap("rejected"):
@@ -147,16 +146,17 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                                                        ratio=settings.rejected_yield_ratio)
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     shown = [s.hit() for s in kept]  # hits for what is kept, not every candidate: the cutoff's input
-    # what the question @mentions, or placement put there on purpose, is never cut
-    keep = placed.promoted | placed.yielded | {h.chunk_id for h in shown
-                                               if h.document.id in found.mentions}
+    # what the question @mentions, or placement put there on purpose, is never cut; a
+    # predecessor moved beside its successor needs some evidence (placement.cut_weak's named)
+    keep = placed.yielded | {h.chunk_id for h in shown if h.document.id in found.mentions}
     evidence = context_evidence(shown, settings, catalog.calibration)
     ratio = req.legs.cutoff(settings.context_cutoff)
     linked_ratio = min(ratio, settings.context_cutoff_linked)  # for what the answer links to
 
     def cutoff(linked: Collection[int] = ()) -> tuple[list[Hit], list[Hit]]:
         return cut_weak(shown, evidence, ratio=ratio, keep=keep, linked=linked,
-                        linked_ratio=linked_ratio, lexical_ratio=settings.context_cutoff_lexical)
+                        linked_ratio=linked_ratio, lexical_ratio=settings.context_cutoff_lexical,
+                        named=placed.promoted)
 
     # the gate judges what was found; the cutoff only trims what the prompt carries
     refuse = should_refuse(shown, settings, catalog.calibration)
@@ -200,11 +200,11 @@ def runner_ups(cut: Sequence[Hit], rest: Sequence[Scored], limit: int) -> tuple[
 
 @dataclass
 class Placed:
-    """What placement by role did (chunk ids the cutoff keeps, and the rejected records that
+    """What placement by role did (what the cutoff weighs apart, and the rejected records that
     left primary for the ⚠ block)."""
 
-    promoted: set[int] = field(default_factory=set)  # a history question's predecessor
-    yielded: set[int] = field(default_factory=set)  # accepted decisions above their rejected
+    promoted: set[int] = field(default_factory=set)  # documents: a history question's predecessor
+    yielded: set[int] = field(default_factory=set)  # chunks: accepted decisions above their rejected
     warned: list[Scored] = field(default_factory=list)
 
 
