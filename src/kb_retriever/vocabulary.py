@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ACCEPTED", "CANONICAL_STATUSES", "CANONICAL_TYPES", "CHUNKS_SOURCE_TYPE",
+__all__ = ["ACCEPTED", "CANONICAL_STATUSES", "CANONICAL_TYPES", "CHUNKS_SOURCE_TYPE", "DECISION",
            "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS", "EXPANDABLE_STATUSES", "PROJECT_INDEX",
-           "REJECTED_APPROACH",
+           "REFERENCE_TYPES", "REJECTED_APPROACH",
            "SOURCE_TYPES", "is_rejected_approach"]
 
 CANONICAL_TYPES = (
@@ -30,6 +30,10 @@ REJECTED_APPROACH = "rejected-approach"
 ACCEPTED = "accepted"
 #: The type of a project's index, a hub that links to everything (graph expansion skips it).
 PROJECT_INDEX = "project-index"
+#: A decision record, and the types of what it links to for reference (how to operate it, the
+#: rules it follows, the terms it uses) rather than as its context (decision 0021).
+DECISION = "decision"
+REFERENCE_TYPES = ("runbook", "standard", "domain-concept")
 #: The statuses of the canonical documents that graph expansion may show.
 EXPANDABLE_STATUSES = (ACCEPTED, "review")
 

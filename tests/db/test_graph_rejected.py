@@ -218,33 +218,52 @@ def test_expansion_starts_from_the_answer_and_keeps_what_it_links_to(make_kb, tm
     assert slugs(alone.primary) == ["answer"]
 
 
+def _cited_kb(root: Path, *, answer: str, neighbours: str) -> Path:
+    """An answer of type ``answer`` that cites one neighbour inline and lists two (one of them
+    cited by another top document), the neighbours of type ``neighbours``."""
+    return write_kb(root, {
+        "answer": doc("answer", type_=answer, body="widget caching decision: widget caching "
+                      "with a shared cache, see [[cited]] for the rollout",
+                      edges={"related": ["listed", "named-elsewhere"]}),
+        "other": doc("other", type_="module-kb", body="widget caching decision notes of the "
+                     "platform team, see [[named-elsewhere]]"),
+        "cited": doc("cited", type_=neighbours, body="roll out the shared cache by region"),
+        "listed": doc("listed", type_=neighbours, body="roll out the shared cache by region, too"),
+        "named-elsewhere": doc("named-elsewhere", type_=neighbours,
+                               body="roll out the shared cache by region, again"),
+    })
+
+
+def _expanded(make_kb, root: Path, **settings) -> set[str]:
+    kb = make_kb(settings=Settings(**settings))
+    kb.ingest([root])
+    result = kb.search("widget caching decision", limit=2)
+    assert slugs(result.primary)[0] == "answer"
+    return set(slugs(result.expanded))
+
+
 def test_a_generic_link_needs_a_passage_to_name_it_or_a_primary_share(make_kb, tmp_path):
     """Decision 0018: a neighbour that only a ``related`` link brings needs the share of the best
     evidence that a primary document needs, unless a passage of the top (the answer's or
     another's) links to it inline; then the lower linked share is enough."""
-    docs = {
-        "answer": doc("answer", body="widget caching decision: widget caching with a shared "
-                      "cache, see [[cited]] for the rollout",
-                      edges={"related": ["listed", "named-elsewhere"]}),
-        "other": doc("other", type_="module-kb", body="widget caching decision notes of the "
-                     "platform team, see [[named-elsewhere]]"),
-        "cited": doc("cited", type_="runbook", body="roll out the shared cache by region"),
-        "listed": doc("listed", type_="runbook", body="roll out the shared cache by region, too"),
-        "named-elsewhere": doc("named-elsewhere", type_="runbook",
-                               body="roll out the shared cache by region, again"),
-    }
-    root = write_kb(tmp_path / "cited", docs)
-
-    def expanded(**settings):
-        kb = make_kb(settings=Settings(**settings))
-        kb.ingest([root])
-        result = kb.search("widget caching decision", limit=2)
-        assert slugs(result.primary)[0] == "answer"
-        return set(slugs(result.expanded))
-
-    assert expanded(context_cutoff=1.0, context_cutoff_linked=0.0) == {"cited", "named-elsewhere"}
+    root = _cited_kb(tmp_path / "cited", answer="decision", neighbours="module-kb")
+    strict = {"context_cutoff": 1.0, "context_cutoff_linked": 0.0}
+    assert _expanded(make_kb, root, **strict) == {"cited", "named-elsewhere"}
     # no cutoff, no floor: every link of the answer
-    assert expanded(context_cutoff=0.0) == {"cited", "listed", "named-elsewhere"}
+    assert _expanded(make_kb, root, context_cutoff=0.0) == {"cited", "listed", "named-elsewhere"}
+
+
+@pytest.mark.parametrize("answer", ["decision", "incident"])
+def test_a_decisions_runbooks_need_the_primary_share_even_when_cited(make_kb, tmp_path, answer):
+    """Decision 0021: a runbook, standard or concept that a decision links to is its reference,
+    named inline as a matter of writing: it needs the share of any other neighbour even when a
+    passage of the top cites it. From another document (an incident), a cited runbook keeps
+    the lower linked share."""
+    root = _cited_kb(tmp_path / answer, answer=answer, neighbours="runbook")
+    strict = {"context_cutoff": 1.0, "context_cutoff_linked": 0.0}
+    assert _expanded(make_kb, root, **strict) == (
+        set() if answer == "decision" else {"cited", "named-elsewhere"})
+    assert _expanded(make_kb, root, context_cutoff=0.0) == {"cited", "listed", "named-elsewhere"}
 
 
 def test_a_refused_question_gets_no_related_context(make_kb, tmp_path):

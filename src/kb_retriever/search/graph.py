@@ -4,14 +4,15 @@ Fixes of reference §24.1–2: honours the hop count with a per-hop decay, walks
 incoming or both directions, caps *nodes* (not edges), shows each neighbour's chunk most
 similar to the query, scores it, and applies the user's filters.
 
-Relevance-gated (issue 27; decisions 0014, 0016 and 0018): the walk starts from one seed, the
-first canonical document of the top (:func:`graph_seed`), whose links are the related context
-of the answer; the tail of the top brought its own unrelated neighbours. A neighbour enters on
-evidence that it bears on the question (its chunk's similarity reaches the adaptive cutoff's
-floor, :class:`Floors`, lower when a passage of the top names it, or its title names two
-of the query's words, or its chunk half of them) or on a strong edge
-(``KB_GRAPH_STRONG_EDGE_WEIGHT``) from a seed that is not a hub; a
-hub (a project index, or ``KB_GRAPH_HUB_MIN_DEGREE`` edges) is never a neighbour. Each seed
+Relevance-gated (issue 27; decisions 0014, 0016, 0018 and 0021): the walk starts from one
+seed, the first canonical document of the top (:func:`graph_seed`), whose links are the related
+context of the answer; the tail of the top brought its own unrelated neighbours. A neighbour
+enters on evidence that it bears on the question (its chunk's similarity reaches the adaptive
+cutoff's floor, :class:`Floors`, lower when a passage of the top names it, unless it is a
+runbook, standard or concept that a decision links to; or its title names two of the query's
+words, or its chunk half of them) or on a strong edge (``KB_GRAPH_STRONG_EDGE_WEIGHT``) from a
+seed that is not a hub; a hub (a project index, or ``KB_GRAPH_HUB_MIN_DEGREE`` edges) is never
+a neighbour. Each seed
 brings at most ``KB_GRAPH_EXPANSION_MAX_PER_SEED`` neighbours. The first hop also tells which
 documents of the top the seed links to (:class:`Expansion`), for the adaptive cutoff.
 """
@@ -29,7 +30,7 @@ from ..ranking.text import tokenize_query, words
 from ..settings import Settings
 from ..store import reads
 from ..store.reads import Fetch
-from ..vocabulary import PROJECT_INDEX, is_rejected_approach
+from ..vocabulary import DECISION, PROJECT_INDEX, REFERENCE_TYPES, is_rejected_approach
 from .plan import SearchRequest
 
 _SEP = chr(31)  # unit separator: joins (project, slug) into one visited key, as the SQL does
@@ -39,13 +40,16 @@ _WIKILINK = re.compile(r"\[\[\s*([^\[\]|#]+?)\s*(?:[|#][^\[\]]*)?\]\]")
 class Floors(NamedTuple):
     """The similarity a neighbour needs without a strong edge (None: none): ``cited`` when a
     chunk of the top links to it inline (``[[slug]]``: a passage the prompt shows names it),
-    ``other`` otherwise (decision 0018)."""
+    ``other`` otherwise (decision 0018). A ``reference`` (a runbook, standard or concept that
+    a decision links to) needs ``other`` even when cited: a decision names its references
+    inline as a matter of writing, not because they bear on the question (decision 0021)."""
 
     other: float | None
     cited: float | None
 
-    def of(self, slug: str | None, cited: Collection[str]) -> float | None:
-        return self.cited if slug in cited else self.other
+    def of(self, slug: str | None, cited: Collection[str], *, reference: bool = False
+           ) -> float | None:
+        return self.cited if slug in cited and not reference else self.other
 
 
 NO_FLOORS = Floors(None, None)
@@ -90,6 +94,7 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
     # the seed's own links to the other top documents come back on the first hop
     visited = {f"{project}{_SEP}{slug}"}
     hubs: set[str | None] = {slug} if seed.document.canonical_type == PROJECT_INDEX else set()
+    kinds = {slug: seed.document.canonical_type}  # the walk's documents' types, by slug
     frontier: list[tuple[str, str]] = [(project, slug)]
     out: list[Hit] = []
     linked: frozenset[int] = frozenset()
@@ -115,8 +120,8 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
         hubs |= {s for s, n in fan_out.items() if n >= settings.graph_hub_min_degree}
         hop_hits = [_graph_hit(n, hop, decay) for n in found
                     if n.candidate.document.id not in primary_docs
-                    and _admitted(n, req.query, settings, hubs,
-                                  floors.of(n.candidate.document.slug, cited))]
+                    and _admitted(n, req.query, settings, hubs, floors.of(
+                        n.candidate.document.slug, cited, reference=_is_reference(n, kinds)))]
         hop_hits.sort(key=lambda h: (-h.score, h.chunk_id))
         per_seed: dict[str | None, int] = {}
         capped = []
@@ -128,6 +133,7 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
         hop_hits = capped[:room]
         out.extend(hop_hits)
         frontier = [(h.document.project_key, h.document.slug or "") for h in hop_hits]
+        kinds |= {h.document.slug or "": h.document.canonical_type for h in hop_hits}
         visited |= {f"{p}{_SEP}{s}" for p, s in frontier}
     return Expansion(out, linked)
 
@@ -143,6 +149,13 @@ def _admitted(n: Neighbour, query: str, settings: Settings, hubs: set[str | None
     if min_similarity is None or n.similarity >= min_similarity:
         return True
     return names_topic(query, doc.title or "", n.candidate.text)
+
+
+def _is_reference(n: Neighbour, kinds: Mapping[str, str | None]) -> bool:
+    """Whether ``n`` is a reference of the decision it is linked from: a runbook, standard or
+    concept (:data:`~kb_retriever.vocabulary.REFERENCE_TYPES`)."""
+    return (kinds.get(n.from_slug or "") == DECISION
+            and n.candidate.document.canonical_type in REFERENCE_TYPES)
 
 
 def cited_slugs(texts: Iterable[str]) -> frozenset[str]:
