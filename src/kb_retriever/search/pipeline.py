@@ -124,7 +124,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                       now=req.now, lexeme_stats=found.lexeme_stats)
         # A superseded record never above its successor; for a history question (the query
         # names the predecessor) the predecessor's best chunks go right after the successor.
-        edges = yield reads.supersessions(req.scope, min(catalog.ttl, TRUST_TTL_S))
+        edges = yield reads.supersessions(req.scope, catalog.trust_ttl)
         ranked = successors_first(ranked, edges)
         ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit,
                                                 chunks=HISTORY_CHUNKS)
@@ -132,8 +132,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     channel = pool = None
     if settings.rejected_injection_enabled:
         with watch.lap("rejected"):
-            pool = yield reads.rejected_chunks(req.scope, min(catalog.ttl, TRUST_TTL_S),
-                                               unit_vectors)
+            pool = yield reads.rejected_chunks(req.scope, catalog.trust_ttl, unit_vectors)
             channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings,
                                       top=req.limit, ratio=req.legs.cutoff(settings.context_cutoff))
             # a rejected idea that does not correlate is no context either (rejected.py); one
@@ -256,6 +255,12 @@ class ScopeCatalog(NamedTuple):
     configs: list[str]  # the full-text configurations of the scope's documents' languages
     calibration: Calibration  # the null similarity: the refusal gate's and rejected channel's
     ttl: float
+
+    @property
+    def trust_ttl(self) -> float:
+        """How long a read of the scope's trust records (supersessions, rejected approaches)
+        is reused: ``ttl``, at most :data:`TRUST_TTL_S`."""
+        return min(self.ttl, TRUST_TTL_S)
 
 
 def scope_catalog(req: SearchRequest, settings: Settings) -> Generator[Fetch, Any, ScopeCatalog]:
