@@ -1,13 +1,17 @@
-"""Helpers shared by the reliability tests: table checksums and corpus writers."""
+"""Helpers shared by the reliability tests: table checksums, corpus writers, server sessions
+and pool settings."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from kb_retriever import KnowledgeBase
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 PYTHON = sys.executable
@@ -75,3 +79,28 @@ def canonical(slug: str, kind: str, title: str, body: str, *, status: str = "acc
         lines.append(f"{key}: {value}")
     lines += ["---", f"# {title}", "", body, ""]
     return "\n".join(lines)
+
+
+def sessions(url: str) -> int:
+    """The server sessions open on the database at ``url``, this one's excepted, once those
+    closing have ended (a backend exits a moment after its client's goodbye)."""
+    deadline = time.monotonic() + 5
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                               "current_database() AND pid <> pg_backend_pid()").fetchone()
+            count = int(row[0]) if row else 0
+            if count == 0 or time.monotonic() > deadline:
+                return count
+            time.sleep(0.1)
+
+
+async def pool_timeouts(kb: KnowledgeBase) -> list[str]:
+    """The ``statement_timeout`` of every connection of the loop's async pool."""
+    pool = await kb._pools.asynchronous()
+    conns = [await pool.getconn(timeout=5) for _ in range(pool.max_size)]
+    try:
+        return [(await (await c.execute("SHOW statement_timeout")).fetchone())[0] for c in conns]
+    finally:
+        for c in conns:
+            await pool.putconn(c)

@@ -15,7 +15,7 @@ import pytest
 
 from kb_retriever import KnowledgeBase
 
-from .test_async_lifecycle import pool_timeouts, sessions
+from ._util import pool_timeouts, sessions
 
 pytestmark = pytest.mark.db
 
