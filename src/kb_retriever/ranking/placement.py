@@ -96,10 +96,10 @@ def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: fl
     the question's words in its text) when a document has one (decision 0020). A document in
     ``named`` (a superseded record the question names, moved beside its successor) needs
     ``linked_ratio`` of the evidence, as its successor links to it, and the words as any
-    other. The first hit's document and the hits whose chunk ids are in ``keep`` always stay; a project index
-    (navigation, not evidence) stays only so, and the first document that is not one stands
-    first in its place. Nothing is cut when ``ratio`` is 0 or the best evidence is not
-    positive (a refused query: the gate decides).
+    other. The first hit's document and the hits whose chunk ids are in ``keep`` always
+    stay; a project index (navigation, not evidence) stays only so, and the first document
+    that is not one stands first in its place. Nothing is cut when ``ratio`` is 0 or the best
+    evidence is not positive (a refused query: the gate decides).
 
     >>> from types import SimpleNamespace as H
     >>> def hit(chunk, doc, e):

@@ -12,9 +12,9 @@ cutoff's floor, :class:`Floors`, lower when a passage of the top names it, unles
 runbook, standard or concept that a decision links to; or its title names two of the query's
 words, or its chunk half of them) or on a strong edge (``KB_GRAPH_STRONG_EDGE_WEIGHT``) from a
 seed that is not a hub; a hub (a project index, or ``KB_GRAPH_HUB_MIN_DEGREE`` edges) is never
-a neighbour. Each seed
-brings at most ``KB_GRAPH_EXPANSION_MAX_PER_SEED`` neighbours. The first hop also tells which
-documents of the top the seed links to (:class:`Expansion`), for the adaptive cutoff.
+a neighbour. Each seed brings at most ``KB_GRAPH_EXPANSION_MAX_PER_SEED`` neighbours. The first
+hop also tells which documents of the top the seed links to (:class:`Expansion`), for the
+adaptive cutoff.
 """
 
 from __future__ import annotations
