@@ -218,6 +218,23 @@ def test_expansion_starts_from_the_answer_and_keeps_what_it_links_to(make_kb, tm
     assert slugs(alone.primary) == ["answer"]
 
 
+@pytest.mark.parametrize("answer", ["decision", "incident"])
+def test_a_decisions_runbook_in_the_top_gets_no_linked_share(make_kb, tmp_path, answer):
+    """Decision 0021: the runbook a decision links to is its reference, not its context: in
+    primary it needs the share of any document, not the linked one. The runbook an incident
+    links to keeps the linked share."""
+    docs = {
+        "answer": doc("answer", type_=answer, body="widget caching decision: widget caching "
+                      "with a shared widget cache", edges={"related": ["linked"]}),
+        "linked": doc("linked", type_="runbook", body="the widget caching runbook"),
+    }
+    kb = make_kb(settings=Settings(context_cutoff=1.0, context_cutoff_linked=0.0))
+    kb.ingest([write_kb(tmp_path / answer, docs)])
+    result = kb.search("widget caching decision", limit=3)
+    assert slugs(result.primary)[:1] == ["answer"]
+    assert ("linked" in slugs(result.primary)) == (answer == "incident")
+
+
 def _cited_kb(root: Path, *, answer: str, neighbours: str) -> Path:
     """An answer of type ``answer`` that cites one neighbour inline and lists two (one of them
     cited by another top document), the neighbours of type ``neighbours``."""

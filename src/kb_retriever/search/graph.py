@@ -58,7 +58,8 @@ NO_FLOORS = Floors(None, None)
 class Expansion(NamedTuple):
     """What graph expansion found: the related hits, and the documents of the top that the
     seed links to (by an edge of the expansion's types and direction), which the adaptive
-    cutoff holds to its lower, linked ratio (decision 0016)."""
+    cutoff holds to its lower, linked ratio (decision 0016), a decision's references aside
+    (decision 0021)."""
 
     hits: list[Hit]
     linked: frozenset[int]
@@ -111,7 +112,8 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
                 frontier=frontier, visited=sorted(visited), types=types, qvec=qvec, hop=hop)
         if hop == 1:
             linked = frozenset(n.candidate.document.id for n in found
-                               if n.candidate.document.id in top_docs)
+                               if n.candidate.document.id in top_docs
+                               and not _is_reference(n, kinds))
             primary_docs = staying(linked)
             visited |= {f"{h.document.project_key}{_SEP}{h.document.slug}"
                         for h in top if h.document.slug}
