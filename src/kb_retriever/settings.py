@@ -215,8 +215,8 @@ class Settings(BaseSettings):
     graph_expansion_max_per_seed: int = _field(
         3, "KB_GRAPH_EXPANSION_MAX_PER_SEED", ge=1, le=100
     )
-    # A hub (a project index, or a document with at least this many edges) is never shown as
-    # related context, and what it links to enters only on its own evidence (decision 0014).
+    # A hub (an index, or a document linking out to this many) is never related context; one
+    # with this many edges either way enters on a strong edge only (decision 0014, amended).
     graph_hub_min_degree: int = _field(10, "KB_GRAPH_HUB_MIN_DEGREE", ge=2)
     # Edges at least this strong bring a neighbour without evidence of its own (with the default
     # weights every typed edge but related_to, the generic link an index is made of); 0 lets

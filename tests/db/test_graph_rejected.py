@@ -303,3 +303,30 @@ def test_a_refused_question_gets_no_related_context(make_kb, tmp_path):
     refused = search(refusal_min_similarity=0.99, refusal_min_rerank_score=10.0)
     assert refused.meta["should_refuse"] and slugs(refused.primary) == ["seed"]
     assert refused.expanded == ()
+
+
+def test_a_central_page_enters_on_a_strong_edge_and_a_hub_never(make_kb, tmp_path):
+    """Decision 0014, amended: a document that links out to ``KB_GRAPH_HUB_MIN_DEGREE`` others
+    (an overview, an index in all but its type) is a hub and never a neighbour; one that many
+    documents link to (a central module page) enters on a strong edge, not on a generic
+    ``related`` link."""
+    fillers = {f"note-{i}": doc(f"note-{i}", type_="runbook", body=f"unrelated chore {i}",
+                                edges={"related": ["central-typed", "central-generic"]})
+               for i in range(10)}
+    docs = {
+        "answer": doc("answer", body="widget caching decision with a shared widget cache",
+                      edges={"depends_on": ["central-typed", "overview"],
+                             "related": ["central-generic"]}),
+        "central-typed": doc("central-typed", type_="module-kb",
+                             body="the widget cache module"),
+        "central-generic": doc("central-generic", type_="module-kb",
+                               body="the widget cache module, again"),
+        "overview": doc("overview", type_="module-kb", body="the widget cache overview",
+                        edges={"related": list(fillers)}),
+        **fillers,
+    }
+    kb = make_kb(settings=Settings(context_cutoff=0.0))  # no similarity floor: the edges decide
+    kb.ingest([write_kb(tmp_path / "central", docs)])
+    result = kb.search("widget caching decision", limit=1)
+    assert slugs(result.primary) == ["answer"]
+    assert slugs(result.expanded) == ["central-typed"]

@@ -35,7 +35,8 @@ class Neighbour(NamedTuple):
     edge_weight: float
     from_slug: str
     direction: str
-    degree: int = 0  # the neighbour's edges, either way: a hub links to everything
+    degree: int = 0  # the neighbour's edges, either way: a central page has many
+    links_out: int = 0  # the edges from the neighbour: a hub (an index) links to everything
 
 
 class LegResult(NamedTuple):

@@ -11,10 +11,11 @@ enters on evidence that it bears on the question (its chunk's similarity reaches
 cutoff's floor, :class:`Floors`, lower when a passage of the top names it, unless it is a
 runbook, standard or concept that a decision links to; or its title names two of the query's
 words, or its chunk half of them) or on a strong edge (``KB_GRAPH_STRONG_EDGE_WEIGHT``) from a
-seed that is not a hub; a hub (a project index, or ``KB_GRAPH_HUB_MIN_DEGREE`` edges) is never
-a neighbour. Each seed brings at most ``KB_GRAPH_EXPANSION_MAX_PER_SEED`` neighbours. The first
-hop also tells which documents of the top the seed links to (:class:`Expansion`), for the
-adaptive cutoff.
+seed that is not a hub. A hub (a project index, or a document that links out to
+``KB_GRAPH_HUB_MIN_DEGREE`` others) is never a neighbour; a central page (that many edges either
+way) enters only on a strong edge. Each seed brings at most ``KB_GRAPH_EXPANSION_MAX_PER_SEED``
+neighbours. The first hop also tells which documents of the top the seed links to
+(:class:`Expansion`), for the adaptive cutoff.
 """
 
 from __future__ import annotations
@@ -144,10 +145,13 @@ def _admitted(n: Neighbour, query: str, settings: Settings, hubs: set[str | None
               min_similarity: float | None) -> bool:
     """Whether a neighbour may stand in the related block (module docstring)."""
     doc = n.candidate.document
-    if doc.canonical_type == PROJECT_INDEX or n.degree >= settings.graph_hub_min_degree:
-        return False
+    many = settings.graph_hub_min_degree
+    if doc.canonical_type == PROJECT_INDEX or n.links_out >= many:
+        return False  # a hub: it links to everything
     if n.edge_weight >= settings.graph_strong_edge_weight and n.from_slug not in hubs:
         return True
+    if n.degree >= many:
+        return False  # a central page: a generic link to it says nothing (decision 0014)
     if min_similarity is None or n.similarity >= min_similarity:
         return True
     return names_topic(query, doc.title or "", n.candidate.text)

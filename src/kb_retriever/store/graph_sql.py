@@ -3,7 +3,8 @@ the first hop from a search's likeliest seeds inside its candidate statement
 (:func:`seed_neighbours_ctes`). Nothing here executes.
 
 A hop reads, per neighbour document: the strongest edge that leads to it, its chunk most
-similar to the query, and its degree (its edges either way: hubs are told apart by it). Only
+similar to the query, its degree (its edges either way) and the links it makes (a hub, such as
+an index, links out to many documents; a central page is linked to by many). Only
 canonical neighbours of an expandable status (``%(expandable)s``) that pass the user's filters,
 over edges of ``%(types)s``, in the configured direction.
 """
@@ -55,10 +56,13 @@ _HOP = (
     "{filt} ORDER BY {seed_e}d.id, dist, c.id)")
 _ROWS = (
     "SELECT {head}{chunk}, {doc}, 1 - n.dist AS similarity, {tail}n.src AS from_slug, "
-    "n.edge_type, n.weight AS edge_weight, n.direction, (SELECT count(*) FROM kb_edges g "
-    "WHERE g.tenant_id = {tenant} AND g.project_key = d.project_key "
-    "AND (g.from_slug = d.slug OR g.to_slug = d.slug)) AS degree FROM nbr_pick n "
-    "JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = n.chunk "
+    "n.edge_type, n.weight AS edge_weight, n.direction, "
+    "(SELECT count(*) FROM kb_edges g WHERE g.tenant_id = {tenant} "
+    "AND g.project_key = d.project_key AND (g.from_slug = d.slug OR g.to_slug = d.slug)) "
+    "AS degree, "
+    "(SELECT count(*) FROM kb_edges g WHERE g.tenant_id = {tenant} "
+    "AND g.project_key = d.project_key AND g.from_slug = d.slug) AS links_out "
+    "FROM nbr_pick n JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = n.chunk "
     "JOIN kb_documents d ON d.tenant_id = {tenant} AND d.id = n.doc")
 
 

@@ -136,7 +136,7 @@ def neighbours_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Neighbour]:
     """The rows of a graph hop (``store.graph_sql``) as :class:`Neighbour` s."""
     return [Neighbour(candidate_from_row(r), float(r["similarity"]), r["edge_type"],
                       float(r["edge_weight"]), r["from_slug"], r["direction"],
-                      int(r.get("degree") or 0)) for r in rows]
+                      int(r.get("degree") or 0), int(r.get("links_out") or 0)) for r in rows]
 
 
 def successor_map(rows: Sequence[Mapping[str, Any]]

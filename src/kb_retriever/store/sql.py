@@ -119,7 +119,8 @@ _CANDIDATE_JOINS = sql.SQL("JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id 
 # with the other's columns NULL (a candidate has no edge, a neighbour no rank or term counts).
 _WITH_NEIGHBOURS = sql.SQL(
     "(SELECT leg_rows.*, NULL::text AS from_slug, NULL::text AS edge_type, NULL::real AS "
-    "edge_weight, NULL::text AS direction, NULL::bigint AS degree FROM leg_rows UNION ALL "
+    "edge_weight, NULL::text AS direction, NULL::bigint AS degree, NULL::bigint AS links_out "
+    "FROM leg_rows UNION ALL "
     "SELECT * FROM nbr_rows)")
 _NEIGHBOUR_HEAD = ("NULL::bigint AS id, NULL::bigint AS vector_rank, false AS mention, "
                    "NULL::bigint AS fts_rank, NULL::real AS fts_score, NULL::float8 AS dist, ")
