@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kb_retriever.ranking.history import promote_predecessors
+from kb_retriever.ranking.history import promote_predecessors, shared_words
 from kb_retriever.ranking.placement import cut_weak, place_rejected, successors_first
 from kb_retriever.ranking.rerank import Scored
 from kb_retriever.ranking.signals import TERMS
@@ -43,6 +43,31 @@ def test_one_chunk_stays_when_the_question_names_the_rejected_idea_or_it_ranks_f
     first = [_s(10, REJ, 0.9), _s(20, DEC, 0.8), _s(11, REJ, 0.7)]
     out, _ = place_rejected("shared cache layer", first, warned=lambda d: True, top=5)
     assert _slugs(out) == ["rej-memcached", "dec-redis"]
+
+
+def test_a_word_most_candidates_hold_names_no_rejected_record():
+    """Decision 0014, amended: "room" is in the rejected record's title and not in the others',
+    but in a knowledge base about hotels most candidates hold it; it names nothing, and the
+    rejected record leaves primary. A word few candidates hold still names it."""
+    rej = canonical_doc(1, slug="rej-app-keys", canonical_type="rejected-approach",
+                        title="Rejected: app-only room keys")
+    dec = canonical_doc(2, slug="dec-mobile-keys", title="Mobile keys on Latchwell locks")
+    note = canonical_doc(3, slug="dc-status", canonical_type="domain-concept",
+                         title="Housekeeping status")
+    ranked = [_s(20, dec, 0.9), _s(10, rej, 0.8), _s(30, note, 0.6)]
+    texts = {2: ["guests open the room door with the app"], 1: ["app-only room keys"],
+             3: ["a room is clean or dirty"]}
+    query = "How do guests open their room doors nowadays?"
+    shared = shared_words(query, texts)
+    assert "room" in shared
+    out, _ = place_rejected(query, ranked, warned=lambda d: True, top=5, shared=shared)
+    assert _slugs(out) == ["dec-mobile-keys", "dc-status"]
+    out, _ = place_rejected(query, ranked, warned=lambda d: True, top=5)
+    assert _slugs(out) == ["dec-mobile-keys", "rej-app-keys", "dc-status"]  # before: "names" it
+    proposal = "Should we go app-only for room keys?"
+    out, _ = place_rejected(proposal, ranked, warned=lambda d: True, top=5,
+                            shared=shared_words(proposal, texts))
+    assert _slugs(out) == ["dec-mobile-keys", "rej-app-keys", "dc-status"]  # "app" and "only" name it
 
 
 def test_a_rejected_record_the_block_does_not_warn_about_keeps_its_place():

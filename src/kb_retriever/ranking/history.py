@@ -11,17 +11,19 @@ decision still comes first and the superseded one is read next to it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from .diversify import Ranked
 from .text import tokenize_query, words
 
 __all__ = ["between", "first_index", "key_of", "names_document", "names_predecessor",
-           "promote_predecessors"]
+           "promote_predecessors", "shared_words"]
 
 R = TypeVar("R", bound=Ranked)
 Key = tuple[str, str]  # (project, slug)
+#: A word that this share of the candidate documents hold names none of them (decision 0014).
+SHARED = 0.7
 
 
 def key_of(item: Ranked) -> Key | None:
@@ -54,9 +56,11 @@ def between(item: R, above: R | None, below: R | None) -> R:
     return rescored(target)  # type: ignore[no-any-return]
 
 
-def names_document(query: str, title: str, others: Iterable[str]) -> bool:
-    """True when a word of ``query`` is in ``title`` and in none of ``others`` (whole words):
-    the question names this document rather than the ones it competes with.
+def names_document(query: str, title: str, others: Iterable[str],
+                   shared: Collection[str] = ()) -> bool:
+    """True when a word of ``query`` is in ``title`` and in none of ``others`` (whole words),
+    and is not one of ``shared`` (the words most of the candidates hold): the question names
+    this document rather than the ones it competes with.
 
     >>> names_document("Should we switch the lake to Apache Hudi?", "Apache Hudi as the table "
     ...                "format", ["Apache Iceberg as the table format"])
@@ -67,7 +71,23 @@ def names_document(query: str, title: str, others: Iterable[str]) -> bool:
     """
     mine = set(words(title))
     theirs = {w for other in others for w in words(other)}
-    return any(t in mine and t not in theirs for t in tokenize_query(query))
+    return any(t in mine and t not in theirs and t not in shared for t in tokenize_query(query))
+
+
+def shared_words(query: str, texts: Mapping[int, Iterable[str]], share: float = SHARED
+                 ) -> frozenset[str]:
+    """The words of ``query`` that at least ``share`` of the documents hold (``texts``: each
+    document's candidate texts, by id): in a knowledge base about hotels, "room" names none.
+
+    >>> sorted(shared_words("open the room door", {1: ["room key"], 2: ["room status"],
+    ...                                            3: ["door lock"]}, share=0.6))
+    ['room']
+    """
+    wanted = set(tokenize_query(query))
+    if not wanted or not texts:
+        return frozenset()
+    held = [wanted & {w for text in chunks for w in words(text)} for chunks in texts.values()]
+    return frozenset(t for t in wanted if sum(t in h for h in held) >= share * len(held))
 
 
 def names_predecessor(query: str, predecessor_title: str, successor_title: str) -> bool:

@@ -35,7 +35,7 @@ R = TypeVar("R", bound=Ranked)
 
 
 def place_rejected(query: str, ranked: Sequence[R], *, warned: Callable[[DocumentRef], bool],
-                   top: int) -> tuple[list[R], list[R]]:
+                   top: int, shared: Collection[str] = ()) -> tuple[list[R], list[R]]:
     """``(ranked, moved)``: each rejected approach that ``warned`` says the ``⚠`` block shows
     leaves the ranked list unless the question is about it, when only its best chunk stays.
 
@@ -60,7 +60,7 @@ def place_rejected(query: str, ranked: Sequence[R], *, warned: Callable[[Documen
             continue
         seen.add(doc.id)
         others = [t for d, t in head_titles.items() if d != doc.id]
-        if pos == 0 or names_document(query, doc.title, others):
+        if pos == 0 or names_document(query, doc.title, others, shared):
             out.append(item)
         else:
             moved.append(item)

@@ -28,7 +28,7 @@ from ..ranking.bm25 import CorpusLexemes
 from ..ranking.calibration import Calibration
 from ..ranking.fusion import fuse_legs
 from ..ranking.grounding import calibrated_evidence, evidence_score, uses_calibration
-from ..ranking.history import key_of, promote_predecessors
+from ..ranking.history import key_of, promote_predecessors, shared_words
 from ..ranking.placement import cut_weak, place_rejected, successors_first
 from ..ranking.rerank import Scored, rank
 from ..ranking.text import segment_cjk
@@ -140,7 +140,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
             warned = channel.warns(settings)
             ranked, placed.warned = place_rejected(
                 req.query, [s for s in ranked if channel.keeps(s.document)],
-                warned=lambda d: d.id in warned, top=req.limit)
+                warned=lambda d: d.id in warned, top=req.limit,
+                shared=shared_words(req.query, candidate_texts(ranked)))
             ranked, placed.yielded = yield_to_accepted(ranked, pool,
                                                        ratio=settings.rejected_yield_ratio)
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
@@ -187,6 +188,14 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         promoted=promoted, channel=channel, cut=len(cut))
     return SearchResult(primary=tuple(top), expanded=tuple(expanded), rejected=tuple(rejected),
                         runner_up=runner_up, meta=meta, query=req.query)
+
+
+def candidate_texts(ranked: Sequence[Scored]) -> dict[int, list[str]]:
+    """Each document's candidate texts, by document id (what ``shared_words`` reads)."""
+    texts: dict[int, list[str]] = {}
+    for s in ranked:
+        texts.setdefault(s.document.id, []).append(s.candidate.text)
+    return texts
 
 
 def runner_ups(cut: Sequence[Hit], rest: Sequence[Scored], limit: int) -> tuple[Hit, ...]:
