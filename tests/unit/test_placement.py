@@ -60,13 +60,13 @@ def test_a_word_most_candidates_hold_names_no_rejected_record():
     query = "How do guests open their room doors nowadays?"
     shared = shared_words(query, texts)
     assert "room" in shared
-    out, _ = place_rejected(query, ranked, warned=lambda d: True, top=5, shared=shared)
+    out, _ = place_rejected(query, ranked, warned=lambda d: True, top=5, shared=lambda: shared)
     assert _slugs(out) == ["dec-mobile-keys", "dc-status"]
     out, _ = place_rejected(query, ranked, warned=lambda d: True, top=5)
     assert _slugs(out) == ["dec-mobile-keys", "rej-app-keys", "dc-status"]  # before: "names" it
     proposal = "Should we go app-only for room keys?"
     out, _ = place_rejected(proposal, ranked, warned=lambda d: True, top=5,
-                            shared=shared_words(proposal, texts))
+                            shared=lambda: shared_words(proposal, texts))
     assert _slugs(out) == ["dec-mobile-keys", "rej-app-keys", "dc-status"]  # "app" and "only" name it
 
 

@@ -22,6 +22,7 @@ leaves the context is returned to the caller, which keeps it as a runner-up.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import cache
 from typing import TypeVar
 
 from ..models import DocumentRef, Hit
@@ -35,17 +36,21 @@ R = TypeVar("R", bound=Ranked)
 
 
 def place_rejected(query: str, ranked: Sequence[R], *, warned: Callable[[DocumentRef], bool],
-                   top: int, shared: Collection[str] = ()) -> tuple[list[R], list[R]]:
+                   top: int, shared: Callable[[], Collection[str]] = frozenset
+                   ) -> tuple[list[R], list[R]]:
     """``(ranked, moved)``: each rejected approach that ``warned`` says the ``⚠`` block shows
     leaves the ranked list unless the question is about it, when only its best chunk stays.
 
     The question is about a rejected record when its best chunk ranks first, or when the
     question names it (:func:`names_document`, against the titles of the other documents in
-    the first ``top``). ``moved`` holds the best chunk of each rejected record that left, so
-    that the caller warns about it with that chunk, then the other chunks that left.
+    the first ``top``, by a word not in ``shared()``: those most candidates hold, read only when
+    a warned record's name is in question). ``moved`` holds the best chunk of each rejected
+    record that left, so that the caller warns about it with that chunk, then the other chunks
+    that left.
     """
     items = list(ranked)
     head_titles = {i.document.id: i.document.title for i in items[:top]}
+    common = cache(shared)
     out: list[R] = []
     moved: list[R] = []
     extra: list[R] = []
@@ -60,7 +65,7 @@ def place_rejected(query: str, ranked: Sequence[R], *, warned: Callable[[Documen
             continue
         seen.add(doc.id)
         others = [t for d, t in head_titles.items() if d != doc.id]
-        if pos == 0 or names_document(query, doc.title, others, shared):
+        if pos == 0 or names_document(query, doc.title, others, common()):
             out.append(item)
         else:
             moved.append(item)

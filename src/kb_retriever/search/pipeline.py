@@ -141,7 +141,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
             ranked, placed.warned = place_rejected(
                 req.query, [s for s in ranked if channel.keeps(s.document)],
                 warned=lambda d: d.id in warned, top=req.limit,
-                shared=shared_words(req.query, candidate_texts(ranked)))
+                shared=lambda: shared_words(req.query, candidate_texts(ranked)))
             ranked, placed.yielded = yield_to_accepted(ranked, pool,
                                                        ratio=settings.rejected_yield_ratio)
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
