@@ -56,14 +56,14 @@ _HOP = (
     "{filt} ORDER BY {seed_e}d.id, dist, c.id)")
 _ROWS = (
     "SELECT {head}{chunk}, {doc}, 1 - n.dist AS similarity, {tail}n.src AS from_slug, "
-    "n.edge_type, n.weight AS edge_weight, n.direction, "
-    "(SELECT count(*) FROM kb_edges g WHERE g.tenant_id = {tenant} "
-    "AND g.project_key = d.project_key AND (g.from_slug = d.slug OR g.to_slug = d.slug)) "
-    "AS degree, "
-    "(SELECT count(*) FROM kb_edges g WHERE g.tenant_id = {tenant} "
-    "AND g.project_key = d.project_key AND g.from_slug = d.slug) AS links_out "
+    "n.edge_type, n.weight AS edge_weight, n.direction, deg.degree, deg.links_out "
     "FROM nbr_pick n JOIN kb_chunks c ON c.tenant_id = {tenant} AND c.id = n.chunk "
-    "JOIN kb_documents d ON d.tenant_id = {tenant} AND d.id = n.doc")
+    "JOIN kb_documents d ON d.tenant_id = {tenant} AND d.id = n.doc "
+    # the neighbour's edges, counted once: either way (degree) and from it (links_out)
+    "CROSS JOIN LATERAL (SELECT count(*) AS degree, "
+    "count(*) FILTER (WHERE g.from_slug = d.slug) AS links_out FROM kb_edges g "
+    "WHERE g.tenant_id = {tenant} AND g.project_key = d.project_key "
+    "AND (g.from_slug = d.slug OR g.to_slug = d.slug)) deg")
 
 
 def _arms(direction: str, tenant: sql.Composable) -> sql.Composable:
