@@ -181,7 +181,9 @@ AFTER_FIFTH_FLOORS = {"ndcg_at_k": 0.70, "mrr": 0.80, "citation_precision": 0.80
 
 @pytest.mark.parametrize(("name", "embedder", "floors"), [
     ("escola-pt", "e5", {}),
-    ("wodociagi-pl", "e5", {"graph_recall": 0.6, "context_precision": 0.48}),
+    # indexed by its words' prefixes since decision 0022 (nDCG@5 0.794 -> 0.895)
+    ("wodociagi-pl", "e5", {"ndcg_at_k": 0.82, "mrr": 0.90, "graph_recall": 0.6,
+                            "context_precision": 0.48, "context_recall": 0.82}),
     ("hotels", "minilm", {"ndcg_at_k": 0.78, "mrr": 0.85, "context_precision": 0.50,
                           "context_recall": 0.80}),
 ])

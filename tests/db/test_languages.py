@@ -97,3 +97,40 @@ def test_chinese_text_is_found_by_the_full_text_leg_through_its_character_pairs(
     found = kb.search("扫码枪扫不了二维码怎么办？", legs=Legs(vector_weight=0)).primary
     assert [h.document.source_path for h in found][:1] == ["zhiban.md"]
     assert found[0].scores.fts_rank == 1 and found[0].scores.keyword > 0
+
+
+PL_METERS = ("# Odczyt wodomierzy\n\nOdczyty wodomierzy trafiają do bilingu przez bramy LoRaWAN, "
+             "które są w każdej strefie. Jeśli brama nie odpowiada, dyżurny ją restartuje, a "
+             "odczyty z tej nocy wczytuje się ręcznie z pliku.\n")
+PL_INVOICES = ("# Faktury\n\nFaktury wysyła się do KSeF w nocy; odrzucona faktura trafia do "
+               "kolejki, którą księgowość przegląda rano. Jeśli KSeF nie odpowiada, faktury są "
+               "wysyłane ponownie przez dyżurnego, także w weekend.\n")
+
+
+def test_polish_inflections_meet_through_the_words_prefixes(make_kb, tmp_path):
+    """PostgreSQL has no Polish stemmer: "wodomierza" (a meter's) never matched "wodomierzy"
+    (meters'), and the full-text leg found a Polish document only by a word in the form it was
+    written. A Polish document and the questions of its scope are now indexed by each longer
+    word's first five letters too (decision 0022), files and in-memory records alike."""
+    from kb_retriever.search.modes import Legs
+
+    kb = _ingested(make_kb(), tmp_path, {"wodomierze.md": PL_METERS})
+    kb.add_documents([{"id": "faktury", "text": PL_INVOICES}])
+    with psycopg.connect(kb.url) as conn:
+        rows = dict(conn.execute(
+            "SELECT d.doc_key, d.language FROM kb_documents d").fetchall())
+    assert rows == {"wodomierze": "pl", "faktury": "pl"}
+    only_text = Legs(vector_weight=0)
+    # no word of either question is in either document as it is written
+    found = kb.search("restartowanie wodomierzowych bram", legs=only_text).primary
+    assert [h.document.doc_key for h in found][:1] == ["wodomierze"]
+    assert found[0].scores.fts_rank == 1 and found[0].scores.keyword > 0
+    found = kb.search("o odrzuconych fakturach", legs=only_text).primary
+    assert [h.document.doc_key for h in found][:1] == ["faktury"]
+    # beside documents in a language with a stemmer, a question asks by its words as well
+    kb.add_documents([{"id": "releases", "text": EN + "It is tagged and signed by the team "
+                       "that owns the app, and the store review is on the same day.\n"}])
+    found = kb.search("releasing", legs=only_text).primary
+    assert [h.document.doc_key for h in found][:1] == ["releases"]
+    found = kb.search("restartowanie wodomierzowych bram", legs=only_text).primary
+    assert [h.document.doc_key for h in found][:1] == ["wodomierze"]

@@ -10,8 +10,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
 
-__all__ = ["detect_language", "scripts_of"]
+from ..models import DocumentDraft
+
+__all__ = ["detect_language", "scripts_of", "with_language"]
 
 _STOP: dict[str, frozenset[str]] = {
     "en": frozenset("the and of to is in that for with on are as this be by from it was we not "
@@ -38,6 +41,10 @@ _STOP: dict[str, frozenset[str]] = {
                     "değil ancak şu".split()),
     "hu": frozenset("az és hogy nem egy meg van ez csak már mint volt vagy ha kell még "
                     "azt ami amely".split()),
+    # PostgreSQL has no Polish stemmer: Polish documents are indexed by their words' prefixes
+    # too (ranking.text.PREFIX_LANGUAGES). Not "i", "na", "do", "o" (English, Portuguese).
+    "pl": frozenset("się nie że jest jak dla przez są oraz który która które także lub ale "
+                    "czy już może być tym tej ten przy od po jego jej tak tylko gdy jeśli w z".split()),
     "ru": frozenset("и в во не на что с со по как к из у за от для о об же так то это все он "
                     "она они мы их но а до или его её при через между после если уже".split()),
 }
@@ -63,6 +70,9 @@ def detect_language(text: str) -> str | None:
     >>> detect_language("De gemeente registreert een nieuw adres in de BAG en de wijziging "
     ...                 "staat daarna ook in het zaaksysteem, maar niet voor het weekend.")
     'nl'
+    >>> detect_language("Odczyty wodomierzy trafiają do bilingu przez bramy LoRaWAN, które "
+    ...                 "są w każdej strefie; jeśli brama nie odpowiada, dyżurny ją restartuje.")
+    'pl'
     >>> detect_language("OK") is None
     True
     """
@@ -76,6 +86,19 @@ def detect_language(text: str) -> str | None:
     (best, n), *rest = counts.most_common(2) + [("", 0)]
     second = rest[0][1]
     return best if n >= _MIN_HITS and n >= _MIN_LEAD * second else None
+
+
+# Enough text to tell the language by its stop words.
+_DETECT_CHUNKS = 5
+
+
+def with_language(draft: DocumentDraft) -> DocumentDraft:
+    """``draft`` with a language: its frontmatter's (or metadata's), else the one its first
+    chunks' words show, else none (the database's default full-text configuration)."""
+    if draft.language is not None:
+        return draft
+    detected = detect_language(" ".join(c.text for c in draft.chunks[:_DETECT_CHUNKS]))
+    return draft if detected is None else replace(draft, language=detected)
 
 
 # The scripts that calibration.SCRIPT_PROBES has questions in (Unicode blocks).

@@ -29,7 +29,7 @@ from kb_retriever.ingest.chunking import (
 )
 from kb_retriever.ingest.files import Listed, read_file
 from kb_retriever.ingest.frontmatter import FrontmatterResult, parse_frontmatter, storable_date
-from kb_retriever.ingest.language import detect_language
+from kb_retriever.ingest.language import with_language
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
 from kb_retriever.settings import EDGE_TYPE_WEIGHTS, Settings
 
@@ -56,8 +56,6 @@ _SENTENCE_END = (".", ";", ",", ":", "!", "?")
 _BOLD_HEADING_LEVEL = 2
 # A word broken across a PDF line: "connec-\ntion", "idle-in-\ntransaction" (soft hyphens too).
 _LINE_HYPHEN_RE = re.compile(r"(?<![\w-])(\w[\w-]*)(?:-|\u00ad)[ \t]*\n[ \t]*([a-z\u00e0-\u00ff]\w*)")
-# Enough text to tell the language by its stop words (ingest/language.py).
-_DETECT_CHUNKS = 5
 # DOCX body lines that the markdown chunker would misread as a heading, a code fence or a
 # frontmatter delimiter; they get a backslash.
 _MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", re.MULTILINE)
@@ -79,12 +77,7 @@ def parse_document(path: Path, *, root: Path, settings: Settings,
         draft = parse_document(Path("kb/auth.md"), root=Path("kb"), settings=Settings())
         print(draft.source_path, draft.is_canonical, len(draft.chunks))
     """
-    draft = _parse(path, root=root, settings=settings, listed=listed)
-    if draft.language is None:  # frontmatter first, then the words (its FTS configuration)
-        detected = detect_language(" ".join(c.text for c in draft.chunks[:_DETECT_CHUNKS]))
-        if detected is not None:
-            draft = replace(draft, language=detected)
-    return draft
+    return with_language(_parse(path, root=root, settings=settings, listed=listed))
 
 
 def _parse(path: Path, *, root: Path, settings: Settings, listed: Listed | None) -> DocumentDraft:

@@ -15,15 +15,18 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 __all__ = [
     "MAX_HEADING_CHARS",
+    "PREFIX_LANGUAGES",
     "STOP_WORDS",
     "cjk_bigrams",
     "clip_words",
     "fts_prefix",
     "keyword_score",
     "normalize_tags",
+    "prefixed_query",
     "query_tags",
     "segment_cjk",
     "tokenize_query",
+    "word_prefixes",
     "words",
 ]
 
@@ -235,16 +238,61 @@ def segment_cjk(text: str) -> str:
     return " ".join(_CJK_RUN.sub(lambda m: f" {' '.join(cjk_bigrams(m.group()))} ", text).split())
 
 
-def fts_prefix(title: str, heading_path: str, text: str) -> str:
+#: Languages that PostgreSQL has no stemmer for and whose words change their endings
+#: (ingest.language detects them): their chunks and the questions asked of them are indexed
+#: by each longer word's first :data:`PREFIX_CHARS` letters too (decision 0022).
+PREFIX_LANGUAGES = frozenset({"pl"})
+PREFIX_CHARS = 6
+_LETTERS = re.compile(r"[^\W\d_]+")
+
+
+def _long_words(text: str) -> list[str]:
+    return [w for w in _LETTERS.findall(unicodedata.normalize("NFC", text).lower())
+            if len(w) > PREFIX_CHARS]
+
+
+def word_prefixes(text: str) -> str:
+    """The first :data:`PREFIX_CHARS` letters of each longer word of ``text``, lower-cased:
+    the crude stem that lets "wodomierzy" and "wodomierzem" meet where no stemmer does.
+
+    >>> word_prefixes("Odczyty wodomierzy przez bramy LoRaWAN")
+    'odczyt wodomi lorawa'
+    """
+    return " ".join(w[:PREFIX_CHARS] for w in _long_words(text))
+
+
+def prefixed_query(text: str, *, keep_words: bool) -> str:
+    """A question's full-text query for documents indexed by their words' prefixes too: each
+    longer word as its prefix; with ``keep_words`` (a scope that also holds documents indexed
+    by their words alone) the words and then the prefixes. A chunk holds both a word and its
+    prefix, so a question that asked by both would count every exact match twice.
+
+    >>> prefixed_query("Kiedy wymieniamy wodomierze w 2025?", keep_words=False)
+    'kiedy wymien wodomi w 2025?'
+    >>> prefixed_query("Kiedy wymieniamy wodomierze?", keep_words=True)
+    'Kiedy wymieniamy wodomierze? wymien wodomi'
+    """
+    if keep_words:
+        return f"{text} {word_prefixes(text)}".rstrip()
+    return _LETTERS.sub(lambda m: m.group()[:PREFIX_CHARS], unicodedata.normalize(
+        "NFC", text).lower())
+
+
+def fts_prefix(title: str, heading_path: str, text: str, language: str | None = None) -> str:
     """A chunk's ``search_prefix``, which its full-text vector indexes with its text: its
-    title and heading path, and the character pairs of its Chinese, Japanese or Korean text
-    (a chunk in other scripts gets its title and heading path, as before).
+    title and heading path, the character pairs of its Chinese, Japanese or Korean text, and,
+    in a language of :data:`PREFIX_LANGUAGES`, its words' prefixes (a chunk in other languages
+    and scripts gets its title and heading path, as before).
 
     >>> fts_prefix("Cache", "Cache > TTL", "We keep sessions 15 minutes.")
     'Cache Cache > TTL'
     >>> fts_prefix("缓存", "缓存 > 过期", "会话保存")
     '缓存 缓存 > 过期 会话 话保 保存'
+    >>> fts_prefix("Awarie sieci", "Awarie sieci", "Wymiana wodomierza", "pl")
+    'Awarie sieci Awarie sieci wymian wodomi'
     """
     head = segment_cjk(f"{title} {heading_path}".strip())
-    pairs = " ".join(cjk_bigrams(text))
-    return f"{head} {pairs}".strip() if pairs else head
+    extra = " ".join(cjk_bigrams(text))
+    if language in PREFIX_LANGUAGES:
+        extra = f"{extra} {word_prefixes(f'{title} {heading_path} {text}')}".strip()
+    return f"{head} {extra}".strip() if extra else head

@@ -31,7 +31,7 @@ from ..ranking.grounding import calibrated_evidence, evidence_score, uses_calibr
 from ..ranking.history import key_of, promote_predecessors, shared_words
 from ..ranking.placement import cut_weak, place_rejected, successors_first
 from ..ranking.rerank import Scored, rank
-from ..ranking.text import segment_cjk
+from ..ranking.text import prefixed_query, segment_cjk
 from ..settings import Settings
 from ..store import reads
 from ..store import sql as q
@@ -264,6 +264,7 @@ class ScopeCatalog(NamedTuple):
     configs: list[str]  # the full-text configurations of the scope's documents' languages
     calibration: Calibration  # the null similarity: the refusal gate's and rejected channel's
     ttl: float
+    prefixes: reads.Prefixed = "none"  # which documents are indexed by their words' prefixes too
 
     @property
     def trust_ttl(self) -> float:
@@ -276,9 +277,9 @@ def scope_catalog(req: SearchRequest, settings: Settings) -> Generator[Fetch, An
     ttl = settings.catalog_cache_ttl_seconds
     corpus = yield reads.lexeme_stats(req.scope, ttl)
     # a language another process brings changes how the query is stemmed: not 300 s stale
-    configs = yield reads.fts_configs(req.scope, settings.fts_language, min(ttl, TRUST_TTL_S))
+    text = yield reads.fts_configs(req.scope, settings.fts_language, min(ttl, TRUST_TTL_S))
     calibration = yield reads.calibration(req.scope, ttl)
-    return ScopeCatalog(corpus, configs, calibration, ttl)
+    return ScopeCatalog(corpus, text.configs, calibration, ttl, text.prefixes)
 
 
 class Found(NamedTuple):
@@ -310,11 +311,13 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
     mentions = (req.mention_doc_ids | frozenset(req.filters.doc_ids)
                 if settings.mentions_mode == "boost" else frozenset())
     shape = leg_shape(req, settings, catalog.corpus, catalog.configs)
+    text = " ".join([req.query, *phrases]) if mode == "or" else req.query
+    if mode == "or" and catalog.prefixes != "none":  # the words' prefixes, as such documents hold
+        text = prefixed_query(text, keep_words=catalog.prefixes == "some")
     # one configuration stems the query through fts_lang, several through the legs' CTE ql
     query = reads.LegQuery(
         qvec=qvec, fts_lang=catalog.configs[0] if len(catalog.configs) == 1
-        else settings.fts_language,
-        fts_text=segment_cjk(" ".join([req.query, *phrases]) if mode == "or" else req.query),
+        else settings.fts_language, fts_text=segment_cjk(text),
         phrases=tuple(phrases), mention_ids=tuple(sorted(mentions)))
     keyword: LegResult | None = None
     if text_leg(req, settings):

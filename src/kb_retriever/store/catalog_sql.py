@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
+from ..ranking.text import PREFIX_LANGUAGES
 from ..settings import FTS_CONFIG_BY_LANGUAGE
 from .columns import CHUNK_COLUMNS, DOC_COLUMNS
 from .sql import built_once
@@ -100,16 +101,20 @@ def supersessions_sql() -> sql.Composed:
 @built_once
 def fts_configs_sql() -> sql.Composed:
     """The full-text configurations of the scope's documents (each document's language's,
-    ``%(default)s`` for those without one), read once per cache period.
-    Params: tenant, projects, default."""
+    ``%(default)s`` for those without one), each with whether some of its documents are in a
+    language indexed by its words' prefixes too (``prefixes``) and whether none is in another
+    known language (``only_prefixes``: a document whose language is unknown does not count),
+    read once per cache period. Params: tenant, projects, default."""
     cases = sql.SQL(" ").join(
         sql.SQL("WHEN {} THEN {}").format(sql.Literal(code), sql.Literal(config))
         for code, config in FTS_CONFIG_BY_LANGUAGE.items())
     return sql.SQL(
-        "SELECT DISTINCT coalesce(CASE lower(language) {cases} END, %(default)s) AS config "
+        "SELECT coalesce(CASE lower(language) {cases} END, %(default)s) AS config, "
+        "coalesce(bool_or(lower(language) = ANY({prefixed})), false) AS prefixes, "
+        "NOT coalesce(bool_or(lower(language) <> ALL({prefixed})), false) AS only_prefixes "
         "FROM kb_documents WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
-        "ORDER BY 1"
-    ).format(cases=cases)
+        "GROUP BY 1 ORDER BY 1"
+    ).format(cases=cases, prefixed=sql.Literal(sorted(PREFIX_LANGUAGES)))
 
 
 @built_once

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from ..filters import SearchFilters
 from ..models.legs import LegResult
@@ -22,8 +22,8 @@ from . import catalog_sql as catalog
 from . import sql as q
 from .rows import hybrid_result, leg_result, neighbours_from_rows, successor_map
 
-__all__ = ["Fetch", "FirstHop", "LegQuery", "Parallel", "calibration", "candidate_legs",
-           "fts_configs", "keyword_leg", "lexeme_stats", "neighbours", "rejected_chunks",
+__all__ = ["Fetch", "FirstHop", "LegQuery", "Parallel", "Prefixed", "TextConfigs", "calibration",
+           "candidate_legs", "fts_configs", "keyword_leg", "lexeme_stats", "neighbours", "rejected_chunks",
            "supersessions", "synonyms", "vector_leg"]
 
 Rows = list[dict[str, Any]]
@@ -77,13 +77,27 @@ def lexeme_stats(scope: q.Scope, ttl: float) -> Fetch:
     return _scoped(catalog.lexeme_stats_sql(), scope, "lexeme_stats", ttl, CorpusLexemes.from_rows)
 
 
-def _configs(rows: Rows) -> list[str]:
-    return [r["config"] for r in rows]
+#: Which of a scope's documents are in a language indexed by its words' prefixes too
+#: (``ranking.text.PREFIX_LANGUAGES``, decision 0022).
+Prefixed = Literal["none", "some", "all"]
+
+
+class TextConfigs(NamedTuple):
+    """How the scope's documents are indexed for full-text search."""
+
+    configs: list[str]  # the configurations of their languages
+    prefixes: Prefixed
+
+
+def _configs(rows: Rows) -> TextConfigs:
+    prefixes: Prefixed = ("none" if not any(r["prefixes"] for r in rows)
+                          else "all" if all(r["only_prefixes"] for r in rows) else "some")
+    return TextConfigs([r["config"] for r in rows], prefixes)
 
 
 def fts_configs(scope: q.Scope, default: str, ttl: float) -> Fetch:
     """The full-text configurations of the scope's documents' languages (``default`` for the
-    documents without one)."""
+    documents without one): :class:`TextConfigs`."""
     return _scoped(catalog.fts_configs_sql(), scope, "fts_configs", ttl, _configs, default=default)
 
 

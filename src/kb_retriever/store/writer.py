@@ -163,7 +163,7 @@ def chunk_rows(tenant: str, project: str, doc_pk: int, draft: DocumentDraft,
     lang = fts_language(draft.language)
     for chunk, emb, uid in zip(draft.chunks, embeddings, chunk_uids(draft), strict=True):
         yield (tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
-               text_hash(chunk.text), fts_prefix(prefix, chunk.heading_path, chunk.text),
+               text_hash(chunk.text), fts_prefix(prefix, chunk.heading_path, chunk.text, draft.language),
                Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid, lang,
                space.id)
 

@@ -34,6 +34,7 @@ from ..embedding.base import check_vector
 from ..errors import IngestError, InputError, KbError, WriteError
 from ..ingest.chunking import chunk_markdown
 from ..ingest.frontmatter import frontmatter_from_mapping, parse_frontmatter, split_frontmatter
+from ..ingest.language import with_language
 from ..ingest.loaders import MAX_FILE_BYTES, PARSER_VERSION, _markdown_draft
 from ..models import (
     ChunkDraft,
@@ -218,7 +219,7 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
                          f"KB_INGEST_MAX_CHUNKS={settings.ingest_max_chunks}; split it into "
                          "documents or raise the limit")
     draft = _markdown_draft(draft, fm, drafts, canonical_enabled=settings.canonical_enabled)
-    return replace(draft, content=text, record_metadata=MappingProxyType(metadata))
+    return replace(with_language(draft), content=text, record_metadata=MappingProxyType(metadata))
 
 
 def unique_drafts(drafts: Sequence[DocumentDraft]) -> list[DocumentDraft]:
