@@ -89,6 +89,23 @@ def test_ingest_is_idempotent_and_replaces_changed_content(make_kb, tmp_path):
     assert "replicated log" in hit.text
 
 
+def test_a_file_parsed_by_an_older_parser_is_written_again_without_new_embeddings(
+        make_kb, tmp_path, monkeypatch):
+    """The parser's version is part of a file's content hash: when parsing changes (a language
+    detected, a chunk's indexed prefixes), the next ingest writes every file again, its chunk
+    texts' embeddings from the cache."""
+    from kb_retriever.ingest import loaders
+
+    kb = make_kb()
+    _write(tmp_path / "dec-alpha.md", DOC_A)
+    monkeypatch.setattr(loaders, "PARSER_VERSION", "kb-retriever-ingest/older")
+    assert kb.ingest([tmp_path]).added == ["dec-alpha.md"]
+    monkeypatch.undo()
+    again = kb.ingest([tmp_path])
+    assert again.updated == ["dec-alpha.md"] and again.chunks_embedded == 0
+    assert kb.ingest([tmp_path]).unchanged == ["dec-alpha.md"]
+
+
 def test_prune_deletes_missing_files(make_kb, tmp_path):
     kb = make_kb()
     _write(tmp_path / "a.md", "# A\n\nalpha text")

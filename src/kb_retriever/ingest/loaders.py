@@ -40,8 +40,10 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # Part of every content hash: bump it when parsing or chunking changes so files re-ingest.
-# 2: titles from the first H1; 3: DOCX outline levels and bold headings, PDF hyphenation joined
-PARSER_VERSION = "kb-retriever-ingest/3"
+# 2: titles from the first H1; 3: DOCX outline levels and bold headings, PDF hyphenation joined;
+# 4: Polish and Czech detected and indexed by their words' prefixes (decision 0022), and the
+# character pairs of decision 0019 reach the documents ingested before it
+PARSER_VERSION = "kb-retriever-ingest/4"
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
 MAX_FILE_BYTES = 20 * 1024 * 1024
