@@ -134,3 +134,16 @@ def test_polish_inflections_meet_through_the_words_prefixes(make_kb, tmp_path):
     assert [h.document.doc_key for h in found][:1] == ["releases"]
     found = kb.search("restartowanie wodomierzowych bram", legs=only_text).primary
     assert [h.document.doc_key for h in found][:1] == ["wodomierze"]
+
+
+def test_one_polish_document_among_short_notes_leaves_their_questions_whole(make_kb, tmp_path):
+    """Notes too short to tell their language are indexed by their words alone: one Polish
+    document beside them must not turn their scope's questions into prefixes, which their
+    chunks do not hold ("configurations" would ask by "config", their lexeme is "configur")."""
+    from kb_retriever.search.modes import Legs
+
+    notes = {f"note{i}.md": f"# Note {i}\n\nConfigurations for service {i} live in Git.\n"
+             for i in range(3)}
+    kb = _ingested(make_kb(), tmp_path, {**notes, "wodomierze.md": PL_METERS})
+    found = kb.search("configurations", legs=Legs(vector_weight=0)).primary
+    assert {h.document.doc_key for h in found} == {"note0", "note1", "note2"}

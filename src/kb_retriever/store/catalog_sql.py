@@ -101,17 +101,18 @@ def supersessions_sql() -> sql.Composed:
 @built_once
 def fts_configs_sql() -> sql.Composed:
     """The full-text configurations of the scope's documents (each document's language's,
-    ``%(default)s`` for those without one), each with whether some of its documents are in a
-    language indexed by its words' prefixes too (``prefixes``) and whether none is in another
-    known language (``only_prefixes``: a document whose language is unknown does not count),
-    read once per cache period. Params: tenant, projects, default."""
+    ``%(default)s`` for those without one), each with how many of its documents are in a
+    language indexed by its words' prefixes too (``prefixed``), in another known language
+    (``other``), and in all (``documents``), read once per cache period.
+    Params: tenant, projects, default."""
     cases = sql.SQL(" ").join(
         sql.SQL("WHEN {} THEN {}").format(sql.Literal(code), sql.Literal(config))
         for code, config in FTS_CONFIG_BY_LANGUAGE.items())
     return sql.SQL(
         "SELECT coalesce(CASE lower(language) {cases} END, %(default)s) AS config, "
-        "coalesce(bool_or(lower(language) = ANY({prefixed})), false) AS prefixes, "
-        "NOT coalesce(bool_or(lower(language) <> ALL({prefixed})), false) AS only_prefixes "
+        "count(*) FILTER (WHERE lower(language) = ANY({prefixed})) AS prefixed, "
+        "count(*) FILTER (WHERE lower(language) <> ALL({prefixed})) AS other, "
+        "count(*) AS documents "
         "FROM kb_documents WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
         "GROUP BY 1 ORDER BY 1"
     ).format(cases=cases, prefixed=sql.Literal(sorted(PREFIX_LANGUAGES)))

@@ -77,8 +77,9 @@ def lexeme_stats(scope: q.Scope, ttl: float) -> Fetch:
     return _scoped(catalog.lexeme_stats_sql(), scope, "lexeme_stats", ttl, CorpusLexemes.from_rows)
 
 
-#: Which of a scope's documents are in a language indexed by its words' prefixes too
-#: (``ranking.text.PREFIX_LANGUAGES``, decision 0022).
+#: Whether a scope's questions ask by their words' prefixes (decision 0022): "all" when most of
+#: its documents are in a language indexed by them too (``ranking.text.PREFIX_LANGUAGES``) and
+#: none in another known language, "some" when a few are, "none" when none is.
 Prefixed = Literal["none", "some", "all"]
 
 
@@ -90,8 +91,11 @@ class TextConfigs(NamedTuple):
 
 
 def _configs(rows: Rows) -> TextConfigs:
-    prefixes: Prefixed = ("none" if not any(r["prefixes"] for r in rows)
-                          else "all" if all(r["only_prefixes"] for r in rows) else "some")
+    prefixed, other = sum(r["prefixed"] for r in rows), sum(r["other"] for r in rows)
+    # a document of unknown language (a short note) does not stop a Polish scope from being
+    # one, nor does one Polish document make a scope of them Polish
+    most = 2 * prefixed > sum(r["documents"] for r in rows)
+    prefixes: Prefixed = ("none" if not prefixed else "all" if most and not other else "some")
     return TextConfigs([r["config"] for r in rows], prefixes)
 
 
