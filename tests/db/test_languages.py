@@ -104,14 +104,14 @@ PL_METERS = ("# Odczyt wodomierzy\n\nOdczyty wodomierzy trafiają do bilingu prz
              "odczyty z tej nocy wczytuje się ręcznie z pliku.\n")
 PL_INVOICES = ("# Faktury\n\nFaktury wysyła się do KSeF w nocy; odrzucona faktura trafia do "
                "kolejki, którą księgowość przegląda rano. Jeśli KSeF nie odpowiada, faktury są "
-               "wysyłane ponownie przez dyżurnego, także w weekend.\n")
+               "wysyłane ponownie przez dyżurnego, także w weekend, z bramki KsefGateway2.\n")
 
 
 def test_polish_inflections_meet_through_the_words_prefixes(make_kb, tmp_path):
     """PostgreSQL has no Polish stemmer: "wodomierza" (a meter's) never matched "wodomierzy"
     (meters'), and the full-text leg found a Polish document only by a word in the form it was
     written. A Polish document and the questions of its scope are now indexed by each longer
-    word's first five letters too (decision 0022), files and in-memory records alike."""
+    word's first six letters too (decision 0022), files and in-memory records alike."""
     from kb_retriever.search.modes import Legs
 
     kb = _ingested(make_kb(), tmp_path, {"wodomierze.md": PL_METERS})
@@ -120,12 +120,23 @@ def test_polish_inflections_meet_through_the_words_prefixes(make_kb, tmp_path):
         rows = dict(conn.execute(
             "SELECT d.doc_key, d.language FROM kb_documents d").fetchall())
     assert rows == {"wodomierze": "pl", "faktury": "pl"}
+    # a call of upsert_chunks may carry a few of a document's chunks: they do not decide its
+    # language (its metadata does), or it would change with each call
+    kb.upsert_chunks("czesci", [{"text": PL_INVOICES}])
+    kb.upsert_chunks("czesci", [{"text": PL_INVOICES}, {"text": "Patrz wyżej."}])
+    with psycopg.connect(kb.url) as conn:
+        assert conn.execute("SELECT language FROM kb_documents WHERE doc_key = 'czesci'"
+                            ).fetchone() == (None,)
+    kb.delete(["czesci"])
     only_text = Legs(vector_weight=0)
     # no word of either question is in either document as it is written
     found = kb.search("restartowanie wodomierzowych bram", legs=only_text).primary
     assert [h.document.doc_key for h in found][:1] == ["wodomierze"]
     assert found[0].scores.fts_rank == 1 and found[0].scores.keyword > 0
     found = kb.search("o odrzuconych fakturach", legs=only_text).primary
+    assert [h.document.doc_key for h in found][:1] == ["faktury"]
+    # an identifier is asked by whole, as the parser indexed it ("ksefga2" would find nothing)
+    found = kb.search("Co robi KsefGateway2?", legs=only_text).primary
     assert [h.document.doc_key for h in found][:1] == ["faktury"]
     # beside documents in a language with a stemmer, a question asks by its words as well
     kb.add_documents([{"id": "releases", "text": EN + "It is tagged and signed by the team "

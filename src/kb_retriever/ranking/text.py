@@ -244,21 +244,37 @@ def segment_cjk(text: str) -> str:
 PREFIX_LANGUAGES = frozenset({"cs", "pl"})
 PREFIX_CHARS = 6
 _LETTERS = re.compile(r"[^\W\d_]+")
+# A question's word of letters alone, punctuation around it aside: "wodomierzy," and
+# "(LoRaWAN)" are words; "PostgreSQL16", "e-faktura", "lis.oru.max_stari_min" and addresses
+# are identifiers, which the parser keeps whole and which a question asks by whole.
+_PLAIN_WORD = re.compile(r"(\W*)([^\W\d_]+)(\W*)")
 
 
-def _long_words(text: str) -> list[str]:
-    return [w for w in _LETTERS.findall(unicodedata.normalize("NFC", text).lower())
-            if len(w) > PREFIX_CHARS]
+def _long_word(token: str) -> tuple[str, str, str] | None:
+    """A token's (punctuation before, word, punctuation after) when it is a word longer than
+    :data:`PREFIX_CHARS`; None for a short word, an identifier or Chinese, Japanese or Korean
+    script (paired by :func:`segment_cjk` instead)."""
+    m = _PLAIN_WORD.fullmatch(token)
+    if m is None or len(m.group(2)) <= PREFIX_CHARS or _CJK_RUN.search(m.group(2)):
+        return None
+    return m.group(1), m.group(2), m.group(3)
+
+
+def _tokens(text: str) -> list[str]:
+    return unicodedata.normalize("NFC", text).lower().split()
 
 
 def word_prefixes(text: str) -> str:
-    """The first :data:`PREFIX_CHARS` letters of each longer word of ``text``, lower-cased:
-    the crude stem that lets "wodomierzy" and "wodomierzem" meet where no stemmer does.
+    """The first :data:`PREFIX_CHARS` letters of each longer run of letters of ``text`` (not
+    Chinese, Japanese or Korean), lower-cased: the crude stem that lets "wodomierzy" and
+    "wodomierzem" meet where no stemmer does. Runs inside identifiers count too: a chunk
+    that holds a word within "kopii/zapasowych" is found by the word.
 
-    >>> word_prefixes("Odczyty wodomierzy przez bramy LoRaWAN")
-    'odczyt wodomi lorawa'
+    >>> word_prefixes("Odczyty wodomierzy przez bramy LoRaWAN, kopii/zapasowych, 二维码扫描枪")
+    'odczyt wodomi lorawa zapaso'
     """
-    return " ".join(w[:PREFIX_CHARS] for w in _long_words(text))
+    return " ".join(w[:PREFIX_CHARS] for w in _LETTERS.findall(" ".join(_tokens(text)))
+                    if len(w) > PREFIX_CHARS and not _CJK_RUN.search(w))
 
 
 def prefixed_query(text: str, *, keep_words: bool) -> str:
@@ -266,16 +282,19 @@ def prefixed_query(text: str, *, keep_words: bool) -> str:
     longer word as its prefix; with ``keep_words`` (a scope that also holds documents indexed
     by their words alone) the words and then the prefixes. A chunk holds both a word and its
     prefix, so a question that asked by both would count every exact match twice.
+    Identifiers and Chinese, Japanese or Korean text stay whole.
 
     >>> prefixed_query("Kiedy wymieniamy wodomierze w 2025?", keep_words=False)
     'kiedy wymien wodomi w 2025?'
+    >>> prefixed_query("Czy PostgreSQL16 obsługuje dyzurny@wodociagi.pl?", keep_words=False)
+    'czy postgresql16 obsług dyzurny@wodociagi.pl?'
     >>> prefixed_query("Kiedy wymieniamy wodomierze?", keep_words=True)
     'Kiedy wymieniamy wodomierze? wymien wodomi'
     """
     if keep_words:
         return f"{text} {word_prefixes(text)}".rstrip()
-    return _LETTERS.sub(lambda m: m.group()[:PREFIX_CHARS], unicodedata.normalize(
-        "NFC", text).lower())
+    return " ".join(f"{w[0]}{w[1][:PREFIX_CHARS]}{w[2]}" if (w := _long_word(t)) else t
+                    for t in _tokens(text))
 
 
 def fts_prefix(title: str, heading_path: str, text: str, language: str | None = None) -> str:

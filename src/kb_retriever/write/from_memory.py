@@ -170,8 +170,10 @@ def canonical_slug(metadata: Mapping[str, Any], settings: Settings) -> str | Non
     return fm.slug if fm.is_canonical else None
 
 
-def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
-    """The draft of one record: validated, chunked (unless pre-split), canonical fields parsed.
+def record_draft(record: DocumentRecord, settings: Settings, *, detect: bool = True
+                 ) -> DocumentDraft:
+    """The draft of one record: validated, chunked (unless pre-split), canonical fields parsed,
+    its language its metadata's, else (``detect``) the one its words show.
 
     Raises :class:`InputError` for a record that cannot be stored (wrong types, NUL, too big);
     invalid canonical fields never raise: the document is stored as non-canonical and
@@ -219,7 +221,9 @@ def record_draft(record: DocumentRecord, settings: Settings) -> DocumentDraft:
                          f"KB_INGEST_MAX_CHUNKS={settings.ingest_max_chunks}; split it into "
                          "documents or raise the limit")
     draft = _markdown_draft(draft, fm, drafts, canonical_enabled=settings.canonical_enabled)
-    return replace(with_language(draft), content=text, record_metadata=MappingProxyType(metadata))
+    if detect:
+        draft = with_language(draft)
+    return replace(draft, content=text, record_metadata=MappingProxyType(metadata))
 
 
 def unique_drafts(drafts: Sequence[DocumentDraft]) -> list[DocumentDraft]:
@@ -251,8 +255,9 @@ def chunks_draft(document_id: str, chunks: Iterable[Any], metadata: Mapping[str,
     if not given:
         raise InputError("upsert_chunks needs at least one chunk")
     doc_id = valid_id(document_id, "document id")
+    # a call may carry a few of the document's chunks: its language is the metadata's only
     draft = record_draft(DocumentRecord(text="", metadata=metadata or {}, id=doc_id,
-                                        chunks=given), settings)
+                                        chunks=given), settings, detect=False)
     kept: dict[str, ChunkDraft] = {}
     uids = writer.chunk_uids(draft)
     for uid, chunk in zip(uids, draft.chunks, strict=True):
