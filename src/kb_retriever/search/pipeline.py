@@ -264,7 +264,7 @@ class ScopeCatalog(NamedTuple):
     configs: list[str]  # the full-text configurations of the scope's documents' languages
     calibration: Calibration  # the null similarity: the refusal gate's and rejected channel's
     ttl: float
-    prefixes: reads.Prefixed = "none"  # which documents are indexed by their words' prefixes too
+    prefixes: reads.Prefixed = "none"  # whether questions ask by their words' prefixes
 
     @property
     def trust_ttl(self) -> float:
@@ -312,7 +312,7 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
                 if settings.mentions_mode == "boost" else frozenset())
     shape = leg_shape(req, settings, catalog.corpus, catalog.configs)
     text = " ".join([req.query, *phrases]) if mode == "or" else req.query
-    if mode == "or" and catalog.prefixes != "none":  # the words' prefixes, as such documents hold
+    if mode == "or" and catalog.prefixes != "none":  # as Polish and Czech chunks hold them
         text = prefixed_query(text, keep_words=catalog.prefixes == "some")
     # one configuration stems the query through fts_lang, several through the legs' CTE ql
     query = reads.LegQuery(

@@ -77,9 +77,9 @@ def lexeme_stats(scope: q.Scope, ttl: float) -> Fetch:
     return _scoped(catalog.lexeme_stats_sql(), scope, "lexeme_stats", ttl, CorpusLexemes.from_rows)
 
 
-#: Whether a scope's questions ask by their words' prefixes (decision 0022): "all" when most of
-#: its documents are in a language indexed by them too (``ranking.text.PREFIX_LANGUAGES``) and
-#: none in another known language, "some" when a few are, "none" when none is.
+#: Whether a scope's questions ask by their words' prefixes (decision 0022): alone ("all") when
+#: most of its documents are in a language indexed by them too (``ranking.text.PREFIX_LANGUAGES``)
+#: and none in another known language; beside the words ("some") when some are; "none".
 Prefixed = Literal["none", "some", "all"]
 
 
