@@ -260,10 +260,6 @@ def _long_word(token: str) -> tuple[str, str, str] | None:
     return m.group(1), m.group(2), m.group(3)
 
 
-def _tokens(text: str) -> list[str]:
-    return unicodedata.normalize("NFC", text).lower().split()
-
-
 def word_prefixes(text: str) -> str:
     """The first :data:`PREFIX_CHARS` letters of each longer run of letters of ``text`` (not
     Chinese, Japanese or Korean), lower-cased: the crude stem that lets "wodomierzy" and
@@ -273,7 +269,7 @@ def word_prefixes(text: str) -> str:
     >>> word_prefixes("Odczyty wodomierzy przez bramy LoRaWAN, kopii/zapasowych, 二维码扫描枪")
     'odczyt wodomi lorawa zapaso'
     """
-    return " ".join(w[:PREFIX_CHARS] for w in _LETTERS.findall(" ".join(_tokens(text)))
+    return " ".join(w[:PREFIX_CHARS] for w in _LETTERS.findall(_fold(text))
                     if len(w) > PREFIX_CHARS and not _CJK_RUN.search(w))
 
 
@@ -294,7 +290,7 @@ def prefixed_query(text: str, *, keep_words: bool) -> str:
     if keep_words:
         return f"{text} {word_prefixes(text)}".rstrip()
     return " ".join(f"{w[0]}{w[1][:PREFIX_CHARS]}{w[2]}" if (w := _long_word(t)) else t
-                    for t in _tokens(text))
+                    for t in _fold(text).split())
 
 
 def fts_prefix(title: str, heading_path: str, text: str, language: str | None = None) -> str:
