@@ -233,12 +233,8 @@ class Settings(BaseSettings):
     )
 
     # --- rejected-approach injection ------------------------------------------------------
-    rejected_injection_enabled: bool = _field(
-        True, "KB_REJECTED_INJECTION_ENABLED"
-    )
-    rejected_injection_max_docs: int = _field(
-        3, "KB_REJECTED_INJECTION_MAX_DOCS", ge=1, le=50
-    )
+    rejected_injection_enabled: bool = _field(True, "KB_REJECTED_INJECTION_ENABLED")
+    rejected_injection_max_docs: int = _field(3, "KB_REJECTED_INJECTION_MAX_DOCS", ge=1, le=50)
     # "calibrated": correlate by evidence on a calibrated scope (below), the absolute cosine
     # rule on a scope never calibrated; "absolute": KB_REJECTED_MIN_SIMILARITY everywhere.
     rejected_rule: Literal["calibrated", "absolute"] = _field("calibrated", "KB_REJECTED_RULE")
@@ -252,6 +248,10 @@ class Settings(BaseSettings):
     # three bench sets with MiniLM and E5, checked leaving each set out (decision 0009).
     rejected_min_evidence: float = _field(0.60, "KB_REJECTED_MIN_EVIDENCE")
     rejected_edge_bonus: float = _field(0.20, "KB_REJECTED_EDGE_BONUS", ge=0)
+    # A correlated record is warned about only when the question is about it: the question
+    # names it, or its evidence is at least this times the best other document's in the top
+    # (search.rejected_channel.about_question; decision 0009, amended 2026-12-05). 0: all.
+    rejected_focus_ratio: float = _field(1.2, "KB_REJECTED_FOCUS_RATIO", ge=0)
     evidence_lexical_weight: float = _field(1.5, "KB_EVIDENCE_LEXICAL_WEIGHT", ge=0)
     # An accepted document linked to a rejected one ranks above it when it scores at least this
     # share of the rejected one's score (rejected.yield_to_accepted; decisions 0009 and 0014:

@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[2] / "examples" / "benchmark-heldout"
 FLOORS = {"ndcg_at_k": 0.90, "mrr": 0.95, "citation_precision": 0.95, "refusal_accuracy": 1.0,
           "rejected_recall": 0.80,
           # issue 27 counts a warning right only when the query expects it (before: expected or
-          # graded relevant): 0.80-0.88 measured after decision 0016 (0.67-0.80 before)
-          "rejected_precision": 0.70,
+          # graded relevant): 1.0 measured since a warning needs a question about the record
+          # (decision 0009, amended 2026-12-05; 0.80-0.88 after decision 0016)
+          "rejected_precision": 0.75,
           "graph_recall": 0.50,  # 1.0 measured; one or two queries expect a neighbour
           # issue 27: the share of the prompt's documents that bear on the question (0.91-0.94
           # measured after decision 0021; 0.87-0.94 after 0016, 0.66-0.92 after 0014, 0.44-0.53
@@ -39,20 +40,20 @@ FLOORS = {"ndcg_at_k": 0.90, "mrr": 0.95, "citation_precision": 0.95, "refusal_a
 # The two sets written after decision 0014 (payments in English, infra-de in German): their
 # own floors, about one miss below what was measured (docs/benchmarks.md).
 NEW_FLOORS = {"ndcg_at_k": 0.85, "mrr": 0.90, "citation_precision": 0.90,
-              "refusal_accuracy": 0.95, "rejected_recall": 0.60, "rejected_precision": 0.40,
+              "refusal_accuracy": 0.95, "rejected_recall": 0.60, "rejected_precision": 0.70,
               "graph_recall": 0.50, "context_precision": 0.80, "context_recall": 0.78}
 # The four sets written before decision 0016's code was measured on them (gamebackend and
 # transit in English, energie-fr in French, clinica-es in Spanish): one set of floors below
 # the lowest of the four (docs/benchmarks.md); three queries each expect a neighbour, so
 # graph recall 0.33 is one of them.
 LATEST_FLOORS = {"ndcg_at_k": 0.80, "mrr": 0.85, "citation_precision": 0.90,
-                 "refusal_accuracy": 0.95, "rejected_recall": 0.75, "rejected_precision": 0.30,
+                 "refusal_accuracy": 0.95, "rejected_recall": 0.75, "rejected_precision": 0.65,
                  "graph_recall": 0.30, "context_precision": 0.70, "context_recall": 0.70}
 # The two sets written for decision 0018 (insurance in English, gemeente-nl in Dutch, graded
 # strictly): about one miss below what was measured (docs/benchmarks.md); five and four
 # queries expect a neighbour.
 UNSEEN_FLOORS = {"ndcg_at_k": 0.80, "mrr": 0.88, "citation_precision": 0.90,
-                 "refusal_accuracy": 0.95, "rejected_recall": 0.80, "rejected_precision": 0.30,
+                 "refusal_accuracy": 0.95, "rejected_recall": 0.80, "rejected_precision": 0.65,
                  "graph_recall": 0.40, "context_precision": 0.60, "context_recall": 0.78}
 # query id -> (accepted decision, its superseded predecessor)
 HISTORY = {
@@ -149,7 +150,7 @@ def test_sets_written_for_decision_0018_pass(new_database, capsys, monkeypatch, 
 # strictly; measured with E5 (decision 0009, amendment: each script's own null for the
 # warnings). About one miss below the measured values (docs/benchmarks.md).
 SCRIPT_FLOORS = {"ndcg_at_k": 0.78, "mrr": 0.85, "citation_precision": 0.90,
-                 "refusal_accuracy": 0.90, "rejected_recall": 0.80, "rejected_precision": 0.50,
+                 "refusal_accuracy": 0.90, "rejected_recall": 0.80, "rejected_precision": 0.70,
                  "graph_recall": 0.40, "context_precision": 0.62, "context_recall": 0.78}
 
 
@@ -175,7 +176,7 @@ def test_sets_in_other_scripts_pass(new_database, capsys, monkeypatch, name):
 # amendment, and hotels' is 0.33: one of four and one of three, so no graph floor.
 AFTER_FIFTH_FLOORS = {"ndcg_at_k": 0.70, "mrr": 0.80, "citation_precision": 0.80,
                       "refusal_accuracy": 0.95, "rejected_recall": 0.75,
-                      "rejected_precision": 0.25, "context_precision": 0.38,
+                      "rejected_precision": 0.70, "context_precision": 0.38,
                       "context_recall": 0.70}
 
 
@@ -203,3 +204,17 @@ def test_sets_written_after_the_fifth_pass_pass(new_database, capsys, monkeypatc
     answered = frozenset({"kn27-odmitnuti-pocasi"}) if name == "nemocnice-cz" else frozenset()
     _check(_bench(new_database, capsys, monkeypatch, name, embedder),
            {**AFTER_FIFTH_FLOORS, **floors}, answered=answered)
+
+
+# Written after issue 27's eighth pass (English, an airline's operations IT), by a helper that
+# saw neither the code nor its output, graded strictly; run once with the code before and once
+# after decision 0009's amendment of 2026-12-05 (a warning when the question is about the
+# record), unchanged since: about one miss below the second run (docs/benchmarks.md). Two
+# queries expect a neighbour, six a warning.
+AIRLINE_FLOORS = {"ndcg_at_k": 0.80, "mrr": 0.85, "citation_precision": 0.90,
+                  "refusal_accuracy": 0.95, "rejected_recall": 0.80, "rejected_precision": 0.55,
+                  "graph_recall": 0.50, "context_precision": 0.60, "context_recall": 0.90}
+
+
+def test_the_set_written_after_the_eighth_pass_passes(new_database, capsys, monkeypatch):
+    _check(_bench(new_database, capsys, monkeypatch, "airline-ops", "minilm"), AIRLINE_FLOORS)

@@ -9,11 +9,20 @@ from kb_retriever import Origin, compose_prompt
 pytestmark = pytest.mark.db
 
 QUESTION = "what cache layer did we standardise on?"
+# a question about the rejected Memcached record (the worked example is about the current
+# state, and since decision 0009's amendment of 2026-12-05 the ⚠ block warns only about a
+# record the question is about)
+PROPOSAL = "can we use memcached as shared cache?"
 
 
 @pytest.fixture(scope="module")
 def result(example_kb):
     return example_kb.search(QUESTION)
+
+
+@pytest.fixture(scope="module")
+def proposal(example_kb):
+    return example_kb.search(PROPOSAL)
 
 
 def _slugs(hits):
@@ -36,14 +45,20 @@ def test_superseded_decision_still_retrievable_but_penalised(result, example_kb)
     assert v1.score + 0.40 > v2.score - 0.25
 
 
-def test_graph_expansion_and_rejected_injection(result):
+def test_graph_expansion_and_rejected_injection(result, proposal):
     expanded = {h.document.slug: h for h in result.expanded}
     assert "mod-session-store" in expanded
     hit = expanded["mod-session-store"]
     assert hit.origin is Origin.GRAPH_EXPANSION
     assert hit.edge_type == "depends_on" and hit.from_slug == "dec-cache-v2" and hit.hop == 1
-    assert "rej-memcached-2023" in _slugs(result.rejected)
-    rej = result.rejected[0]
+    # the current-state question is about the accepted decision: no warning, and the rejected
+    # record takes no slot of the context either
+    assert result.rejected == ()
+    assert "rej-memcached-2023" not in _slugs(result.primary + result.expanded)
+    # a question about the rejected record: its decision first, then the record, and the warning
+    assert _slugs(proposal.primary)[:2] == ["dec-cache-v2", "rej-memcached-2023"]
+    assert _slugs(proposal.rejected) == ["rej-memcached-2023"]
+    rej = proposal.rejected[0]
     assert rej.similarity is not None and rej.similarity >= 0.40
 
 
@@ -60,8 +75,8 @@ def test_meta_contract(result):
         "rejected_injection_enabled", "filters_applied"}
 
 
-def test_prompt_has_three_blocks(result):
-    prompt = compose_prompt(result, project="default")
+def test_prompt_has_three_blocks(proposal):
+    prompt = compose_prompt(proposal, project="default")
     assert "## ⚠ REJECTED APPROACHES" in prompt
     assert "## 📎 RELATED CONTEXT" in prompt
     assert "## Context" in prompt

@@ -19,6 +19,8 @@ from .conftest import closed_port, connect, text_of
 pytestmark = pytest.mark.db
 
 QUESTION = "what cache layer did we standardise on?"
+# about the rejected Memcached record: the ⚠ block warns about it (decision 0009)
+PROPOSAL = "can we use memcached as shared cache?"
 READ_TOOLS = {"search_knowledge_base", "search_knowledge_base_structured", "get_document"}
 
 
@@ -51,7 +53,7 @@ async def test_read_only_by_default_with_typed_schemas(server) -> None:
 
 async def test_search_returns_the_blocks_and_the_refusal_decision(server) -> None:
     async with connect(server) as client:
-        result = await client.call_tool("search_knowledge_base", {"query": QUESTION})
+        result = await client.call_tool("search_knowledge_base", {"query": PROPOSAL})
         assert not result.isError
         text = text_of(result)
         assert text.startswith("Grounding: ANSWER (should_refuse: false)")
@@ -146,10 +148,10 @@ async def test_unknown_tool_and_write_tools_are_refused_when_read_only(server) -
 
 async def test_prompt_template_composes_the_whole_prompt(server) -> None:
     async with connect(server) as client:
-        prompt = await client.get_prompt("answer_from_knowledge_base", {"question": QUESTION})
+        prompt = await client.get_prompt("answer_from_knowledge_base", {"question": PROPOSAL})
         text = prompt.messages[0].content.text  # type: ignore[union-attr]
         assert text.startswith("You are the knowledge assistant")
-        assert "## ⚠ REJECTED APPROACHES" in text and text.endswith(f"Question: {QUESTION}")
+        assert "## ⚠ REJECTED APPROACHES" in text and text.endswith(f"Question: {PROPOSAL}")
 
 
 @pytest.mark.parametrize(("arguments", "message"), [

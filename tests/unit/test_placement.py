@@ -56,10 +56,13 @@ def test_a_word_most_candidates_hold_names_no_rejected_record():
                          title="Housekeeping status")
     ranked = [_s(20, dec, 0.9), _s(10, rej, 0.8), _s(30, note, 0.6)]
     texts = {2: ["guests open the room door with the app"], 1: ["app-only room keys"],
-             3: ["a room is clean or dirty"]}
+             3: ["a room is clean or dirty"], 4: ["room rates by season"],
+             5: ["the minibar of a room"]}
     query = "How do guests open their room doors nowadays?"
     shared = shared_words(query, texts)
     assert "room" in shared
+    # among three candidates, three holding a word do not make it the domain's (SHARED_LEAST)
+    assert "room" not in shared_words(query, {d: texts[d] for d in (1, 2, 3)})
     out, _ = place_rejected(query, ranked, warned=lambda d: True, top=5, shared=lambda: shared)
     assert _slugs(out) == ["dec-mobile-keys", "dc-status"]
     out, _ = place_rejected(query, ranked, warned=lambda d: True, top=5)

@@ -18,13 +18,13 @@ N = len(PROBES)
 
 
 def _rejected_row(chunk_id: int, doc_pk: int, embedding: list[float],
-                  linked: tuple[str, ...] = ()) -> dict[str, object]:
+                  linked: tuple[str, ...] = (), title: str = "") -> dict[str, object]:
     """A row of ``store.catalog_sql.rejected_chunks_sql``: the chunk of a rejected approach,
     its document's columns, its vector and the slugs it links to."""
     return {"chunk_id": chunk_id, "doc_pk": doc_pk, "embedding": embedding,
             "linked_slugs": list(linked), "text": f"rejected idea {doc_pk}", "heading_path": "",
             "chunk_order": 0, "chunk_uid": None, "tenant_id": "default",
-            "project_key": "default", "doc_key": f"rej-{doc_pk}", "title": f"Rejected {doc_pk}",
+            "project_key": "default", "doc_key": f"rej-{doc_pk}", "title": title or f"Rejected {doc_pk}",
             "source_path": f"rej-{doc_pk}.md", "source_type": "markdown", "slug": f"rej-{doc_pk}",
             "doc_id": None, "is_canonical": True, "canonical_type": "rejected-approach",
             "canonical_status": "accepted", "retrieval_priority": 0, "generation_source": None,
@@ -207,7 +207,8 @@ def test_a_rejected_record_far_below_the_answer_is_not_warned_about():
     from .factories import make_candidate, make_settings
 
     answer = canonical_doc(2, slug="dec-auth")
-    settings = make_settings(rejected_min_evidence=0.1)
+    # the rule of decision 0016 alone (the question's focus has a test of its own)
+    settings = make_settings(rejected_min_evidence=0.1, rejected_focus_ratio=0)
     # the scope's one rejected record, document 1
     pool = unit_vectors([_rejected_row(10, 1, [0.6, 0.8])])
     # cosines 0.6 and 0.95 over a 0.2 null: margins 0.5 and 0.9375, no keyword signal
@@ -222,3 +223,36 @@ def test_a_rejected_record_far_below_the_answer_is_not_warned_about():
     assert correlated(0.0) == {1}  # no relative rule: the absolute evidence correlates
     assert correlated(0.5) == {1}  # 0.5 >= 0.5 x 0.9375
     assert correlated(0.6) == frozenset()  # 0.5 < 0.6 x 0.9375
+
+
+def test_a_rejected_record_is_warned_about_only_when_the_question_is_about_it():
+    """Decision 0009, amended 2026-12-05: a correlated rejected record is warned about when
+    the question names it or its evidence is at least ``rejected_focus_ratio`` times the best
+    other document's in the top; a current-state question on its topic gets no warning."""
+    from kb_retriever.ranking.rerank import rank
+    from kb_retriever.search.rejected_channel import decide_rejected, unit_vectors
+
+    from .factories import make_candidate, make_settings
+
+    answer = canonical_doc(2, slug="dec-auth", title="Short-lived access tokens")
+    # the rejected record: cosine 0.6 over a 0.2 null, margin 0.5
+    pool = unit_vectors([_rejected_row(10, 1, [0.6, 0.8], title="Rejected: opaque tokens")])
+
+    def warned(query: str, answer_sim: float, **overrides: float) -> frozenset[int]:
+        settings = make_settings(rejected_min_evidence=0.1, **overrides)
+        ranked = rank(query, [make_candidate(20, doc=answer, sim=answer_sim,
+                                             text="session handling")], settings)
+        channel = decide_rejected(pool, [1.0, 0.0], ranked, _null(0.2), settings, top=5,
+                                  query=query)
+        return channel.warns(settings)
+
+    # the answer's margin 0.9375: the rejected record's 0.5 is no match for it
+    assert warned("which token lifetime do we use?", 0.95) == frozenset()
+    # ... unless the question names it by a word no other title of the top holds
+    assert warned("should we switch to opaque tokens?", 0.95) == {1}
+    assert warned("should we switch to short tokens?", 0.95) == frozenset()  # the answer's word
+    # an answer of margin 0.375: 0.5 >= 1.2 x 0.375, the question is about the rejected idea
+    assert warned("which token lifetime do we use?", 0.5) == {1}
+    assert warned("which token lifetime do we use?", 0.5, rejected_focus_ratio=1.5) == frozenset()
+    # ratio 0: every correlated record is warned about, as before the rule
+    assert warned("which token lifetime do we use?", 0.95, rejected_focus_ratio=0) == {1}

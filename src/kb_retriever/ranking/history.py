@@ -24,6 +24,8 @@ R = TypeVar("R", bound=Ranked)
 Key = tuple[str, str]  # (project, slug)
 #: A word that this share of the candidate documents hold names none of them (decision 0014).
 SHARED = 0.7
+#: ... and at least this many of them: a word of four documents is no word of the domain.
+SHARED_LEAST = 5
 
 
 def key_of(item: Ranked) -> Key | None:
@@ -74,20 +76,26 @@ def names_document(query: str, title: str, others: Iterable[str],
     return any(t in mine and t not in theirs and t not in shared for t in tokenize_query(query))
 
 
-def shared_words(query: str, texts: Mapping[int, Iterable[str]], share: float = SHARED
-                 ) -> frozenset[str]:
-    """The words of ``query`` that at least ``share`` of the documents hold (``texts``: each
-    document's candidate texts, by id): in a knowledge base about hotels, "room" names none.
+def shared_words(query: str, texts: Mapping[int, Iterable[str]], share: float = SHARED,
+                 least: int = SHARED_LEAST) -> frozenset[str]:
+    """The words of ``query`` that at least ``share`` of the documents hold, and at least
+    ``least`` of them (``texts``: each document's candidate texts, by id): in a knowledge base
+    about hotels, "room" names none; among the five candidates of a small question, the four
+    that discuss Memcached do not make it a word of the domain.
 
     >>> sorted(shared_words("open the room door", {1: ["room key"], 2: ["room status"],
-    ...                                            3: ["door lock"]}, share=0.6))
+    ...                                            3: ["door lock"]}, share=0.6, least=2))
     ['room']
+    >>> shared_words("open the room door", {1: ["room key"], 2: ["room status"],
+    ...                                     3: ["door lock"]}, share=0.6, least=3)
+    frozenset()
     """
     wanted = set(tokenize_query(query))
     if not wanted or not texts:
         return frozenset()
     held = [wanted & {w for text in chunks for w in words(text)} for chunks in texts.values()]
-    return frozenset(t for t in wanted if sum(t in h for h in held) >= share * len(held))
+    enough = max(share * len(held), least)
+    return frozenset(t for t in wanted if sum(t in h for h in held) >= enough)
 
 
 def names_predecessor(query: str, predecessor_title: str, successor_title: str) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from itertools import chain, islice
 from typing import Any, NamedTuple
 
@@ -129,28 +130,28 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit,
                                                 chunks=HISTORY_CHUNKS)
     placed = Placed(promoted={s.document.id for s in ranked if key_of(s) in promoted})
+    ratio = req.legs.cutoff(settings.context_cutoff)  # the adaptive cutoff's share of the best
     channel = pool = None
     if settings.rejected_injection_enabled:
         with watch.lap("rejected"):
             pool = yield reads.rejected_chunks(req.scope, catalog.trust_ttl, unit_vectors)
+            common = common_words(req.query, ranked)
             channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings,
-                                      top=req.limit, ratio=req.legs.cutoff(settings.context_cutoff))
+                                      top=req.limit, ratio=ratio, query=req.query, shared=common)
             # a rejected idea that does not correlate is no context either (rejected.py); one
             # the ⚠ block warns about stands there, not in primary (placement.py)
             warned = channel.warns(settings)
             ranked, placed.warned = place_rejected(
                 req.query, [s for s in ranked if channel.keeps(s.document)],
-                warned=lambda d: d.id in warned, top=req.limit,
-                shared=lambda: shared_words(req.query, candidate_texts(ranked)))
-            ranked, placed.yielded = yield_to_accepted(ranked, pool,
-                                                       ratio=settings.rejected_yield_ratio)
+                warned=lambda d: d.id in warned, top=req.limit, shared=common)
+            ranked, placed.yielded = yield_to_accepted(ranked, pool, ratio=settings.rejected_yield_ratio)
+            ranked = [s for s in ranked if channel.shows(s.document)]
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     shown = [s.hit() for s in kept]  # hits for what is kept, not every candidate: the cutoff's input
     # what the question @mentions, or placement put there on purpose, is never cut; a
     # predecessor moved beside its successor needs some evidence (placement.cut_weak's named)
     keep = placed.yielded | {h.chunk_id for h in shown if h.document.id in found.mentions}
     evidence = context_evidence(shown, settings, catalog.calibration)
-    ratio = req.legs.cutoff(settings.context_cutoff)
     linked_ratio = min(ratio, settings.context_cutoff_linked)  # for what the answer links to
 
     def cutoff(linked: Collection[int] = ()) -> tuple[list[Hit], list[Hit]]:
@@ -174,7 +175,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     runner_up = runner_ups(cut, rest, settings.runner_up_limit)
     expanded = expansion.hits
     if channel is not None:
-        expanded = [h for h in expanded if channel.keeps(h.document)]
+        expanded = [h for h in expanded if channel.shows(h.document)]
     rejected: list[Hit] = []
     if channel is not None and pool is not None:
         rejected = channel.inject(pool, [*top, *expanded,
@@ -188,6 +189,12 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         promoted=promoted, channel=channel, cut=len(cut))
     return SearchResult(primary=tuple(top), expanded=tuple(expanded), rejected=tuple(rejected),
                         runner_up=runner_up, meta=meta, query=req.query)
+
+
+def common_words(query: str, ranked: Sequence[Scored]) -> Callable[[], frozenset[str]]:
+    """The question's words that most candidate documents hold (``history.shared_words``),
+    read once, when a rule first asks: they name no document."""
+    return cache(lambda: shared_words(query, candidate_texts(ranked)))
 
 
 def candidate_texts(ranked: Sequence[Scored]) -> dict[int, list[str]]:

@@ -5,7 +5,9 @@ so scoring them costs no round trip. On a calibrated scope the decision is
 :func:`~kb_retriever.ranking.rejected_evidence.correlate_rejected`'s evidence (decision 0009): correlated
 documents are injected unless the query is refused, the others leave every list; with the
 adaptive cutoff on, a rejected document also needs the cutoff's share of the best evidence of
-the top, as a primary document does (decision 0016).
+the top, as a primary document does (decision 0016), and the question must be about it
+(:func:`about_question`: it names the record, or the record's evidence clearly beats the other
+documents'; decision 0009, amendment of 2026-12-05).
 ``KB_REJECTED_RULE=absolute``, or a scope never calibrated, keeps the absolute cosine rule
 (``KB_REJECTED_MIN_SIMILARITY``); either way a rejected document that stands in ``primary`` or
 ``expanded`` is also injected, so it never shows as ordinary context without its warning.
@@ -13,8 +15,9 @@ the top, as a primary document does (decision 0016).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -22,7 +25,7 @@ import numpy as np
 from ..models import DocumentRef, Hit, Origin, ScoreBreakdown
 from ..ranking.calibration import Calibration
 from ..ranking.grounding import calibrated_evidence
-from ..ranking.history import between
+from ..ranking.history import between, names_document
 from ..ranking.rejected_evidence import EDGE_SEEDS, RejectedEvidence, correlate_rejected
 from ..ranking.rerank import Scored
 from ..settings import Settings
@@ -30,7 +33,7 @@ from ..store.rows import document_from_row, vector_array
 from ..vocabulary import ACCEPTED, PROJECT_INDEX, is_rejected_approach
 
 __all__ = ["QueryCosines", "RejectedChannel", "RejectedChunk", "RejectedVectors",
-           "decide_rejected", "query_cosines", "rejected_hit", "unit_vectors",
+           "about_question", "decide_rejected", "query_cosines", "rejected_hit", "unit_vectors",
            "yield_to_accepted"]
 
 
@@ -119,12 +122,14 @@ def rejected_hit(chunk: RejectedChunk, sim: float) -> Hit:
 class RejectedChannel:
     """The channel's decision for one query: its ``rule`` (``"absolute"``: the cosine
     threshold), the query's cosines with the rejected chunks, and on ``"calibrated"`` the
-    evidence per rejected document (best first) and the ids that correlate."""
+    evidence per rejected document (best first), the ids that correlate, and ``leads``: a
+    record with the evidence that ranks first, though the question is not about it."""
 
     rule: Literal["calibrated", "absolute"]
     cosines: QueryCosines = QueryCosines({}, [])
     evidence: tuple[RejectedEvidence, ...] = ()
     correlated: frozenset[int] = field(default_factory=frozenset)
+    leads: int | None = None
 
     def warns(self, settings: Settings) -> frozenset[int]:
         """The rejected documents the ``⚠`` block shows on their own evidence: the correlated
@@ -136,6 +141,11 @@ class RejectedChannel:
                          if sim >= settings.rejected_min_similarity)
 
     def keeps(self, doc: DocumentRef) -> bool:
+        """Whether ``doc`` takes part in placement: what :meth:`shows`, and ``leads``, so
+        that the accepted decision it is linked to takes its place (``yield_to_accepted``)."""
+        return self.shows(doc) or doc.id == self.leads
+
+    def shows(self, doc: DocumentRef) -> bool:
         """Whether ``doc`` may stand in primary, runner-up or expanded."""
         return (self.rule == "absolute" or not is_rejected_approach(doc)
                 or doc.id in self.correlated)
@@ -175,13 +185,15 @@ class RejectedChannel:
 
 def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored],
                     calibration: Calibration, settings: Settings, *, top: int = 0,
-                    ratio: float = 0.0) -> RejectedChannel:
+                    ratio: float = 0.0, query: str = "",
+                    shared: Callable[[], Collection[str]] = frozenset) -> RejectedChannel:
     """Correlate the scope's rejected documents with the query (module docstring).
 
     A rejected document correlates when its evidence reaches ``rejected_min_evidence`` and,
     with ``ratio`` above 0 (the adaptive cutoff's), when its cosine margin and keyword
     signal reach ``ratio`` times the best of the first ``top`` ranked chunks' (the ⚠ block
-    holds what bears on the question as much as the context does: decision 0016)."""
+    holds what bears on the question as much as the context does: decision 0016); and when
+    the question is about it (:func:`about_question`)."""
     cosines = query_cosines(vectors, qvec)
     if settings.rejected_rule == "absolute" or not calibration.calibrated:
         return RejectedChannel("absolute", cosines)
@@ -201,10 +213,45 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
         edge_bonus=settings.rejected_edge_bonus)
     floor = ratio * max((calibrated_evidence(s.hit(), settings, calibration)
                          for s in ranked[:top]), default=0.0)
-    correlated = frozenset(e.doc_id for e in evidence if e.score >= settings.rejected_min_evidence
-                           and e.grounded >= floor)
+    evident = [e.doc_id for e in evidence
+               if e.score >= settings.rejected_min_evidence and e.grounded >= floor]
+    about = about_question(query, ranked[:top], vectors, settings, calibration, shared)
+    correlated = frozenset(e.doc_id for e in evidence if e.doc_id in evident and about(e))
+    # a record first in the ranking marks its decision's topic, though the question is not
+    # about it: the decision takes its place ("how do families pay the fees today?")
+    first = ranked[0].document.id if ranked else None
+    leads = first if first in evident and first not in correlated else None
     return RejectedChannel("calibrated", cosines, evidence=tuple(evidence),
-                           correlated=correlated)
+                           correlated=correlated, leads=leads)
+
+
+def about_question(query: str, head: Sequence[Scored], vectors: RejectedVectors,
+                   settings: Settings, calibration: Calibration,
+                   shared: Callable[[], Collection[str]]) -> Callable[[RejectedEvidence], bool]:
+    """Whether the question is about a rejected record: it names the record
+    (:func:`~kb_retriever.ranking.history.names_document`, against the titles of the other
+    documents in ``head`` by a word not in ``shared()``), or the record's evidence (cosine
+    margin and keyword signal) is at least ``rejected_focus_ratio`` times the best of the other
+    documents' chunks in ``head``. "Should we run our own ELK stack?" and "couldn't we send
+    the invoices to an LLM?" are about the rejected record; "how do riders pay now?" is about
+    the accepted decision, which a rejected alternative of its topic matches nearly as well
+    (decision 0009, amendment of 2026-12-05). ``rejected_focus_ratio`` 0 or an empty
+    ``head``: every record is."""
+    if settings.rejected_focus_ratio <= 0 or not head:
+        return lambda e: True
+    best_other = max((calibrated_evidence(s.hit(), settings, calibration) for s in head
+                      if not is_rejected_approach(s.document)), default=0.0)
+    titles = {s.document.id: s.document.title for s in head}
+    common = cache(shared)
+
+    def about(e: RejectedEvidence) -> bool:
+        if e.grounded >= settings.rejected_focus_ratio * best_other:
+            return True
+        doc = vectors.chunks[e.chunk_id].document
+        others = [t for d, t in titles.items() if d != doc.id]
+        return names_document(query, doc.title, others, common())
+
+    return about
 
 
 def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
