@@ -207,12 +207,12 @@ def test_sets_written_after_the_fifth_pass_pass(new_database, capsys, monkeypatc
 
 
 # Written after issue 27's eighth pass (English, an airline's operations IT), by a helper that
-# saw neither the code nor its output, graded strictly; run once with the code before and once
-# after decision 0009's amendment of 2026-12-05 (a warning when the question is about the
-# record), unchanged since: about one miss below the second run (docs/benchmarks.md). Two
-# queries expect a neighbour, six a warning.
+# saw neither the code nor its output, graded strictly, unchanged since; first run with the
+# code before decision 0009's amendment of 2026-12-05 (a warning when the question is about the
+# record) and with its first form: about one miss below the final code's run
+# (docs/benchmarks.md). Two queries expect a neighbour, six a warning.
 AIRLINE_FLOORS = {"ndcg_at_k": 0.80, "mrr": 0.85, "citation_precision": 0.90,
-                  "refusal_accuracy": 0.95, "rejected_recall": 0.80, "rejected_precision": 0.55,
+                  "refusal_accuracy": 0.95, "rejected_recall": 0.80, "rejected_precision": 0.65,
                   "graph_recall": 0.50, "context_precision": 0.60, "context_recall": 0.90}
 
 

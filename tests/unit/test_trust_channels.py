@@ -235,10 +235,11 @@ def test_a_rejected_record_is_warned_about_only_when_the_question_is_about_it():
     from .factories import make_candidate, make_settings
 
     answer = canonical_doc(2, slug="dec-auth", title="Short-lived access tokens")
-    # the rejected record: cosine 0.6 over a 0.2 null, margin 0.5
-    pool = unit_vectors([_rejected_row(10, 1, [0.6, 0.8], title="Rejected: opaque tokens")])
 
-    def warned(query: str, answer_sim: float, **overrides: float) -> frozenset[int]:
+    def warned(query: str, answer_sim: float, title: str = "Rejected: opaque tokens",
+               **overrides: float) -> frozenset[int]:
+        # the rejected record: cosine 0.6 over a 0.2 null, margin 0.5
+        pool = unit_vectors([_rejected_row(10, 1, [0.6, 0.8], title=title)])
         settings = make_settings(rejected_min_evidence=0.1, **overrides)
         ranked = rank(query, [make_candidate(20, doc=answer, sim=answer_sim,
                                              text="session handling")], settings)
@@ -254,5 +255,10 @@ def test_a_rejected_record_is_warned_about_only_when_the_question_is_about_it():
     # an answer of margin 0.375: 0.5 >= 1.2 x 0.375, the question is about the rejected idea
     assert warned("which token lifetime do we use?", 0.5) == {1}
     assert warned("which token lifetime do we use?", 0.5, rejected_focus_ratio=1.5) == frozenset()
+    # a word of three letters or fewer names it only as an acronym, in capitals
+    own = "Rejected: our own JWT"
+    assert warned("how long do our tokens last?", 0.95, title=own) == frozenset()
+    assert warned("why not our own JWT?", 0.95, title=own) == {1}
+    assert warned("why not a jwt of our own?", 0.95, title=own) == frozenset()
     # ratio 0: every correlated record is warned about, as before the rule
     assert warned("which token lifetime do we use?", 0.95, rejected_focus_ratio=0) == {1}

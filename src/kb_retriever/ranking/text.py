@@ -17,6 +17,7 @@ __all__ = [
     "MAX_HEADING_CHARS",
     "PREFIX_LANGUAGES",
     "STOP_WORDS",
+    "acronyms",
     "cjk_bigrams",
     "clip_words",
     "fts_prefix",
@@ -64,6 +65,17 @@ def _fold(text: str) -> str:
 def words(text: str) -> list[str]:
     """Lower-cased words of ``text``: runs of letters/digits (no stop-word or length filter)."""
     return _NON_WORD.sub(" ", _fold(text)).split()
+
+
+def acronyms(text: str) -> frozenset[str]:
+    """The words of ``text`` written in capitals (two characters or more), lower-cased as
+    :func:`words` gives them.
+
+    >>> sorted(acronyms("Should we run our own ELK stack on K8S? Or MES on Алиюнь, ЕГАИС?"))
+    ['elk', 'k8s', 'mes', 'егаис']
+    """
+    raw = _NON_WORD.sub(" ", unicodedata.normalize("NFC", text)).split()
+    return frozenset(w.lower() for w in raw if len(w) > 1 and w.isupper())
 
 
 def tokenize_query(query: str) -> list[str]:

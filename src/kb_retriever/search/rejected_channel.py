@@ -28,6 +28,7 @@ from ..ranking.grounding import calibrated_evidence
 from ..ranking.history import between, names_document
 from ..ranking.rejected_evidence import EDGE_SEEDS, RejectedEvidence, correlate_rejected
 from ..ranking.rerank import Scored
+from ..ranking.text import acronyms, tokenize_query
 from ..settings import Settings
 from ..store.rows import document_from_row, vector_array
 from ..vocabulary import ACCEPTED, PROJECT_INDEX, is_rejected_approach
@@ -230,7 +231,8 @@ def about_question(query: str, head: Sequence[Scored], vectors: RejectedVectors,
                    shared: Callable[[], Collection[str]]) -> Callable[[RejectedEvidence], bool]:
     """Whether the question is about a rejected record: it names the record
     (:func:`~kb_retriever.ranking.history.names_document`, against the titles of the other
-    documents in ``head`` by a word not in ``shared()``), or the record's evidence (cosine
+    documents in ``head`` by a word not in ``shared()``, and of four letters or more unless
+    written in capitals), or the record's evidence (cosine
     margin and keyword signal) is at least ``rejected_focus_ratio`` times the best of the other
     documents' chunks in ``head``. "Should we run our own ELK stack?" and "couldn't we send
     the invoices to an LLM?" are about the rejected record; "how do riders pay now?" is about
@@ -242,7 +244,11 @@ def about_question(query: str, head: Sequence[Scored], vectors: RejectedVectors,
     best_other = max((calibrated_evidence(s.hit(), settings, calibration) for s in head
                       if not is_rejected_approach(s.document)), default=0.0)
     titles = {s.document.id: s.document.title for s in head}
-    common = cache(shared)
+    # a word of three letters or fewer names a record only in capitals (ELK, EKS, MES): "our",
+    # "por" and "do" are function words the query's stop words (Italian and English) miss
+    caps = acronyms(query)
+    short = {t for t in tokenize_query(query) if len(t) <= 3 and t not in caps}
+    common = cache(lambda: frozenset(shared()) | short)
 
     def about(e: RejectedEvidence) -> bool:
         if e.grounded >= settings.rejected_focus_ratio * best_other:
