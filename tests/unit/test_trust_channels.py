@@ -3,6 +3,8 @@ calibrated scope, rejected-approach evidence and history promotion."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from kb_retriever.models import ScoreBreakdown
@@ -237,28 +239,93 @@ def test_a_rejected_record_is_warned_about_only_when_the_question_is_about_it():
     answer = canonical_doc(2, slug="dec-auth", title="Short-lived access tokens")
 
     def warned(query: str, answer_sim: float, title: str = "Rejected: opaque tokens",
+               shared: Callable[[], frozenset[str]] = frozenset,
                **overrides: float) -> frozenset[int]:
         # the rejected record: cosine 0.6 over a 0.2 null, margin 0.5
         pool = unit_vectors([_rejected_row(10, 1, [0.6, 0.8], title=title)])
-        settings = make_settings(rejected_min_evidence=0.1, **overrides)
+        settings = make_settings(**{"rejected_min_evidence": 0.1, **overrides})
         ranked = rank(query, [make_candidate(20, doc=answer, sim=answer_sim,
                                              text="session handling")], settings)
         channel = decide_rejected(pool, [1.0, 0.0], ranked, _null(0.2), settings, top=5,
-                                  query=query)
+                                  query=query, shared=shared)
         return channel.warns(settings)
+
+    def unread() -> frozenset[str]:
+        raise AssertionError("the candidates' shared words were read")
 
     # the answer's margin 0.9375: the rejected record's 0.5 is no match for it
     assert warned("which token lifetime do we use?", 0.95) == frozenset()
     # ... unless the question names it by a word no other title of the top holds
     assert warned("should we switch to opaque tokens?", 0.95) == {1}
+    # and most candidates do not hold ("room" in a knowledge base about hotels)
+    assert warned("should we switch to opaque tokens?", 0.95,
+                  shared=lambda: frozenset({"opaque"})) == frozenset()
     assert warned("should we switch to short tokens?", 0.95) == frozenset()  # the answer's word
     # an answer of margin 0.375: 0.5 >= 1.2 x 0.375, the question is about the rejected idea
-    assert warned("which token lifetime do we use?", 0.5) == {1}
+    # (and the candidates' shared words are not read: the evidence decides)
+    assert warned("which token lifetime do we use?", 0.5, shared=unread) == {1}
+    # nor are they when no record has the evidence
+    assert warned("which token lifetime do we use?", 0.95, shared=unread,
+                  rejected_min_evidence=5.0) == frozenset()
     assert warned("which token lifetime do we use?", 0.5, rejected_focus_ratio=1.5) == frozenset()
     # a word of three letters or fewer names it only as an acronym, in capitals
     own = "Rejected: our own JWT"
     assert warned("how long do our tokens last?", 0.95, title=own) == frozenset()
     assert warned("why not our own JWT?", 0.95, title=own) == {1}
     assert warned("why not a jwt of our own?", 0.95, title=own) == frozenset()
+    # a record with the evidence that ranks first, though the question is not about it, leads:
+    # its decision takes its place (test below)
+    settings = make_settings(rejected_min_evidence=0.1)
+    rej = canonical_doc(1, slug="rej-1", canonical_type="rejected-approach",
+                        title="Rejected: opaque tokens")
+    ranked = rank("which token lifetime do we use?", [
+        make_candidate(10, doc=rej, sim=0.99, text="opaque"),
+        make_candidate(20, doc=answer, sim=0.95, text="session handling")], settings)
+    assert ranked[0].document.id == 1
+    pool = unit_vectors([_rejected_row(10, 1, [0.6, 0.8], title="Rejected: opaque tokens")])
+    channel = decide_rejected(pool, [1.0, 0.0], ranked, _null(0.2), settings, top=5,
+                              query="which token lifetime do we use?")
+    assert channel.correlated == frozenset() and channel.leads == 1
     # ratio 0: every correlated record is warned about, as before the rule
     assert warned("which token lifetime do we use?", 0.95, rejected_focus_ratio=0) == {1}
+
+
+def test_a_rejected_record_first_for_a_question_not_about_it_gives_its_place_to_its_decision():
+    """Decision 0009, amended 2026-12-05: the record with the evidence that ranks first though
+    the question is not about it (``leads``) lets the accepted decision linked to it take its
+    place, then leaves every list; it takes no part in the placement of the others."""
+    from kb_retriever.ranking.rerank import Scored
+    from kb_retriever.ranking.signals import TERMS
+    from kb_retriever.search.rejected_channel import RejectedChannel, place_by_channel, unit_vectors
+
+    from .factories import make_candidate, make_settings
+
+    lead = canonical_doc(1, slug="rej-guarantor", canonical_type="rejected-approach",
+                         title="Rejected: a guarantor for the fees")
+    other = canonical_doc(2, slug="rej-vouchers", canonical_type="rejected-approach",
+                          title="Rejected: paper vouchers")
+    dec = canonical_doc(3, slug="dec-billing", title="Billing by bank slip")
+    note = canonical_doc(4, slug="runbook-late-fees", title="Late fees runbook")
+    pool = unit_vectors([_rejected_row(10, 1, [1.0, 0.0], ("dec-billing",)),
+                         _rejected_row(20, 2, [1.0, 0.0])])
+
+    def scored(chunk_id, doc, score):
+        return Scored(score, make_candidate(chunk_id, doc=doc), dict.fromkeys(TERMS, 0.0))
+
+    ranked = [scored(10, lead, 1.0), scored(40, note, 0.9), scored(30, dec, 0.8)]
+    channel = RejectedChannel("calibrated", correlated=frozenset(), leads=1)
+    out, moved, yielded = place_by_channel("when are late fees charged?", ranked, channel, pool,
+                                           make_settings(), top=5, shared=frozenset)
+    assert [s.document.slug for s in out] == ["dec-billing", "runbook-late-fees"]
+    assert yielded == {30} and moved == []
+    # a warned record right after it is first once it leaves: it keeps its one chunk in primary
+    ranked = [scored(10, lead, 1.0), scored(20, other, 0.95), scored(30, dec, 0.8)]
+    channel = RejectedChannel("calibrated", correlated=frozenset({2}), leads=1)
+    out, moved, _ = place_by_channel("when are late fees charged?", ranked, channel, pool,
+                                     make_settings(), top=5, shared=frozenset)
+    assert [s.document.slug for s in out] == ["dec-billing", "rej-vouchers"] and moved == []
+    # no leading record: nothing yields for a record that does not correlate
+    channel = RejectedChannel("calibrated", correlated=frozenset())
+    out, _, yielded = place_by_channel("when are late fees charged?", ranked, channel, pool,
+                                       make_settings(), top=5, shared=frozenset)
+    assert [s.document.slug for s in out] == ["dec-billing"] and yielded == set()

@@ -30,7 +30,7 @@ from ..ranking.calibration import Calibration
 from ..ranking.fusion import fuse_legs
 from ..ranking.grounding import calibrated_evidence, evidence_score, uses_calibration
 from ..ranking.history import key_of, promote_predecessors, shared_words
-from ..ranking.placement import cut_weak, place_rejected, successors_first
+from ..ranking.placement import cut_weak, successors_first
 from ..ranking.rerank import Scored, rank
 from ..ranking.text import prefixed_query, segment_cjk
 from ..settings import Settings
@@ -40,7 +40,7 @@ from ..store.fulltext import LexemeBudget
 from .graph import Expansion, Floors, expand_graph, graph_seed
 from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
 from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
-from .rejected_channel import RejectedChannel, decide_rejected, unit_vectors, yield_to_accepted
+from .rejected_channel import RejectedChannel, decide_rejected, place_by_channel, unit_vectors
 
 __all__ = ["CUT", "candidates", "context_evidence", "first_hop", "leg_shape", "neighbour_floor",
            "runner_ups", "scope_catalog", "search_plan", "synonym_groups", "validate_limit",
@@ -138,14 +138,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
             common = common_words(req.query, ranked)
             channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings,
                                       top=req.limit, ratio=ratio, query=req.query, shared=common)
-            # a rejected idea that does not correlate is no context either (rejected.py); one
-            # the ⚠ block warns about stands there, not in primary (placement.py)
-            warned = channel.warns(settings)
-            ranked, placed.warned = place_rejected(
-                req.query, [s for s in ranked if channel.keeps(s.document)],
-                warned=lambda d: d.id in warned, top=req.limit, shared=common)
-            ranked, placed.yielded = yield_to_accepted(ranked, pool, ratio=settings.rejected_yield_ratio)
-            ranked = [s for s in ranked if channel.shows(s.document)]
+            ranked, placed.warned, placed.yielded = place_by_channel(
+                req.query, ranked, channel, pool, settings, top=req.limit, shared=common)
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     shown = [s.hit() for s in kept]  # hits for what is kept, not every candidate: the cutoff's input
     # what the question @mentions, or placement put there on purpose, is never cut; a
@@ -175,7 +169,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     runner_up = runner_ups(cut, rest, settings.runner_up_limit)
     expanded = expansion.hits
     if channel is not None:
-        expanded = [h for h in expanded if channel.shows(h.document)]
+        expanded = [h for h in expanded if channel.keeps(h.document)]
     rejected: list[Hit] = []
     if channel is not None and pool is not None:
         rejected = channel.inject(pool, [*top, *expanded,

@@ -26,6 +26,7 @@ from ..models import DocumentRef, Hit, Origin, ScoreBreakdown
 from ..ranking.calibration import Calibration
 from ..ranking.grounding import calibrated_evidence
 from ..ranking.history import between, names_document
+from ..ranking.placement import place_rejected
 from ..ranking.rejected_evidence import EDGE_SEEDS, RejectedEvidence, correlate_rejected
 from ..ranking.rerank import Scored
 from ..ranking.text import acronyms, tokenize_query
@@ -34,8 +35,8 @@ from ..store.rows import document_from_row, vector_array
 from ..vocabulary import ACCEPTED, PROJECT_INDEX, is_rejected_approach
 
 __all__ = ["QueryCosines", "RejectedChannel", "RejectedChunk", "RejectedVectors",
-           "about_question", "decide_rejected", "query_cosines", "rejected_hit", "unit_vectors",
-           "yield_to_accepted"]
+           "about_question", "decide_rejected", "place_by_channel", "query_cosines",
+           "rejected_hit", "unit_vectors", "yield_to_accepted"]
 
 
 class RejectedChunk(NamedTuple):
@@ -142,11 +143,6 @@ class RejectedChannel:
                          if sim >= settings.rejected_min_similarity)
 
     def keeps(self, doc: DocumentRef) -> bool:
-        """Whether ``doc`` takes part in placement: what :meth:`shows`, and ``leads``, so
-        that the accepted decision it is linked to takes its place (``yield_to_accepted``)."""
-        return self.shows(doc) or doc.id == self.leads
-
-    def shows(self, doc: DocumentRef) -> bool:
         """Whether ``doc`` may stand in primary, runner-up or expanded."""
         return (self.rule == "absolute" or not is_rejected_approach(doc)
                 or doc.id in self.correlated)
@@ -212,42 +208,45 @@ def decide_rejected(vectors: RejectedVectors, qvec: Any, ranked: Sequence[Scored
         cosines.per_doc, keywords=keywords, links=vectors.links, seed_slugs=seeds,
         calibration=calibration, keyword_weight=settings.evidence_lexical_weight,
         edge_bonus=settings.rejected_edge_bonus)
-    floor = ratio * max((calibrated_evidence(s.hit(), settings, calibration)
-                         for s in ranked[:top]), default=0.0)
-    evident = [e.doc_id for e in evidence
+    head = [(s, calibrated_evidence(s.hit(), settings, calibration)) for s in ranked[:top]]
+    floor = ratio * max((e for _, e in head), default=0.0)
+    evident = [e for e in evidence
                if e.score >= settings.rejected_min_evidence and e.grounded >= floor]
-    about = about_question(query, ranked[:top], vectors, settings, calibration, shared)
-    correlated = frozenset(e.doc_id for e in evidence if e.doc_id in evident and about(e))
+    if not evident:
+        return RejectedChannel("calibrated", cosines, evidence=tuple(evidence))
+    about = about_question(query, head, vectors, settings, shared)
+    correlated = frozenset(e.doc_id for e in evident if about(e))
     # a record first in the ranking marks its decision's topic, though the question is not
     # about it: the decision takes its place ("how do families pay the fees today?")
     first = ranked[0].document.id if ranked else None
-    leads = first if first in evident and first not in correlated else None
+    leads = first if first in {e.doc_id for e in evident} - correlated else None
     return RejectedChannel("calibrated", cosines, evidence=tuple(evidence),
                            correlated=correlated, leads=leads)
 
 
-def about_question(query: str, head: Sequence[Scored], vectors: RejectedVectors,
-                   settings: Settings, calibration: Calibration,
-                   shared: Callable[[], Collection[str]]) -> Callable[[RejectedEvidence], bool]:
+def about_question(query: str, head: Sequence[tuple[Scored, float]], vectors: RejectedVectors,
+                   settings: Settings, shared: Callable[[], Collection[str]]
+                   ) -> Callable[[RejectedEvidence], bool]:
     """Whether the question is about a rejected record: it names the record
     (:func:`~kb_retriever.ranking.history.names_document`, against the titles of the other
     documents in ``head`` by a word not in ``shared()``, and of four letters or more unless
-    written in capitals), or the record's evidence (cosine
-    margin and keyword signal) is at least ``rejected_focus_ratio`` times the best of the other
-    documents' chunks in ``head``. "Should we run our own ELK stack?" and "couldn't we send
-    the invoices to an LLM?" are about the rejected record; "how do riders pay now?" is about
-    the accepted decision, which a rejected alternative of its topic matches nearly as well
-    (decision 0009, amendment of 2026-12-05). ``rejected_focus_ratio`` 0 or an empty
-    ``head``: every record is."""
+    written in capitals), or the record's evidence (cosine margin and keyword signal) is at
+    least ``rejected_focus_ratio`` times the best evidence of a chunk in ``head`` that is no
+    rejected record (``head``: the top's chunks with their evidence; when all of them are
+    rejected records, every record is about it). "Should we run our own ELK stack?" and
+    "couldn't we send the invoices to an LLM?" are about the rejected record; "how do riders
+    pay now?" is about the accepted decision, which a rejected alternative of its topic matches
+    nearly as well (decision 0009, amendment of 2026-12-05). ``rejected_focus_ratio`` 0 or an
+    empty ``head``: every record is. ``shared`` is read only when a name decides."""
     if settings.rejected_focus_ratio <= 0 or not head:
         return lambda e: True
-    best_other = max((calibrated_evidence(s.hit(), settings, calibration) for s in head
-                      if not is_rejected_approach(s.document)), default=0.0)
-    titles = {s.document.id: s.document.title for s in head}
+    best_other = max((e for s, e in head if not is_rejected_approach(s.document)), default=0.0)
+    titles = {s.document.id: s.document.title for s, _ in head}
     # a word of three letters or fewer names a record only in capitals (ELK, EKS, MES): "our",
-    # "por" and "do" are function words the query's stop words (Italian and English) miss
+    # "por" and "do" are function words the query's stop words (Italian and English) miss;
+    # scripts without case (Chinese, Korean) keep their short words
     caps = acronyms(query)
-    short = {t for t in tokenize_query(query) if len(t) <= 3 and t not in caps}
+    short = {t for t in tokenize_query(query) if len(t) <= 3 and t != t.upper() and t not in caps}
     common = cache(lambda: frozenset(shared()) | short)
 
     def about(e: RejectedEvidence) -> bool:
@@ -258,6 +257,26 @@ def about_question(query: str, head: Sequence[Scored], vectors: RejectedVectors,
         return names_document(query, doc.title, others, common())
 
     return about
+
+
+def place_by_channel(query: str, ranked: Sequence[Scored], channel: RejectedChannel,
+                     vectors: RejectedVectors, settings: Settings, *, top: int,
+                     shared: Callable[[], Collection[str]]
+                     ) -> tuple[list[Scored], list[Scored], set[int]]:
+    """``ranked`` placed by the channel's decision: a rejected record that does not correlate
+    leaves (it is no context either); one the ⚠ block warns about stands there, not in
+    primary (``placement.place_rejected``); an accepted decision linked to a rejected record
+    ranks above it (:func:`yield_to_accepted`); and ``channel.leads``, first in ``ranked``
+    though the question is not about it, lets its decision take its place, then leaves (it
+    takes no part in the placement of the others). Returns ``(ranked, the warned records'
+    chunks that left primary, the chunk ids a yield moved)``."""
+    warned = channel.warns(settings)
+    lead = [s for s in ranked[:1] if s.document.id == channel.leads]
+    placed, moved = place_rejected(query, [s for s in ranked if channel.keeps(s.document)],
+                                   warned=lambda d: d.id in warned, top=top, shared=shared)
+    out, yielded = yield_to_accepted([*lead, *placed], vectors,
+                                     ratio=settings.rejected_yield_ratio)
+    return [s for s in out if channel.keeps(s.document)], moved, yielded
 
 
 def yield_to_accepted(ranked: Sequence[Scored], vectors: RejectedVectors, *,
