@@ -403,3 +403,31 @@ def test_the_rerank_pool_is_the_same_in_one_statement_and_with_the_legs_at_once(
         assert _same(one, parallel) and _same(one_m, parallel_m)
         assert one.meta["retrieval_stats"] == parallel.meta["retrieval_stats"]
         assert any(h.document.id == mention for h in (*one_m.primary, *one_m.runner_up))
+
+
+def test_a_full_text_leg_at_its_match_cap_takes_no_pool_place_beyond_the_vector_legs(
+        make_kb, tmp_path):
+    """Matches that reach ``KB_FTS_MATCH_CAP`` are the first ones in table order, a sample, so
+    the rerank pool holds no more than the candidates per leg (decision 0017, amendment): the
+    same in one statement and with the legs at once; below the cap the pool is as before."""
+    from kb_retriever.search.modes import Legs
+
+    texts = [f"Ledger entry {i}: the {w} team posts its ledger totals at month end."
+             for i, w in enumerate(["billing", "search", "auth", "payroll", "mail"] * 8)]
+    kb = make_kb()
+    kb.ingest([_notes(tmp_path / "kb", texts)])
+    everything = Legs(min_similarity=-1)  # the vector leg fills its candidates
+    kc, pool = 3, 5  # limit 1 x candidate_multiplier 3; ceil(1.5 x 3)
+    results = []
+    for cap in (10, 1000):  # 40 chunks hold "ledger": at the cap, and below it
+        for parallel in (False, True):
+            with KnowledgeBase(Settings(parallel_legs=parallel, fts_match_cap=cap),
+                               embedder=HashingEmbedder(256), database_url=kb.url) as k:
+                results.append(k.search("ledger totals", limit=1, legs=everything))
+    (sampled, sampled_parallel, whole, whole_parallel) = results
+    assert sampled.meta["retrieval_stats"]["candidates_pre_threshold"] == kc + 10
+    assert sampled.meta["retrieval_stats"]["candidates_post_threshold"] == kc
+    # below the cap the full-text leg's own hits join (the legs' union can be under the pool)
+    assert kc < whole.meta["retrieval_stats"]["candidates_post_threshold"] <= pool
+    assert _same(sampled, sampled_parallel) and _same(whole, whole_parallel)
+    assert sampled.meta["retrieval_stats"] == sampled_parallel.meta["retrieval_stats"]

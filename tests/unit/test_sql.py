@@ -108,7 +108,12 @@ def test_the_one_statement_returns_the_rerank_pool_and_reads_the_first_hop_ahead
                                with_doc_ids=False)[0])
     assert ("row_number() OVER (ORDER BY coalesce(0.7 / (60 + vector_rank), 0) + "
             "coalesce(0.3 / (60 + fts_rank), 0) DESC, h.id) AS fused_n") in text
-    assert "WHERE fused_n <= 45 OR (mention AND vector_rank IS NULL AND fts_rank IS NULL)" in text
+    # the full-text leg's matches at the cap are a sample: the pool shrinks to kc (pool_for)
+    assert ("WHERE fused_n <= CASE WHEN (SELECT count(*) FROM fts_m) >= 300 THEN 30 ELSE 45 END "
+            "OR (mention AND vector_rank IS NULL AND fts_rank IS NULL)") in text
+    small = dataclasses.replace(pooled, pool=30)  # a pool no larger than kc: nothing to shrink
+    assert "WHERE fused_n <= 30 OR (mention" in render(q.hybrid_sql(
+        small, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)[0])
     assert 'FROM "pool" h JOIN kb_chunks c' in text and "nbr_rows" not in text
     both, params = q.hybrid_sql(pooled, fts_mode="or", n_phrases=0, filters=f,
                                 with_doc_ids=False, graph_direction="outgoing")
@@ -123,6 +128,20 @@ def test_the_one_statement_returns_the_rerank_pool_and_reads_the_first_hop_ahead
     assert text.count("d.tags && %(f_tags)s::text[]") == 3  # both legs and the neighbours
     assert "UNION ALL SELECT * FROM nbr_rows" in text and "AS seeds" in text
     assert params["f_tags"] == ["x"]
+
+
+def test_a_full_text_leg_at_its_match_cap_keeps_the_pool_to_the_candidates_per_leg():
+    """Decision 0017, amendment: matches that reach the cap are the first ``fts_cap`` in table
+    order, a sample, and the pool holds no more than ``kc`` then; below the cap, without the
+    leg, or with a pool of at most ``kc`` (or 0: every candidate) it is unchanged."""
+    import dataclasses
+
+    shape = dataclasses.replace(SHAPE, pool=45)
+    assert shape.pool_for(300) == shape.pool_for(1000) == 30
+    assert shape.pool_for(299) == shape.pool_for(None) == 45
+    assert dataclasses.replace(shape, pool=20).pool_for(300) == 20
+    assert dataclasses.replace(shape, pool=0).pool_for(300) == 0
+    assert dataclasses.replace(shape, fts_cap=0).pool_for(300) == 45
 
 
 def test_the_legs_scope_and_sizes_are_literals():

@@ -330,7 +330,7 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
         vector = yield reads.vector_leg(shape, query, filters=req.filters,
                                         with_doc_ids=with_doc_ids)
     fused, n_pre = fuse_legs(vector, keyword, k=shape.rrf_k, weights=shape.weights,
-                             pool=shape.pool)
+                             pool=shape.pool_for(keyword.n_pre if keyword else None))
     if keyword is not None and shape.weights[0] == 0:  # the full-text leg's candidates only
         fused = [c for c in fused if c.fts_rank is not None]
     return Found(fused, n_pre, mentions, phrases,

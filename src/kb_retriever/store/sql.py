@@ -90,10 +90,21 @@ class LegShape:
     fts_configs: tuple[str, ...] = ()
     # The rerank pool (0: every candidate of both legs): the statement of both legs returns
     # only the best ``pool`` chunks of their weighted RRF (``weights``: vector, full-text;
-    # ``rrf_k``), as ``ranking.fusion.fuse_legs`` keeps them (decision 0017).
+    # ``rrf_k``), as ``ranking.fusion.fuse_legs`` keeps them (decision 0017); fewer when the
+    # full-text leg's matches reach ``fts_cap`` (:meth:`pool_for`).
     pool: int = 0
     weights: tuple[float, float] = (0.7, 0.3)
     rrf_k: int = 60
+
+    def pool_for(self, fts_matches: int | None) -> int:
+        """The rerank pool for a search whose full-text leg saw ``fts_matches`` matches (None:
+        it did not run). When they reach the match cap they are the first ``fts_cap`` matches
+        in table order, a sample rather than the best, and the pool holds no more than the
+        candidates per leg (``kc``): the leg's own hits take no place a vector hit can take
+        (decision 0017, amendment of 2026-12-06)."""
+        if self.fts_cap > 0 and fts_matches is not None and fts_matches >= self.fts_cap:
+            return min(self.pool, self.kc)
+        return self.pool
 
     def literals(self) -> dict[str, sql.Composable]:
         return {"ql": ENGINE.query_lexemes(self.fts_configs), "tenant": Literal(self.scope.tenant),
@@ -101,6 +112,7 @@ class LegShape:
                 "model": self.scope.space.literal,
                 "kc": Literal(int(self.kc)), "min_sim": Literal(float(self.min_sim)),
                 "fts_cap": Literal(int(self.fts_cap)), "pool": Literal(int(self.pool)),
+                "sampled_pool": Literal(int(self.pool_for(self.fts_cap))),
                 "wv": Literal(float(self.weights[0])), "wf": Literal(float(self.weights[1])),
                 "rrf_k": Literal(int(self.rrf_k))}
 
@@ -297,13 +309,16 @@ _BOTH_HITS = sql.SQL(
     "AS mention, f.fts_rank, f.fts_score, v.dist FROM {vector} v FULL JOIN fts f ON f.id = v.id)")
 # The rerank pool: the best ``pool`` hits by weighted RRF, computed as fusion.fuse_legs does
 # (w / (k + rank), vector first, ties by chunk id: the same doubles), and the @mentioned chunks
-# neither leg ranked. Only these rows fetch their candidate columns.
+# neither leg ranked; ``sampled_pool`` of them when the full-text leg's matches reached the cap
+# (LegShape.pool_for). Only these rows fetch their candidate columns.
 _FUSED = sql.SQL("coalesce({wv} / ({rrf_k} + vector_rank), 0) "
                  "+ coalesce({wf} / ({rrf_k} + fts_rank), 0)")
 _POOL = sql.SQL(
     "pool AS (SELECT id, vector_rank, mention, fts_rank, fts_score, dist FROM (SELECT h.*, "
     "row_number() OVER (ORDER BY {fused} DESC, h.id) AS fused_n FROM hits h) x "
-    "WHERE fused_n <= {pool} OR (mention AND vector_rank IS NULL AND fts_rank IS NULL))")
+    "WHERE fused_n <= {size} OR (mention AND vector_rank IS NULL AND fts_rank IS NULL))")
+_SAMPLED_SIZE = sql.SQL(
+    "CASE WHEN (SELECT count(*) FROM fts_m) >= {fts_cap} THEN {sampled_pool} ELSE {pool} END")
 
 
 @_remembered
@@ -331,7 +346,9 @@ def hybrid_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: Searc
             _BOTH_HITS.format(vector=sql.Identifier(hits))]
     fused = _FUSED.format(**lit)
     if shape.pool:
-        ctes.append(_POOL.format(fused=fused, pool=lit["pool"]))
+        size = (lit["pool"] if shape.pool_for(shape.fts_cap) == shape.pool
+                else _SAMPLED_SIZE.format(**lit))
+        ctes.append(_POOL.format(fused=fused, size=size))
     graph = None
     if graph_direction is not None:
         graph, gp = seed_neighbours_ctes(
