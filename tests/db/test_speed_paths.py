@@ -431,3 +431,30 @@ def test_a_full_text_leg_at_its_match_cap_takes_no_pool_place_beyond_the_vector_
     assert kc < whole.meta["retrieval_stats"]["candidates_post_threshold"] <= pool
     assert _same(sampled, sampled_parallel) and _same(whole, whole_parallel)
     assert sampled.meta["retrieval_stats"] == sampled_parallel.meta["retrieval_stats"]
+
+
+def test_a_full_text_sample_is_not_ranked_when_the_vector_leg_fills_the_pool(make_kb, tmp_path):
+    """At its cap the full-text leg adds nothing to a pool that the vector leg's hits fill, so
+    the one statement does not rank its sample (decision 0017, amendment): the same hits and
+    scores as the legs at once, which rank it, without the full-text ranks of the chunks
+    both legs found."""
+    from kb_retriever.search.modes import Legs
+
+    # the first three notes, first in table order too, are nearest to the question
+    texts = [f"ledger ledger ledger {w}" for w in ("north", "south", "east")] + [
+        f"Ledger entry {i}: the {w} team posts its totals at month end."
+        for i, w in enumerate(["billing", "search", "auth", "payroll", "mail"] * 8)]
+    kb = make_kb()
+    kb.ingest([_notes(tmp_path / "kb", texts)])
+    results = []
+    for parallel in (False, True):
+        with KnowledgeBase(Settings(parallel_legs=parallel, fts_match_cap=10),
+                           embedder=HashingEmbedder(256), database_url=kb.url) as k:
+            results.append(k.search("ledger", limit=1, legs=Legs(min_similarity=-1)))
+    one, at_once = results
+    assert _same(one, at_once)
+    assert one.meta["retrieval_stats"]["candidates_pre_threshold"] == 3 + 10
+    hits = [*one.primary, *one.runner_up]
+    assert {h.document.title for h in hits} == {"N note 0", "N note 1", "N note 2"}
+    assert all(h.scores.fts_rank is None for h in hits)  # the sample was not ranked
+    assert any(h.scores.fts_rank for h in (*at_once.primary, *at_once.runner_up))

@@ -111,6 +111,16 @@ def test_the_one_statement_returns_the_rerank_pool_and_reads_the_first_hop_ahead
     # the full-text leg's matches at the cap are a sample: the pool shrinks to kc (pool_for)
     assert ("WHERE fused_n <= CASE WHEN (SELECT count(*) FROM fts_m) >= 300 THEN 30 ELSE 45 END "
             "OR (mention AND vector_rank IS NULL AND fts_rank IS NULL)") in text
+    # ... and, once the vector leg has its kc hits, the sample is not ranked at all
+    assert ("FROM fts_m m, q WHERE NOT ((SELECT count(*) FROM vec_r) >= 30 AND "
+            "(SELECT count(*) FROM fts_m) >= 300) ORDER BY fts_rank") in text
+    for other in (dataclasses.replace(pooled, weights=(0.3, 0.7)),
+                  dataclasses.replace(pooled, pool=0), dataclasses.replace(pooled, pool=30)):
+        # its first hit outranks the vector leg's last; no pool; a pool of kc: it ranks
+        assert "WHERE NOT ((SELECT count(*) FROM vec_r)" not in render(q.hybrid_sql(
+            other, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)[0])
+    alone, _ = q.keyword_leg_sql(pooled, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)
+    assert "vec_r" not in render(alone)  # the leg alone ranks its matches
     small = dataclasses.replace(pooled, pool=30)  # a pool no larger than kc: nothing to shrink
     assert "WHERE fused_n <= 30 OR (mention" in render(q.hybrid_sql(
         small, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)[0])

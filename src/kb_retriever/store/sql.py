@@ -106,6 +106,14 @@ class LegShape:
             return min(self.pool, self.kc)
         return self.pool
 
+    def sample_left_out(self) -> bool:
+        """Whether a full-text leg at its cap adds nothing to the pool once the vector leg has
+        its ``kc`` hits: the pool shrinks to ``kc`` (:meth:`pool_for`) and the weights rank
+        the full-text leg's first hit below the vector leg's last."""
+        wv, wf = self.weights
+        return (self.pool_for(self.fts_cap) == self.kc < self.pool
+                and wv / (self.rrf_k + self.kc) > wf / (self.rrf_k + 1))
+
     def literals(self) -> dict[str, sql.Composable]:
         return {"ql": ENGINE.query_lexemes(self.fts_configs), "tenant": Literal(self.scope.tenant),
                 "projects": Literal(list(self.scope.projects)),
@@ -256,13 +264,13 @@ def _hit_distance(shape: LegShape) -> sql.Composable:
 
 
 def _keyword_ctes(shape: LegShape, lit: dict[str, sql.Composable], join: sql.Composable,
-                  scope: sql.Composable, filt: sql.Composable, fts_mode: str, n_phrases: int
-                  ) -> sql.Composable:
+                  scope: sql.Composable, filt: sql.Composable, fts_mode: str, n_phrases: int,
+                  filled: sql.Composable | None = None) -> sql.Composable:
     """The full-text leg's CTEs (the engine's: ``fts_m`` the capped matches, ``fts`` the best
-    ``kc`` of them, ranked)."""
+    ``kc`` of them, ranked; none ranked when ``filled`` holds and the matches reach the cap)."""
     return ENGINE.matches(mode=fts_mode, n_phrases=n_phrases, budget=shape.lexemes,
                           cap=shape.fts_cap, kc=lit["kc"], cap_literal=lit["fts_cap"], join=join,
-                          scope=scope, filt=filt)
+                          scope=scope, filt=filt, filled=filled)
 
 
 @_remembered
@@ -342,7 +350,11 @@ def hybrid_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: Searc
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
     vector, hits = _vector_ctes(shape, lit, join, scope, filt, with_mentions)
-    ctes = [vector, _keyword_ctes(shape, lit, join, scope, filt, fts_mode, n_phrases),
+    # a pool that a sample leaves to the vector leg's hits once it has kc of them: a full-text
+    # leg at its cap then ranks nothing (what it would rank takes no place in the pool)
+    filled = (sql.SQL("(SELECT count(*) FROM vec_r) >= {kc}").format(**lit)
+              if shape.sample_left_out() else None)
+    ctes = [vector, _keyword_ctes(shape, lit, join, scope, filt, fts_mode, n_phrases, filled),
             _BOTH_HITS.format(vector=sql.Identifier(hits))]
     fused = _FUSED.format(**lit)
     if shape.pool:

@@ -33,9 +33,11 @@ class FullText(Protocol):
 
     def matches(self, *, mode: str, n_phrases: int, budget: LexemeBudget | None, cap: int,
                 kc: sql.Composable, cap_literal: sql.Composable, join: sql.Composable,
-                scope: sql.Composable, filt: sql.Composable) -> sql.Composable:
+                scope: sql.Composable, filt: sql.Composable,
+                filled: sql.Composable | None = None) -> sql.Composable:
         """CTEs ending in ``fts_m`` (the capped matches) and ``fts`` (``id``, ``fts_rank``,
-        ``fts_score`` of the best ``kc``)."""
+        ``fts_score`` of the best ``kc``); none ranked when ``filled`` (a boolean: the other
+        leg fills the pool) holds and the matches reach ``cap``."""
 
     def evidence_columns(self) -> sql.Composable:
         """A candidate row's BM25 inputs: ``tf`` (the query's lexemes in the chunk, as

@@ -175,19 +175,26 @@ class Tsvector:
 
     def matches(self, *, mode: str, n_phrases: int, budget: LexemeBudget | None, cap: int,
                 kc: sql.Composable, cap_literal: sql.Composable, join: sql.Composable,
-                scope: sql.Composable, filt: sql.Composable) -> sql.Composable:
+                scope: sql.Composable, filt: sql.Composable,
+                filled: sql.Composable | None = None) -> sql.Composable:
         """CTEs ``fts_m`` (the first ``cap`` matches in the scope, with the filters) and
         ``fts`` (the best ``kc`` of them by ``ts_rank(tsv, q, 1)``: ``id``, ``fts_rank``,
-        ``fts_score``), after CTE ``q`` (the tsquery) and, in ``or`` mode, CTE ``sel``."""
+        ``fts_score``), after CTE ``q`` (the tsquery) and, in ``or`` mode, CTE ``sel``.
+        ``filled`` (a boolean: the other leg fills the pool): when it holds and the matches
+        reach the cap, ``fts`` ranks none of them."""
+        unranked: sql.Composable = sql.SQL("")
+        if filled is not None:
+            unranked = sql.SQL("WHERE NOT ({} AND (SELECT count(*) FROM fts_m) >= {}) ").format(
+                filled, cap_literal)
         return sql.SQL(
             "{sel}q AS (SELECT {tsq} AS query), "
             "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
             "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT {cap}), "
             "fts AS (SELECT m.id, row_number() OVER (ORDER BY ts_rank(m.tsv, q.query, 1) DESC, "
             "m.id) AS fts_rank, ts_rank(m.tsv, q.query, 1) AS fts_score "
-            "FROM fts_m m, q ORDER BY fts_rank LIMIT {kc})"
+            "FROM fts_m m, q {unranked}ORDER BY fts_rank LIMIT {kc})"
         ).format(tsq=tsquery_sql(mode, n_phrases), join=join, scope=scope, filt=filt,
-                 cap=cap_literal, kc=kc,
+                 cap=cap_literal, kc=kc, unranked=unranked,
                  sel=lexeme_selection_sql(budget, cap) + sql.SQL(", ")
                  if mode == "or" else sql.SQL(""))
 
