@@ -458,3 +458,27 @@ def test_a_full_text_sample_is_not_ranked_when_the_vector_leg_fills_the_pool(mak
     assert {h.document.title for h in hits} == {"N note 0", "N note 1", "N note 2"}
     assert all(h.scores.fts_rank is None for h in hits)  # the sample was not ranked
     assert any(h.scores.fts_rank for h in (*at_once.primary, *at_once.runner_up))
+
+
+def test_a_full_text_sample_is_still_ranked_where_its_ranks_count(make_kb, tmp_path):
+    """The one statement leaves a sample unranked only where its ranks change nothing: a
+    question without a word to rerank by is scored by the fusion itself, so there the
+    full-text ranks of the chunks both legs found count, and the sample is ranked. Both paths
+    give the same hits and scores. (With @mentions it is ranked too: tests/unit/test_sql.py.)"""
+    from kb_retriever.search.modes import Legs
+
+    # the first three notes, first in table order too, are nearest to the question
+    texts = [f"per ledger per ledger {w}" for w in ("north", "south", "east")] + [
+        f"Ledger entry {i}: the {w} team posts its totals per month."
+        for i, w in enumerate(["billing", "search", "auth", "payroll", "mail"] * 8)]
+    kb = make_kb()
+    kb.ingest([_notes(tmp_path / "kb", texts)])
+    results = []
+    for parallel in (False, True):
+        with KnowledgeBase(Settings(parallel_legs=parallel, fts_match_cap=10),
+                           embedder=HashingEmbedder(256), database_url=kb.url) as k:
+            results.append(k.search("per", limit=1, legs=Legs(min_similarity=-1)))
+    one, at_once = results  # "per": a stop word of the reranker, a lexeme of full text
+    assert _same(one, at_once)
+    assert one.meta["retrieval_stats"]["candidates_pre_threshold"] == 3 + 10
+    assert any(h.scores.fts_rank for h in (*one.primary, *one.runner_up))

@@ -115,10 +115,17 @@ def test_the_one_statement_returns_the_rerank_pool_and_reads_the_first_hop_ahead
     assert ("FROM fts_m m, q WHERE NOT ((SELECT count(*) FROM vec_r) >= 30 AND "
             "(SELECT count(*) FROM fts_m) >= 300) ORDER BY fts_rank") in text
     for other in (dataclasses.replace(pooled, weights=(0.3, 0.7)),
-                  dataclasses.replace(pooled, pool=0), dataclasses.replace(pooled, pool=30)):
-        # its first hit outranks the vector leg's last; no pool; a pool of kc: it ranks
+                  dataclasses.replace(pooled, pool=0), dataclasses.replace(pooled, pool=30),
+                  dataclasses.replace(pooled, fused_scores=True)):
+        # its first hit outranks the vector leg's last; no pool; a pool of kc; scores that are
+        # the fused ones: it ranks
         assert "WHERE NOT ((SELECT count(*) FROM vec_r)" not in render(q.hybrid_sql(
             other, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)[0])
+    # with @mentions: a mentioned chunk no leg ranks joins the pool, one the sample ranks
+    # competes in it, so the sample is ranked as the legs at once rank it
+    assert "WHERE NOT ((SELECT count(*) FROM vec_r)" not in render(q.hybrid_sql(
+        pooled, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False,
+        with_mentions=True)[0])
     alone, _ = q.keyword_leg_sql(pooled, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False)
     assert "vec_r" not in render(alone)  # the leg alone ranks its matches
     small = dataclasses.replace(pooled, pool=30)  # a pool no larger than kc: nothing to shrink

@@ -32,7 +32,7 @@ from ..ranking.grounding import calibrated_evidence, evidence_score, uses_calibr
 from ..ranking.history import key_of, promote_predecessors, shared_words
 from ..ranking.placement import cut_weak, successors_first
 from ..ranking.rerank import Scored, rank
-from ..ranking.text import prefixed_query, segment_cjk
+from ..ranking.text import prefixed_query, segment_cjk, tokenize_query
 from ..settings import Settings
 from ..store import reads
 from ..store import sql as q
@@ -87,7 +87,8 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
     when reranking (just ``limit`` without it), the similarity threshold, the match cap, the
     lexeme statistics (``corpus``) by which the full-text leg chooses its OR lexemes, and the
     rerank pool (``KB_RERANK_POOL_FACTOR`` x the candidates per leg, when reranking) with the
-    fusion's weights."""
+    fusion's weights, and whether the scores will be the fused ones (a question without a word
+    to rerank by: :func:`~kb_retriever.ranking.rerank.rank`)."""
     kc = req.limit * settings.candidate_multiplier if settings.reranking_enabled else req.limit
     estimates = corpus.estimates if corpus is not None else None
     return q.LegShape(req.scope, kc=kc, min_sim=req.legs.floor(settings.default_min_similarity),
@@ -98,7 +99,7 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
                       if settings.reranking_enabled else 0,
                       weights=req.legs.weights((float(settings.hybrid_semantic_weight),
                                                 float(settings.hybrid_fts_weight))),
-                      rrf_k=settings.rrf_k)
+                      rrf_k=settings.rrf_k, fused_scores=not tokenize_query(req.query))
 
 
 def text_leg(req: SearchRequest, settings: Settings) -> bool:

@@ -95,6 +95,9 @@ class LegShape:
     pool: int = 0
     weights: tuple[float, float] = (0.7, 0.3)
     rrf_k: int = 60
+    # Whether the search's scores are the fused ones (a question without a word to rerank by):
+    # then both legs' ranks count in every score, not only in the pool (sample_left_out).
+    fused_scores: bool = False
 
     def pool_for(self, fts_matches: int | None) -> int:
         """The rerank pool for a search whose full-text leg saw ``fts_matches`` matches (None:
@@ -107,11 +110,12 @@ class LegShape:
         return self.pool
 
     def sample_left_out(self) -> bool:
-        """Whether a full-text leg at its cap adds nothing to the pool once the vector leg has
-        its ``kc`` hits: the pool shrinks to ``kc`` (:meth:`pool_for`) and the weights rank
-        the full-text leg's first hit below the vector leg's last."""
+        """Whether a full-text leg at its cap adds nothing to the search once the vector leg
+        has its ``kc`` hits: the pool shrinks to ``kc`` (:meth:`pool_for`), the weights rank
+        the full-text leg's first hit below the vector leg's last, and the scores are the
+        reranker's, which its ranks do not enter (not ``fused_scores``)."""
         wv, wf = self.weights
-        return (self.pool_for(self.fts_cap) == self.kc < self.pool
+        return (not self.fused_scores and self.pool_for(self.fts_cap) == self.kc < self.pool
                 and wv / (self.rrf_k + self.kc) > wf / (self.rrf_k + 1))
 
     def literals(self) -> dict[str, sql.Composable]:
@@ -351,9 +355,10 @@ def hybrid_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: Searc
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
     vector, hits = _vector_ctes(shape, lit, join, scope, filt, with_mentions)
     # a pool that a sample leaves to the vector leg's hits once it has kc of them: a full-text
-    # leg at its cap then ranks nothing (what it would rank takes no place in the pool)
+    # leg at its cap then ranks nothing (what it would rank takes no place in the pool). Not
+    # with @mentions: a mentioned chunk that no leg ranks joins the pool, one ranked competes.
     filled = (sql.SQL("(SELECT count(*) FROM vec_r) >= {kc}").format(**lit)
-              if shape.sample_left_out() else None)
+              if shape.sample_left_out() and not with_mentions else None)
     ctes = [vector, _keyword_ctes(shape, lit, join, scope, filt, fts_mode, n_phrases, filled),
             _BOTH_HITS.format(vector=sql.Identifier(hits))]
     fused = _FUSED.format(**lit)
