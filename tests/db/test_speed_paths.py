@@ -433,16 +433,15 @@ def test_a_full_text_leg_at_its_match_cap_takes_no_pool_place_beyond_the_vector_
     assert sampled.meta["retrieval_stats"] == sampled_parallel.meta["retrieval_stats"]
 
 
-def test_a_full_text_sample_is_not_ranked_when_the_vector_leg_fills_the_pool(make_kb, tmp_path):
-    """At its cap the full-text leg adds nothing to a pool that the vector leg's hits fill, so
-    the one statement does not rank its sample (decision 0017, amendment): the same hits and
-    scores as the legs at once, which rank it, without the full-text ranks of the chunks
-    both legs found."""
+def _sampled_both_ways(make_kb, tmp_path, first: str, query: str) -> tuple:
+    """One search of ``query`` (limit 1: kc 3) over 43 notes that all hold "ledger", with the
+    match cap at 10 so that the full-text leg's matches are a sample, in one statement and
+    with the legs at once. The first three notes (``first`` and a word), first in table order
+    too, are nearest to the question."""
     from kb_retriever.search.modes import Legs
 
-    # the first three notes, first in table order too, are nearest to the question
-    texts = [f"ledger ledger ledger {w}" for w in ("north", "south", "east")] + [
-        f"Ledger entry {i}: the {w} team posts its totals at month end."
+    texts = [f"{first} {w}" for w in ("north", "south", "east")] + [
+        f"Ledger entry {i}: the {w} team posts its totals per month."
         for i, w in enumerate(["billing", "search", "auth", "payroll", "mail"] * 8)]
     kb = make_kb()
     kb.ingest([_notes(tmp_path / "kb", texts)])
@@ -450,8 +449,16 @@ def test_a_full_text_sample_is_not_ranked_when_the_vector_leg_fills_the_pool(mak
     for parallel in (False, True):
         with KnowledgeBase(Settings(parallel_legs=parallel, fts_match_cap=10),
                            embedder=HashingEmbedder(256), database_url=kb.url) as k:
-            results.append(k.search("ledger", limit=1, legs=Legs(min_similarity=-1)))
-    one, at_once = results
+            results.append(k.search(query, limit=1, legs=Legs(min_similarity=-1)))
+    return tuple(results)
+
+
+def test_a_full_text_sample_is_not_ranked_when_the_vector_leg_fills_the_pool(make_kb, tmp_path):
+    """At its cap the full-text leg adds nothing to a pool that the vector leg's hits fill, so
+    the one statement does not rank its sample (decision 0017, amendment): the same hits and
+    scores as the legs at once, which rank it, without the full-text ranks of the chunks
+    both legs found."""
+    one, at_once = _sampled_both_ways(make_kb, tmp_path, "ledger ledger ledger", "ledger")
     assert _same(one, at_once)
     assert one.meta["retrieval_stats"]["candidates_pre_threshold"] == 3 + 10
     hits = [*one.primary, *one.runner_up]
@@ -465,20 +472,8 @@ def test_a_full_text_sample_is_still_ranked_where_its_ranks_count(make_kb, tmp_p
     question without a word to rerank by is scored by the fusion itself, so there the
     full-text ranks of the chunks both legs found count, and the sample is ranked. Both paths
     give the same hits and scores. (With @mentions it is ranked too: tests/unit/test_sql.py.)"""
-    from kb_retriever.search.modes import Legs
-
-    # the first three notes, first in table order too, are nearest to the question
-    texts = [f"per ledger per ledger {w}" for w in ("north", "south", "east")] + [
-        f"Ledger entry {i}: the {w} team posts its totals per month."
-        for i, w in enumerate(["billing", "search", "auth", "payroll", "mail"] * 8)]
-    kb = make_kb()
-    kb.ingest([_notes(tmp_path / "kb", texts)])
-    results = []
-    for parallel in (False, True):
-        with KnowledgeBase(Settings(parallel_legs=parallel, fts_match_cap=10),
-                           embedder=HashingEmbedder(256), database_url=kb.url) as k:
-            results.append(k.search("per", limit=1, legs=Legs(min_similarity=-1)))
-    one, at_once = results  # "per": a stop word of the reranker, a lexeme of full text
+    # "per": a stop word of the reranker, a lexeme of full text
+    one, at_once = _sampled_both_ways(make_kb, tmp_path, "per ledger per ledger", "per")
     assert _same(one, at_once)
     assert one.meta["retrieval_stats"]["candidates_pre_threshold"] == 3 + 10
     assert any(h.scores.fts_rank for h in (*one.primary, *one.runner_up))
