@@ -80,7 +80,9 @@ def test_both_legs_in_one_statement():
     assert 'FROM "vec_r" v FULL JOIN fts f ON f.id = v.id' in text
     assert text.count("JOIN kb_chunks c ON c.tenant_id = 'acme' AND c.id = h.id") == 1
     assert '(SELECT count(*) FROM "vec") AS "n_pre_vector"' in text
-    assert '(SELECT count(*) FROM "fts_m") AS "n_pre_fts"' in text
+    assert '(SELECT n FROM fts_n) AS "n_pre_fts"' in text
+    # the full-text matches are counted once (CTE fts_n), whoever reads their number
+    assert text.count("count(*) AS n FROM fts_m") == 1 and 'count(*) FROM "fts_m"' not in text
     assert "AS query_lexemes" in text and "AS foreign_projects" in text
     assert "1 - (coalesce(h.dist, c.embedding <=> %(qvec)s)) AS similarity" in text
     # the filter in both legs
@@ -109,11 +111,11 @@ def test_the_one_statement_returns_the_rerank_pool_and_reads_the_first_hop_ahead
     assert ("row_number() OVER (ORDER BY coalesce(0.7 / (60 + vector_rank), 0) + "
             "coalesce(0.3 / (60 + fts_rank), 0) DESC, h.id) AS fused_n") in text
     # the full-text leg's matches at the cap are a sample: the pool shrinks to kc (pool_for)
-    assert ("WHERE fused_n <= CASE WHEN (SELECT count(*) FROM fts_m) >= 300 THEN 30 ELSE 45 END "
+    assert ("WHERE fused_n <= CASE WHEN (SELECT n FROM fts_n) >= 300 THEN 30 ELSE 45 END "
             "OR (mention AND vector_rank IS NULL AND fts_rank IS NULL)") in text
     # ... and, once the vector leg has its kc hits, the sample is not ranked at all
     assert ("FROM fts_m m, q WHERE NOT ((SELECT count(*) FROM vec_r) >= 30 AND "
-            "(SELECT count(*) FROM fts_m) >= 300) ORDER BY fts_rank") in text
+            "(SELECT n FROM fts_n) >= 300) ORDER BY fts_rank") in text
     for other in (dataclasses.replace(pooled, weights=(0.3, 0.7)),
                   dataclasses.replace(pooled, pool=0), dataclasses.replace(pooled, pool=30),
                   dataclasses.replace(pooled, fused_scores=True)):

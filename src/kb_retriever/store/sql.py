@@ -19,7 +19,7 @@ from ..filters.dimensions import SearchFilters
 from . import graph_sql
 from .columns import CHUNK_COLUMNS, DOC_COLUMNS
 from .filter_sql import doc_filter_sql, needs_doc_join
-from .fulltext import ENGINE, LexemeBudget
+from .fulltext import ENGINE, MATCH_COUNT, LexemeBudget
 from .graph_sql import seed_neighbours_ctes
 from .literal import Literal
 from .spaces import Space
@@ -161,14 +161,19 @@ _FOREIGN_PROJECTS = sql.SQL(
     "AND x.project_key = p.project_key)) AS foreign_projects")
 
 
-def _leg(ctes: sql.Composable, hits: str, counted: dict[str, str],
+def _count(cte: str) -> sql.Composable:
+    """The rows of CTE ``cte``."""
+    return sql.SQL("(SELECT count(*) FROM {})").format(sql.Identifier(cte))
+
+
+def _leg(ctes: sql.Composable, hits: str, counted: dict[str, sql.Composable],
          lit: dict[str, sql.Composable], *, with_lexemes: bool = False,
          distance: sql.Composable = _COSINE_DISTANCE,
          graph: sql.Composable | None = None) -> sql.Composed:
     """A leg's statement: its CTEs, then the ``hits`` CTE's rows with the candidate columns.
 
     The matches before the similarity threshold come on every row, one column per entry of
-    ``counted`` (column name: the CTE it counts), and so does ``query_lexemes`` (CTE ql: the
+    ``counted`` (column name: its count), and so does ``query_lexemes`` (CTE ql: the
     query's lexemes, sorted) when ``with_lexemes`` (one leg is enough: the search reads them
     from the vector leg); an empty leg returns one row of NULLs carrying them. With ``graph``
     (CTEs after ``leg_rows`` that end in ``nbr_rows``: graph_sql.seed_neighbours_ctes) the
@@ -176,8 +181,7 @@ def _leg(ctes: sql.Composable, hits: str, counted: dict[str, str],
     hop they are.
     """
     header: list[sql.Composable] = [
-        sql.SQL("(SELECT count(*) FROM {}) AS {}").format(sql.Identifier(cte), sql.Identifier(col))
-        for col, cte in counted.items()]
+        sql.SQL("{} AS {}").format(count, sql.Identifier(col)) for col, count in counted.items()]
     if with_lexemes:
         header += [sql.SQL("(SELECT lexemes FROM ql) AS query_lexemes"), _FOREIGN_PROJECTS.format(
             tenant=lit["tenant"], projects=lit["projects"], model=lit["model"])]
@@ -293,7 +297,7 @@ def vector_leg_sql(shape: LegShape, *, filters: SearchFilters, with_doc_ids: boo
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
     ctes, hits = _vector_ctes(shape, lit, join, scope, filt, with_mentions)
-    return _leg(ctes, hits, {"n_pre": "vec"}, lit, with_lexemes=True,
+    return _leg(ctes, hits, {"n_pre": _count("vec")}, lit, with_lexemes=True,
                 distance=_hit_distance(shape)), p
 
 
@@ -312,7 +316,7 @@ def keyword_leg_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: 
     lit = shape.literals()
     join, scope, filt, p = _scope_and_filters(lit, filters, with_doc_ids)
     ctes = _keyword_ctes(shape, lit, join, scope, filt, fts_mode, n_phrases)
-    return _leg(ctes, "fts", {"n_pre": "fts_m"}, lit), p
+    return _leg(ctes, "fts", {"n_pre": MATCH_COUNT}, lit), p
 
 
 # Both legs' hits, one row per chunk: its rank in each leg that found it (NULL in the other).
@@ -330,7 +334,7 @@ _POOL = sql.SQL(
     "row_number() OVER (ORDER BY {fused} DESC, h.id) AS fused_n FROM hits h) x "
     "WHERE fused_n <= {size} OR (mention AND vector_rank IS NULL AND fts_rank IS NULL))")
 _SAMPLED_SIZE = sql.SQL(
-    "CASE WHEN (SELECT count(*) FROM fts_m) >= {fts_cap} THEN {sampled_pool} ELSE {pool} END")
+    "CASE WHEN {matches} >= {fts_cap} THEN {sampled_pool} ELSE {pool} END")
 
 
 @_remembered
@@ -364,7 +368,7 @@ def hybrid_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: Searc
     fused = _FUSED.format(**lit)
     if shape.pool:
         size = (lit["pool"] if shape.pool_for(shape.fts_cap) == shape.pool
-                else _SAMPLED_SIZE.format(**lit))
+                else _SAMPLED_SIZE.format(matches=MATCH_COUNT, **lit))
         ctes.append(_POOL.format(fused=fused, size=size))
     graph = None
     if graph_direction is not None:
@@ -373,7 +377,7 @@ def hybrid_sql(shape: LegShape, *, fts_mode: str, n_phrases: int, filters: Searc
             candidates="leg_rows", fused=fused, head=_NEIGHBOUR_HEAD, tail=_NEIGHBOUR_TAIL)
         p = {**p, **gp}
     return _leg(sql.SQL(", ").join(ctes), "pool" if shape.pool else "hits",
-                {"n_pre_vector": "vec", "n_pre_fts": "fts_m"}, lit, with_lexemes=True,
+                {"n_pre_vector": _count("vec"), "n_pre_fts": MATCH_COUNT}, lit, with_lexemes=True,
                 distance=_hit_distance(shape), graph=graph), p
 
 

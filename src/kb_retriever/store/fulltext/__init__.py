@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 from psycopg import sql
 
-from .tsvector import TSVECTOR, LexemeBudget
+from .tsvector import MATCH_COUNT, TSVECTOR, LexemeBudget
 
-__all__ = ["ENGINE", "FullText", "LexemeBudget"]
+__all__ = ["ENGINE", "MATCH_COUNT", "FullText", "LexemeBudget"]
 
 
 class FullText(Protocol):
@@ -35,8 +35,9 @@ class FullText(Protocol):
                 kc: sql.Composable, cap_literal: sql.Composable, join: sql.Composable,
                 scope: sql.Composable, filt: sql.Composable,
                 filled: sql.Composable | None = None) -> sql.Composable:
-        """CTEs ending in ``fts_m`` (the capped matches) and ``fts`` (``id``, ``fts_rank``,
-        ``fts_score`` of the best ``kc``); none ranked when ``filled`` (a boolean: the other
+        """CTEs ending in ``fts_m`` (the capped matches), ``fts_n`` (their count, one row of
+        ``n``: :data:`MATCH_COUNT`) and ``fts`` (``id``, ``fts_rank``, ``fts_score`` of the
+        best ``kc``); none ranked when ``filled`` (a boolean: the other
         leg fills the pool) holds and the matches reach ``cap``."""
 
     def evidence_columns(self) -> sql.Composable:

@@ -18,7 +18,7 @@ from psycopg import sql
 from ...settings import FTS_CONFIG_BY_LANGUAGE
 from ..literal import Literal
 
-__all__ = ["QUERY_LEXEMES", "TSVECTOR", "LexemeBudget", "Tsvector", "lexeme_selection_sql",
+__all__ = ["MATCH_COUNT", "QUERY_LEXEMES", "TSVECTOR", "LexemeBudget", "Tsvector", "lexeme_selection_sql",
            "query_lexemes_sql", "term_counts", "tsquery_sql"]
 
 
@@ -129,6 +129,10 @@ def tsv_expression(default: str) -> sql.Composed:
 _INLINE = sql.SQL("ALTER TABLE kb_chunks ALTER COLUMN tsv SET STORAGE MAIN")
 _INDEX = sql.SQL("CREATE INDEX IF NOT EXISTS kb_chunks_tsv_ix ON kb_chunks USING gin (tsv)")
 
+#: The full-text leg's matches (before its ranking's cut), from CTE ``fts_n`` of
+#: :meth:`Tsvector.matches`: the leg's count, the pool's and the rank skip's, read once.
+MATCH_COUNT = sql.SQL("(SELECT n FROM fts_n)")
+
 # A candidate's full-text evidence: its tsvector cut down to the query's lexemes (setweight +
 # ts_filter, in C), sent as text, and its lexeme count: the BM25 inputs. The cut tsvector holds
 # a lexeme's positions, so its count is read in Python (term_counts); unnesting it into arrays
@@ -181,15 +185,17 @@ class Tsvector:
         ``fts`` (the best ``kc`` of them by ``ts_rank(tsv, q, 1)``: ``id``, ``fts_rank``,
         ``fts_score``), after CTE ``q`` (the tsquery) and, in ``or`` mode, CTE ``sel``.
         ``filled`` (a boolean: the other leg fills the pool): when it holds and the matches
-        reach the cap, ``fts`` ranks none of them."""
+        reach the cap, ``fts`` ranks none of them. CTE ``fts_n`` counts the matches once
+        (:data:`MATCH_COUNT` reads it)."""
         unranked: sql.Composable = sql.SQL("")
         if filled is not None:
-            unranked = sql.SQL("WHERE NOT ({} AND (SELECT count(*) FROM fts_m) >= {}) ").format(
-                filled, cap_literal)
+            unranked = sql.SQL("WHERE NOT ({} AND {} >= {}) ").format(
+                filled, MATCH_COUNT, cap_literal)
         return sql.SQL(
             "{sel}q AS (SELECT {tsq} AS query), "
             "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
             "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT {cap}), "
+            "fts_n AS (SELECT count(*) AS n FROM fts_m), "
             "fts AS (SELECT m.id, row_number() OVER (ORDER BY ts_rank(m.tsv, q.query, 1) DESC, "
             "m.id) AS fts_rank, ts_rank(m.tsv, q.query, 1) AS fts_score "
             "FROM fts_m m, q {unranked}ORDER BY fts_rank LIMIT {kc})"
