@@ -133,3 +133,24 @@ def test_searches_use_the_statistics_in_their_full_text_leg(make_kb, tmp_path, m
     hits = kb.search("queue retry zymurgy", limit=3).primary
     assert seen and '"queue": ' in seen[0] and "sel AS" in seen[0]
     assert hits[0].document.doc_key == "n7"  # the rare word alone fits the budget of 10
+
+
+def test_a_lexeme_tells_the_cap_is_reached_only_where_the_query_holds_it_as_itself(conn):
+    """The one statement may take the matches to reach the cap from a lexeme's chunk count
+    (``cap_reached_sql``, decision 0017) only when every chunk holding the lexeme matches the
+    OR query: the query re-parses each lexeme (``foo-bar-baz`` becomes a phrase of four), so
+    one that does not come back as itself does not tell."""
+    lexemes = sorted({lexeme for text in TRICKY for lexeme in _lexemes(conn, text)})
+    reached = fts.cap_reached_sql(
+        lambda array: sql.SQL("(SELECT u AS lexeme, 1000 AS chunks FROM unnest({}) AS u)"
+                              ).format(array), sql.Literal(300))
+    told = {}
+    for lexeme in lexemes:
+        row = conn.execute(sql.SQL(
+            "WITH sel AS (SELECT %(l)s::text AS l, 1 AS o, 1000::float8 AS est) SELECT {}, "
+            "array_to_tsvector(ARRAY[%(l)s::text]) @@ to_tsquery('simple', quote_literal(%(l)s::text))"
+        ).format(reached), {"l": lexeme}).fetchone()
+        assert row is not None
+        told[lexeme], matched = row
+        assert matched or not told[lexeme], lexeme
+    assert not told["foo-bar-baz"] and told["rotat"] and told["東京"]

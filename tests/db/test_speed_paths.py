@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+from kb_retriever.search.modes import Legs
 from kb_retriever.store.reader import AsyncSearchSession, SearchSession
 
 pytestmark = pytest.mark.db
@@ -377,8 +378,6 @@ def test_the_rerank_pool_is_the_same_in_one_statement_and_with_the_legs_at_once(
     """The one statement returns only the rerank pool (KB_RERANK_POOL_FACTOR x the candidates
     per leg, by weighted RRF); the legs at once return their whole lists and the fusion cuts
     the same pool: the same results either way, @mentioned chunks kept."""
-    from kb_retriever.search.modes import Legs
-
     texts = [f"Deploy step {i}: roll back the {w} service when its health check fails."
              for i, w in enumerate(["billing", "search", "auth", "ledger", "mail", "cache"] * 5)]
     texts += [f"Note {i} about gardening, tomatoes, the ledger and the weather." for i in range(20)]
@@ -410,8 +409,6 @@ def test_a_full_text_leg_at_its_match_cap_takes_no_pool_place_beyond_the_vector_
     """Matches that reach ``KB_FTS_MATCH_CAP`` are the first ones in table order, a sample, so
     the rerank pool holds no more than the candidates per leg (decision 0017, amendment): the
     same in one statement and with the legs at once; below the cap the pool is as before."""
-    from kb_retriever.search.modes import Legs
-
     texts = [f"Ledger entry {i}: the {w} team posts its ledger totals at month end."
              for i, w in enumerate(["billing", "search", "auth", "payroll", "mail"] * 8)]
     kb = make_kb()
@@ -433,24 +430,31 @@ def test_a_full_text_leg_at_its_match_cap_takes_no_pool_place_beyond_the_vector_
     assert sampled.meta["retrieval_stats"] == sampled_parallel.meta["retrieval_stats"]
 
 
-def _sampled_both_ways(make_kb, tmp_path, first: str, query: str) -> tuple:
-    """One search of ``query`` (limit 1: kc 3) over 43 notes that all hold "ledger", with the
-    match cap at 10 so that the full-text leg's matches are a sample, in one statement and
-    with the legs at once. The first three notes (``first`` and a word), first in table order
-    too, are nearest to the question."""
-    from kb_retriever.search.modes import Legs
-
+def _sampled_notes(make_kb, tmp_path, first: str) -> str:
+    """A database of 43 notes that all hold "ledger" (its URL); the first three (``first`` and
+    a word), first in table order too, are nearest to a question of ``first``'s words."""
     texts = [f"{first} {w}" for w in ("north", "south", "east")] + [
         f"Ledger entry {i}: the {w} team posts its totals per month."
         for i, w in enumerate(["billing", "search", "auth", "payroll", "mail"] * 8)]
     kb = make_kb()
     kb.ingest([_notes(tmp_path / "kb", texts)])
+    return kb.url
+
+
+def _both_ways(url: str, query: str, cap: int = 10) -> tuple:
+    """One search of ``query`` (limit 1: kc 3) with the match cap at ``cap``, so that the
+    full-text leg's matches are a sample, in one statement and with the legs at once."""
     results = []
     for parallel in (False, True):
-        with KnowledgeBase(Settings(parallel_legs=parallel, fts_match_cap=10),
-                           embedder=HashingEmbedder(256), database_url=kb.url) as k:
+        with KnowledgeBase(Settings(parallel_legs=parallel, fts_match_cap=cap),
+                           embedder=HashingEmbedder(256), database_url=url) as k:
             results.append(k.search(query, limit=1, legs=Legs(min_similarity=-1)))
     return tuple(results)
+
+
+def _sampled_both_ways(make_kb, tmp_path, first: str, query: str) -> tuple:
+    """:func:`_both_ways` over :func:`_sampled_notes`."""
+    return _both_ways(_sampled_notes(make_kb, tmp_path, first), query)
 
 
 def test_a_full_text_sample_is_not_ranked_when_the_vector_leg_fills_the_pool(make_kb, tmp_path):
@@ -465,6 +469,80 @@ def test_a_full_text_sample_is_not_ranked_when_the_vector_leg_fills_the_pool(mak
     assert {h.document.title for h in hits} == {"N note 0", "N note 1", "N note 2"}
     assert all(h.scores.fts_rank is None for h in hits)  # the sample was not ranked
     assert any(h.scores.fts_rank for h in (*at_once.primary, *at_once.runner_up))
+
+
+def _match_scans(kb: KnowledgeBase, query: str, monkeypatch) -> int:
+    """How many times the one statement of a search of ``query`` ran its scan of the full-text
+    matches (CTE ``fts_m``): the statement recorded as it runs, then run again under EXPLAIN
+    ANALYZE with the same values."""
+    import psycopg
+    from psycopg import sql
+
+    ran: list[tuple] = []
+    execute = psycopg.Cursor.execute
+
+    def spy(self, statement, params=None, **kw):  # type: ignore[no-untyped-def]
+        if not isinstance(statement, str) and "fts_n AS" in statement.as_string(self):
+            ran.append((statement, params))
+        return execute(self, statement, params, **kw)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", spy)
+    kb.search(query, limit=1, legs=Legs(min_similarity=-1))
+    monkeypatch.undo()
+    [(statement, params)] = ran
+    with kb._pools.sync().connection() as conn:
+        [[plan]] = conn.execute(sql.Composed([sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) "),
+                                              statement]), params).fetchall()
+
+    def loops(node: dict) -> list[int]:
+        here = [node["Actual Loops"]] if node.get("Subplan Name") == "CTE fts_m" else []
+        return here + [n for child in node.get("Plans", []) for n in loops(child)]
+
+    [scans] = loops(plan[0]["Plan"])
+    return scans
+
+
+def test_a_full_text_leg_that_its_lexeme_counts_put_at_the_cap_reads_no_match(
+        make_kb, tmp_path, monkeypatch):
+    """When the scope's lexeme counts say that a word the OR query holds is in as many chunks
+    as the cap, the one statement knows that its matches reach the cap without reading them
+    (decision 0017, amendment): their scan never runs, and the search is the one that scans
+    (the legs at once). Above the count, the scan runs."""
+    url = _sampled_notes(make_kb, tmp_path, "ledger ledger ledger")
+    for cap, scans in ((10, 0), (43, 0), (44, 1)):  # 43 notes hold "ledger"
+        one, at_once = _both_ways(url, "ledger", cap)
+        assert _same(one, at_once)
+        assert one.meta["retrieval_stats"] == at_once.meta["retrieval_stats"]
+        with KnowledgeBase(Settings(parallel_legs=False, fts_match_cap=cap),
+                           embedder=HashingEmbedder(256), database_url=url) as kb:
+            assert _match_scans(kb, "ledger", monkeypatch) == scans
+
+
+def test_lexeme_counts_that_a_write_still_logs_count_as_the_matches_do(make_kb, tmp_path,
+                                                                        monkeypatch):
+    """The lexeme counts that decide it are exact in the statement's snapshot: a delete whose
+    log row is not folded yet (another connection folds the scope) counts. 12 notes held
+    "ledger", 3 are gone: 9 matches, under the cap of 10, so the leg reads and ranks them."""
+    import psycopg
+
+    from kb_retriever.store.stats import scope_lock_key
+
+    texts = ["ledger ledger ledger north"] + [f"Ledger entry {i}: the totals." for i in range(11)]
+    kb = make_kb()
+    kb.ingest([_notes(tmp_path / "kb", texts)])
+    with psycopg.connect(kb.url, autocommit=True) as folder:
+        folder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))",
+                       [scope_lock_key(kb.tenant, kb.project)])
+        assert kb.delete(["n001.md", "n002.md", "n003.md"]) == 3
+        [[logged]] = folder.execute("SELECT count(*) FROM kb_lexeme_log").fetchall()
+        assert logged == 1  # the delete's, not folded
+        one, at_once = _both_ways(kb.url, "ledger")
+        assert one.meta["retrieval_stats"]["candidates_pre_threshold"] == 3 + 9
+        assert one.meta["retrieval_stats"] == at_once.meta["retrieval_stats"]
+        assert _same(one, at_once)
+        with KnowledgeBase(Settings(parallel_legs=False, fts_match_cap=10),
+                           embedder=HashingEmbedder(256), database_url=kb.url) as k:
+            assert _match_scans(k, "ledger", monkeypatch) == 1
 
 
 def test_a_full_text_sample_is_still_ranked_where_its_ranks_count(make_kb, tmp_path):

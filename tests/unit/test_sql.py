@@ -53,8 +53,8 @@ def test_the_legs_are_two_independent_statements():
     assert "ORDER BY dist LIMIT 30)" in vec  # bare distance operator: HNSW usable
     assert "WHERE 1 - dist >= 0.3)" in vec and "%(mention_ids)s" not in vec
     # the full-text leg chooses its OR lexemes itself (CTE sel): no statistics in SHAPE, so all
-    assert fts.startswith(ql + "sel AS (SELECT u.l, u.o FROM unnest((SELECT lexemes FROM ql)) "
-                          "WITH ORDINALITY AS u(l, o)), q AS (SELECT to_tsquery('simple', "
+    assert fts.startswith(ql + "sel AS (SELECT u.l, u.o, NULL::float8 AS est FROM "
+                          "unnest((SELECT lexemes FROM ql)) WITH ORDINALITY AS u(l, o)), q AS (SELECT to_tsquery('simple', "
                           "coalesce((SELECT string_agg(quote_literal(l), ' | ' ORDER BY o) "
                           "FROM sel), '')) AS query)")
     assert "fts_m AS MATERIALIZED" in fts
@@ -161,6 +161,39 @@ def test_a_full_text_leg_at_its_match_cap_keeps_the_pool_to_the_candidates_per_l
     assert dataclasses.replace(shape, pool=20).pool_for(300) == 20
     assert dataclasses.replace(shape, pool=0).pool_for(300) == 0
     assert dataclasses.replace(shape, fts_cap=0).pool_for(300) == 45
+
+
+def test_a_full_text_leg_that_the_lexeme_counts_put_at_its_cap_reads_no_match():
+    """Decision 0017, amendment: where the sample would not be ranked and no filter narrows
+    the scope, the one statement first asks the scope's exact lexeme counts (folded and
+    logged) whether a lexeme the OR query holds is in ``fts_cap`` chunks; then the count is the
+    cap and no match is read; only the lexemes whose estimates could reach the cap are looked
+    up. Not with a filter, @mentions, another query mode, or alone."""
+    import dataclasses
+
+    pooled = dataclasses.replace(SHAPE, pool=45, weights=(0.7, 0.3), rrf_k=60)
+    text = render(q.hybrid_sql(pooled, fts_mode="or", n_phrases=0, filters=parse_filters({}),
+                               with_doc_ids=False)[0])
+    assert ("fts_n AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM sel WHERE est >= 300) AND "
+            "EXISTS (SELECT 1 FROM sel JOIN (SELECT k.lexeme, "
+            "sum(k.n) AS chunks FROM (SELECT b.lexeme, b.chunks AS n FROM kb_lexemes b "
+            "WHERE b.tenant_id = 'acme' AND b.project_key = ANY('{api,web}'::text[]) "
+            "AND b.lexeme = ANY(ARRAY(SELECT l FROM sel WHERE est >= 300))") in text
+    assert "FROM kb_lexeme_log g, unnest(g.lexemes, g.deltas)" in text
+    assert ("k.chunks >= 300 AND to_tsquery('simple', quote_literal(sel.l))::text = "
+            "quote_literal(sel.l)) THEN 300 ELSE (SELECT count(*) FROM fts_m) END AS n)") in text
+    f = parse_filters({"tags": ["x"]})
+    for other in (q.hybrid_sql(pooled, fts_mode="or", n_phrases=0, filters=f, with_doc_ids=False),
+                  q.hybrid_sql(pooled, fts_mode="or", n_phrases=0, filters=parse_filters({}),
+                               with_doc_ids=False, with_mentions=True),
+                  q.hybrid_sql(pooled, fts_mode="websearch", n_phrases=0,
+                               filters=parse_filters({}), with_doc_ids=False),
+                  q.hybrid_sql(dataclasses.replace(pooled, fused_scores=True), fts_mode="or",
+                               n_phrases=0, filters=parse_filters({}), with_doc_ids=False),
+                  q.keyword_leg_sql(pooled, fts_mode="or", n_phrases=0,
+                                    filters=parse_filters({}), with_doc_ids=False)):
+        rendered = render(other[0])
+        assert "kb_lexemes" not in rendered and "fts_n AS (SELECT count(*) AS n FROM fts_m)" in rendered
 
 
 def test_the_legs_scope_and_sizes_are_literals():

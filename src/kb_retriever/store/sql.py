@@ -23,10 +23,12 @@ from .fulltext import ENGINE, MATCH_COUNT, LexemeBudget
 from .graph_sql import seed_neighbours_ctes
 from .literal import Literal
 from .spaces import Space
+from .stats import lexeme_chunks
 
 Params = dict[str, Any]
 
 DOC_JOIN = sql.SQL("JOIN kb_documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id")
+_NO_FILTER = sql.SQL("")  # doc_filter_sql's predicates without a filter
 
 @dataclass(frozen=True)
 class Scope:
@@ -275,10 +277,14 @@ def _keyword_ctes(shape: LegShape, lit: dict[str, sql.Composable], join: sql.Com
                   scope: sql.Composable, filt: sql.Composable, fts_mode: str, n_phrases: int,
                   filled: sql.Composable | None = None) -> sql.Composable:
     """The full-text leg's CTEs (the engine's: ``fts_m`` the capped matches, ``fts`` the best
-    ``kc`` of them, ranked; none ranked when ``filled`` holds and the matches reach the cap)."""
+    ``kc`` of them, ranked; none ranked when ``filled`` holds and the matches reach the cap).
+    With ``filled`` and no filter, the scope's lexeme counts may tell that the matches reach
+    the cap, and then none is read (``stats.lexeme_chunks``; decision 0017)."""
+    counts = (functools.partial(lexeme_chunks, lit["tenant"], lit["projects"])
+              if filled is not None and filt == _NO_FILTER else None)
     return ENGINE.matches(mode=fts_mode, n_phrases=n_phrases, budget=shape.lexemes,
                           cap=shape.fts_cap, kc=lit["kc"], cap_literal=lit["fts_cap"], join=join,
-                          scope=scope, filt=filt, filled=filled)
+                          scope=scope, filt=filt, filled=filled, counts=counts)
 
 
 @_remembered

@@ -23,8 +23,8 @@ from psycopg import sql
 from .fulltext import ENGINE
 
 __all__ = ["aanalyze_if_stale", "afold_log", "analyze_if_stale", "asettle",
-           "deleted_chunks_logged", "fold_log", "log_document_chunks", "recount",
-           "scope_lock_key", "settle"]
+           "deleted_chunks_logged", "fold_log", "log_document_chunks", "lexeme_chunks",
+           "recount", "scope_lock_key", "settle"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,22 @@ LOG_DOCUMENT_CHUNKS = sql.SQL(
     "(SELECT u.lexeme, count(*) AS n FROM mine, {lexemes} AS u GROUP BY u.lexeme) l "
     "HAVING (SELECT count(*) FROM mine) > 0").format(carried=ENGINE.carried,
                                                       lexemes=ENGINE.lexemes("mine"))
+
+
+def lexeme_chunks(tenant: sql.Composable, projects: sql.Composable,
+                  lexemes: sql.Composable) -> sql.Composed:
+    """A relation of ``lexeme`` and ``chunks``: how many chunks of the scope (``tenant``, the
+    array ``projects``) hold each lexeme of the array ``lexemes``, exact in the reading
+    statement's snapshot: the folded counts plus the log (a write's chunks and its log row
+    commit together). An index lookup per lexeme and project, for a search statement."""
+    return sql.SQL(
+        "(SELECT k.lexeme, sum(k.n) AS chunks FROM (SELECT b.lexeme, b.chunks AS n "
+        "FROM kb_lexemes b WHERE b.tenant_id = {tenant} AND b.project_key = ANY({projects}::text[]) "
+        "AND b.lexeme = ANY({lexemes}) UNION ALL SELECT u.lexeme, u.n "
+        "FROM kb_lexeme_log g, unnest(g.lexemes, g.deltas) AS u(lexeme, n) "
+        "WHERE g.tenant_id = {tenant} AND g.project_key = ANY({projects}::text[]) "
+        "AND u.lexeme = ANY({lexemes})) k GROUP BY k.lexeme)"
+    ).format(tenant=tenant, projects=projects, lexemes=lexemes)
 
 
 def log_document_chunks(conn: psycopg.Connection[Any], tenant: str, project: str,

@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 from psycopg import sql
 
-from .tsvector import MATCH_COUNT, TSVECTOR, LexemeBudget
+from .tsvector import MATCH_COUNT, TSVECTOR, LexemeBudget, LexemeChunks
 
-__all__ = ["ENGINE", "MATCH_COUNT", "FullText", "LexemeBudget"]
+__all__ = ["ENGINE", "MATCH_COUNT", "FullText", "LexemeBudget", "LexemeChunks"]
 
 
 class FullText(Protocol):
@@ -34,11 +34,14 @@ class FullText(Protocol):
     def matches(self, *, mode: str, n_phrases: int, budget: LexemeBudget | None, cap: int,
                 kc: sql.Composable, cap_literal: sql.Composable, join: sql.Composable,
                 scope: sql.Composable, filt: sql.Composable,
-                filled: sql.Composable | None = None) -> sql.Composable:
+                filled: sql.Composable | None = None,
+                counts: LexemeChunks | None = None) -> sql.Composable:
         """CTEs ending in ``fts_m`` (the capped matches), ``fts_n`` (their count, one row of
         ``n``: :data:`MATCH_COUNT`) and ``fts`` (``id``, ``fts_rank``, ``fts_score`` of the
         best ``kc``); none ranked when ``filled`` (a boolean: the other
-        leg fills the pool) holds and the matches reach ``cap``."""
+        leg fills the pool) holds and the matches reach ``cap``. ``counts`` (the scope's
+        chunks holding each lexeme, given only for a leg without filters) may spare reading
+        the matches when the query's lexemes alone say that they reach ``cap``."""
 
     def evidence_columns(self) -> sql.Composable:
         """A candidate row's BM25 inputs: ``tf`` (the query's lexemes in the chunk, as

@@ -9,7 +9,7 @@ for BM25 (``ranking/bm25.py``); and the lexemes of a chunk for the scope statist
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +18,8 @@ from psycopg import sql
 from ...settings import FTS_CONFIG_BY_LANGUAGE
 from ..literal import Literal
 
-__all__ = ["MATCH_COUNT", "QUERY_LEXEMES", "TSVECTOR", "LexemeBudget", "Tsvector", "lexeme_selection_sql",
-           "query_lexemes_sql", "term_counts", "tsquery_sql"]
+__all__ = ["MATCH_COUNT", "QUERY_LEXEMES", "TSVECTOR", "LexemeBudget", "LexemeChunks", "Tsvector",
+           "cap_reached_sql", "lexeme_selection_sql", "query_lexemes_sql", "term_counts", "tsquery_sql"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,11 @@ class LexemeBudget:
 
     estimates: str
     unlisted: float
+
+
+#: A relation (``lexeme``, ``chunks``) of the scope's chunks holding each lexeme of an array
+#: expression (``store.stats.lexeme_chunks`` for one scope).
+LexemeChunks = Callable[[sql.Composable], sql.Composable]
 
 
 def tsquery_sql(mode: str, n_phrases: int) -> sql.Composable:
@@ -84,9 +89,10 @@ def query_lexemes_sql(configs: tuple[str, ...] = ()) -> sql.Composable:
 
 def lexeme_selection_sql(budget: LexemeBudget | None, cap: int) -> sql.Composable:
     """CTE ``sel`` (after CTE ``ql``): the query lexemes (``l``) that the OR query keeps, in
-    their order (``o``): rarest first while their estimated matches fit ``cap``, at least the
-    rarest one, every lexeme without statistics (tests/unit/lexeme_oracle.py is the Python
-    oracle the tests compare it with).
+    their order (``o``) with their estimated chunks (``est``; NULL without statistics):
+    rarest first while their estimated matches fit ``cap``, at least the rarest one, every
+    lexeme without statistics (tests/unit/lexeme_oracle.py is the Python oracle the tests
+    compare it with).
 
     The full-text leg ranks at most ``cap`` matches, taken in table order, so a frequent
     lexeme would fill that sample with weak matches and push out the chunks that hold the
@@ -97,10 +103,10 @@ def lexeme_selection_sql(budget: LexemeBudget | None, cap: int) -> sql.Composabl
     ``ql``'s order. Choosing here spares the search a round trip to stem the query first.
     """
     if budget is None:
-        return sql.SQL("sel AS (SELECT u.l, u.o FROM unnest((SELECT lexemes FROM ql)) "
-                       "WITH ORDINALITY AS u(l, o))")
+        return sql.SQL("sel AS (SELECT u.l, u.o, NULL::float8 AS est FROM "
+                       "unnest((SELECT lexemes FROM ql)) WITH ORDINALITY AS u(l, o))")
     return sql.SQL(
-        "sel AS (SELECT s.l, s.o FROM (SELECT e.l, row_number() OVER w AS o, "
+        "sel AS (SELECT s.l, s.o, s.est FROM (SELECT e.l, e.est, row_number() OVER w AS o, "
         "sum(e.est) OVER w AS total FROM (SELECT u.l, coalesce(({est}::jsonb ->> u.l)::float8, "
         "{unlisted}::float8) AS est FROM unnest((SELECT lexemes FROM ql)) AS u(l)) e "
         "WINDOW w AS (ORDER BY e.est, e.l COLLATE \"C\" ROWS UNBOUNDED PRECEDING)) s "
@@ -163,6 +169,21 @@ def term_counts(evidence: str) -> dict[str, int]:
     return counts
 
 
+def cap_reached_sql(counts: LexemeChunks, cap: sql.Composable) -> sql.Composed:
+    """Whether the OR query's matches reach ``cap``, known without reading them: a lexeme of
+    CTE ``sel`` in ``cap`` chunks of the scope or more (``counts``) that the query holds as
+    itself (``to_tsquery('simple', ...)`` re-parses a lexeme: ``foo-bar`` becomes the phrase
+    ``'foo-bar' <-> 'foo' <-> 'bar'``, whose matches differ). Every chunk holding it matches,
+    so the first ``cap`` matches are ``cap``. Only lexemes whose estimate reaches ``cap`` are
+    looked up (a search that none can tell about reads no count)."""
+    return sql.SQL(
+        "EXISTS (SELECT 1 FROM sel WHERE est >= {cap}) AND EXISTS (SELECT 1 FROM sel "
+        "JOIN {counts} k ON k.lexeme = sel.l WHERE k.chunks >= {cap} "
+        "AND to_tsquery('simple', quote_literal(sel.l))::text = quote_literal(sel.l))"
+    ).format(counts=counts(sql.SQL("ARRAY(SELECT l FROM sel WHERE est >= {})").format(cap)),
+             cap=cap)
+
+
 class Tsvector:
     """PostgreSQL's tsvector full text as the store's :class:`~kb_retriever.store.fulltext.
     FullText` (module docstring)."""
@@ -180,27 +201,34 @@ class Tsvector:
     def matches(self, *, mode: str, n_phrases: int, budget: LexemeBudget | None, cap: int,
                 kc: sql.Composable, cap_literal: sql.Composable, join: sql.Composable,
                 scope: sql.Composable, filt: sql.Composable,
-                filled: sql.Composable | None = None) -> sql.Composable:
+                filled: sql.Composable | None = None,
+                counts: LexemeChunks | None = None) -> sql.Composable:
         """CTEs ``fts_m`` (the first ``cap`` matches in the scope, with the filters) and
         ``fts`` (the best ``kc`` of them by ``ts_rank(tsv, q, 1)``: ``id``, ``fts_rank``,
         ``fts_score``), after CTE ``q`` (the tsquery) and, in ``or`` mode, CTE ``sel``.
         ``filled`` (a boolean: the other leg fills the pool): when it holds and the matches
         reach the cap, ``fts`` ranks none of them. CTE ``fts_n`` counts the matches once
-        (:data:`MATCH_COUNT` reads it)."""
+        (:data:`MATCH_COUNT` reads it); in ``or`` mode with ``counts`` (the scope's chunks
+        holding each lexeme, for a leg without filters) it reads no match when one lexeme the
+        query ORs is in ``cap`` chunks or more (:func:`cap_reached_sql`)."""
         unranked: sql.Composable = sql.SQL("")
         if filled is not None:
             unranked = sql.SQL("WHERE NOT ({} AND {} >= {}) ").format(
                 filled, MATCH_COUNT, cap_literal)
+        count: sql.Composable = sql.SQL("count(*) AS n FROM fts_m")
+        if mode == "or" and counts is not None:
+            count = sql.SQL("CASE WHEN {} THEN {} ELSE (SELECT count(*) FROM fts_m) END AS n").format(
+                cap_reached_sql(counts, cap_literal), cap_literal)
         return sql.SQL(
             "{sel}q AS (SELECT {tsq} AS query), "
             "fts_m AS MATERIALIZED (SELECT c.id, c.tsv FROM kb_chunks c {join}, q "
             "WHERE c.tsv @@ q.query AND {scope}{filt} LIMIT {cap}), "
-            "fts_n AS (SELECT count(*) AS n FROM fts_m), "
+            "fts_n AS (SELECT {count}), "
             "fts AS (SELECT m.id, row_number() OVER (ORDER BY ts_rank(m.tsv, q.query, 1) DESC, "
             "m.id) AS fts_rank, ts_rank(m.tsv, q.query, 1) AS fts_score "
             "FROM fts_m m, q {unranked}ORDER BY fts_rank LIMIT {kc})"
         ).format(tsq=tsquery_sql(mode, n_phrases), join=join, scope=scope, filt=filt,
-                 cap=cap_literal, kc=kc, unranked=unranked,
+                 cap=cap_literal, kc=kc, unranked=unranked, count=count,
                  sel=lexeme_selection_sql(budget, cap) + sql.SQL(", ")
                  if mode == "or" else sql.SQL(""))
 
