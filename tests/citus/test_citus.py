@@ -103,6 +103,13 @@ def test_every_one_tenant_statement_runs_on_one_shard(citus: Cluster, tmp_path: 
         kb.clear_caches()
         result = _one_shard(url, lambda: kb.search("which cache, redis?"))
         assert result.primary and result.expanded  # type: ignore[attr-defined]
+        kb.add_documents([{"id": f"r{i}", "text": f"# Redis {i}\n\nredis note {i}"}
+                          for i in range(10)])
+        with KnowledgeBase(Settings(parallel_legs=False, fts_match_cap=10), database_url=url,
+                           embedder=HashingEmbedder(32), tenant="acme", project="p") as one:
+            # the one statement, whose full-text leg is at its cap by the scope's lexeme counts
+            # (decision 0017): those tables are on the tenant's shard too
+            assert _one_shard(url, lambda: one.search("redis")).primary  # type: ignore[attr-defined]
         _one_shard(url, lambda: asyncio.run(kb.asearch("kafka events")))
         _one_shard(url, lambda: kb.search_sql("redis"))
         _one_shard(url, lambda: kb.get_by_ids(["a.md", "n"]))
