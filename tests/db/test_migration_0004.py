@@ -65,3 +65,25 @@ def test_upgrading_a_v2_database(new_database):
         result = kb.search("notifica", limit=2)
         assert result.primary[0].document.doc_key == "d0"
         assert not result.meta["calibration"]["calibrated"]  # until the next ingest
+
+
+def test_upgrading_a_v6_database_counts_what_0007_stems_anew(new_database):
+    """Migration 0007 stems each chunk by its document's language as it is now: a chunk whose
+    document changed language since it was written (stemmed in English, its document Italian
+    now) changes lexemes, and the per-scope counts follow (searches rely on them: decision
+    0017)."""
+    url = new_database()
+    embedder = HashingEmbedder(DIM)
+    _old_database(url, embedder.model_id)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for version, _, body in schema.migration_files():
+            if 2 < version <= 6:
+                conn.execute(body)
+        conn.execute("UPDATE kb_meta SET value = '6' WHERE key = 'schema_version'")
+        conn.execute("UPDATE kb_documents SET language = 'it' WHERE doc_key = 'd1'")
+        assert schema.migrate(conn) >= 7
+        lexemes = dict(conn.execute("SELECT lexeme, chunks FROM kb_lexemes").fetchall())
+        truth = dict(conn.execute("SELECT u.lexeme, count(*) FROM kb_chunks c, unnest(c.tsv) u "
+                                  "GROUP BY u.lexeme").fetchall())
+        assert "the" in truth  # not an Italian stop word: stemmed anew
+        assert lexemes == truth

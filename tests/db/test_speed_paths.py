@@ -3,6 +3,7 @@ connection per search, and broad keyword queries bounded to one posting list."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -520,9 +521,11 @@ def test_a_full_text_leg_that_its_lexeme_counts_put_at_the_cap_reads_no_match(
 
 def test_lexeme_counts_that_a_write_still_logs_count_as_the_matches_do(make_kb, tmp_path,
                                                                         monkeypatch):
-    """The lexeme counts that decide it are exact in the statement's snapshot: a delete whose
-    log row is not folded yet (another connection folds the scope) counts. 12 notes held
-    "ledger", 3 are gone: 9 matches, under the cap of 10, so the leg reads and ranks them."""
+    """The counts that decide it are exact in the statement's snapshot, whatever the client's
+    statistics say. A knowledge base whose cached statistics still put "ledger" in 12 notes,
+    over a cap of 10, reads the counts after another's delete of 3 of them, whose log row is
+    not folded yet (another connection holds the scope's fold lock): 9 matches, under the
+    cap, so the leg reads and ranks them, as the legs at once do."""
     import psycopg
 
     from kb_retriever.store.stats import scope_lock_key
@@ -530,19 +533,22 @@ def test_lexeme_counts_that_a_write_still_logs_count_as_the_matches_do(make_kb, 
     texts = ["ledger ledger ledger north"] + [f"Ledger entry {i}: the totals." for i in range(11)]
     kb = make_kb()
     kb.ingest([_notes(tmp_path / "kb", texts)])
-    with psycopg.connect(kb.url, autocommit=True) as folder:
+    with KnowledgeBase(Settings(parallel_legs=False, fts_match_cap=10), database_url=kb.url,
+                       embedder=HashingEmbedder(256)) as one, \
+            psycopg.connect(kb.url, autocommit=True) as folder:
+        search = functools.partial(one.search, "ledger", limit=1, legs=Legs(min_similarity=-1))
+        assert search().meta["retrieval_stats"]["candidates_pre_threshold"] == 3 + 10
         folder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))",
                        [scope_lock_key(kb.tenant, kb.project)])
         assert kb.delete(["n001.md", "n002.md", "n003.md"]) == 3
         [[logged]] = folder.execute("SELECT count(*) FROM kb_lexeme_log").fetchall()
         assert logged == 1  # the delete's, not folded
-        one, at_once = _both_ways(kb.url, "ledger")
-        assert one.meta["retrieval_stats"]["candidates_pre_threshold"] == 3 + 9
-        assert one.meta["retrieval_stats"] == at_once.meta["retrieval_stats"]
-        assert _same(one, at_once)
-        with KnowledgeBase(Settings(parallel_legs=False, fts_match_cap=10),
-                           embedder=HashingEmbedder(256), database_url=kb.url) as k:
-            assert _match_scans(k, "ledger", monkeypatch) == 1
+        after = search()  # its statistics are the cached ones, from before the delete
+        assert after.meta["retrieval_stats"]["candidates_pre_threshold"] == 3 + 9
+        _, at_once = _both_ways(kb.url, "ledger")
+        assert after.meta["retrieval_stats"] == at_once.meta["retrieval_stats"]
+        assert _same(after, at_once)
+        assert _match_scans(one, "ledger", monkeypatch) == 1
 
 
 def test_a_full_text_sample_is_still_ranked_where_its_ranks_count(make_kb, tmp_path):

@@ -54,9 +54,10 @@ def test_the_legs_are_two_independent_statements():
     assert "WHERE 1 - dist >= 0.3)" in vec and "%(mention_ids)s" not in vec
     # the full-text leg chooses its OR lexemes itself (CTE sel): no statistics in SHAPE, so all
     assert fts.startswith(ql + "sel AS (SELECT u.l, u.o, NULL::float8 AS est FROM "
-                          "unnest((SELECT lexemes FROM ql)) WITH ORDINALITY AS u(l, o)), q AS (SELECT to_tsquery('simple', "
-                          "coalesce((SELECT string_agg(quote_literal(l), ' | ' ORDER BY o) "
-                          "FROM sel), '')) AS query)")
+                          "unnest((SELECT lexemes FROM ql)) WITH ORDINALITY AS u(l, o)), "
+                          "q AS (SELECT to_tsquery('simple', coalesce((SELECT "
+                          "string_agg(quote_literal(l), ' | ' ORDER BY o) FROM sel), '')) "
+                          "AS query)")
     assert "fts_m AS MATERIALIZED" in fts
     # the query's lexemes come back once, from the vector leg (the BM25 idf's lexemes)
     assert "(SELECT lexemes FROM ql) AS query_lexemes" in vec

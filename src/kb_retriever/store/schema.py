@@ -11,7 +11,7 @@ from psycopg import sql
 
 from ..errors import SchemaError
 from ..settings import FTS_LANGUAGES, Settings
-from . import distribution, spaces
+from . import distribution, spaces, stats
 from .fulltext import ENGINE
 
 logger = logging.getLogger(__name__)
@@ -34,13 +34,16 @@ def _has_column(conn: psycopg.Connection, table: str, column: str) -> bool:
 
 def _tsv_by_language(conn: psycopg.Connection) -> None:
     """After 0007: the tsv column reads ``fts_lang`` (rebuilt where it exists: a database made
-    before; a new one gets it at first use, :func:`ensure_fixed_choices`)."""
+    before; a new one gets it at first use, :func:`ensure_fixed_choices`). A chunk whose
+    document's language changed since it was written is stemmed anew, so the lexeme counts
+    are counted again: searches rely on them being exact (decisions 0010, 0017)."""
     if _has_column(conn, "kb_chunks", "tsv"):
         default = read_meta(conn).get("fts_language", "english")
         if default not in FTS_LANGUAGES:  # allow-list: it becomes an SQL literal
             raise SchemaError(f"unknown FTS language {default!r} in kb_meta")
         conn.execute("ALTER TABLE kb_chunks DROP COLUMN tsv")
         add_tsv(conn, default)
+        stats.recount_every_scope(conn)
     conn.execute("ALTER TABLE kb_chunks DROP COLUMN IF EXISTS fts_config")
     conn.execute("DROP FUNCTION IF EXISTS kb_fts_config(text)")
 

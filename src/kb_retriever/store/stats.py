@@ -24,7 +24,7 @@ from .fulltext import ENGINE
 
 __all__ = ["aanalyze_if_stale", "afold_log", "analyze_if_stale", "asettle",
            "deleted_chunks_logged", "fold_log", "log_document_chunks", "lexeme_chunks",
-           "recount", "scope_lock_key", "settle"]
+           "recount", "recount_every_scope", "scope_lock_key", "settle"]
 
 logger = logging.getLogger(__name__)
 
@@ -261,3 +261,13 @@ def recount(conn: psycopg.Connection[Any], tenant: str, project: str) -> None:
         conn.execute(_LOCK, [scope_lock_key(tenant, project)])
         for stmt in _RECOUNT:
             conn.execute(stmt, params)
+
+
+def recount_every_scope(conn: psycopg.Connection[Any]) -> None:
+    """Count every scope's statistics again, in the caller's transaction: for a migration that
+    changed what they count (the tsv column rebuilt) and holds kb_chunks, so nothing writes."""
+    scopes = conn.execute("SELECT tenant_id, project_key FROM kb_chunks UNION "
+                          "SELECT tenant_id, project_key FROM kb_lexemes").fetchall()
+    for tenant, project in scopes:
+        for stmt in _RECOUNT:
+            conn.execute(stmt, {"tenant": tenant, "project": project})
