@@ -20,8 +20,9 @@ quality of the same configuration on real data). Results: benchmarks/results/loa
 ``--kb-tree NAME=DIR`` adds system ``kb@NAME``: kb-retriever's defaults from the source tree
 ``DIR`` (a git worktree, say, with one speed device taken out), on the same server and data,
 in turn with the others; ``--kb-tree-only`` runs only those. With ``--rounds`` above 1 every
-level runs that many times, the systems taking turns each round, and the figures are the
-median over the rounds. This is how decision 0004's devices were re-measured under load.
+level runs that many times, the systems taking turns each round (each round starting with the
+next one, so that none always runs first), and the figures are the median over the rounds.
+This is how decision 0004's devices were re-measured under load.
 
 ``--warmup N`` (default 10) is how many searches each client runs before the level starts;
 ``--warmup 0`` measures a fresh client's first searches (its connections new, nothing prepared).
@@ -325,8 +326,9 @@ def main() -> int:
             (data / "queries.json").write_text(json.dumps({"texts": texts}))
             for clients in levels:  # each level every system in turn: a slow minute hits all
                 runs: dict[str, list[dict[str, Any]]] = {}
-                for _ in range(args.rounds):
-                    for system in systems:
+                for r in range(args.rounds):
+                    # each round starts with another system: none is always first or last
+                    for system in systems[r % len(systems):] + systems[:r % len(systems)]:
                         out = run_level(system, url, data, clients, args.per_client, trees,
                                         variants, postmaster, args.warmup)
                         runs.setdefault(system, []).append(out)
