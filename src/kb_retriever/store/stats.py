@@ -255,12 +255,10 @@ def recount(conn: psycopg.Connection[Any], tenant: str, project: str) -> None:
     snapshot for the whole recount, so a write that commits meanwhile is counted once, by its
     log row. A fold that commits meanwhile makes it fail as a serialization failure (run it
     under :func:`~kb_retriever.store.retry.retried`)."""
-    params = {"tenant": tenant, "project": project}
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         conn.execute(_LOCK, [scope_lock_key(tenant, project)])
-        for stmt in _RECOUNT:
-            conn.execute(stmt, params)
+        _recounted(conn, tenant, project)
 
 
 def recount_every_scope(conn: psycopg.Connection[Any]) -> None:
@@ -269,5 +267,11 @@ def recount_every_scope(conn: psycopg.Connection[Any]) -> None:
     scopes = conn.execute("SELECT tenant_id, project_key FROM kb_chunks UNION "
                           "SELECT tenant_id, project_key FROM kb_lexemes").fetchall()
     for tenant, project in scopes:
-        for stmt in _RECOUNT:
-            conn.execute(stmt, {"tenant": tenant, "project": project})
+        _recounted(conn, tenant, project)
+
+
+def _recounted(conn: psycopg.Connection[Any], tenant: str, project: str) -> None:
+    """The scope's statistics counted again from its chunks (:data:`_RECOUNT`), in the
+    caller's transaction."""
+    for stmt in _RECOUNT:
+        conn.execute(stmt, {"tenant": tenant, "project": project})
