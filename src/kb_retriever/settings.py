@@ -20,33 +20,9 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .errors import ConfigError
-from .vocabulary import DEFAULT_EDGE_TYPES, EDGE_TYPE_WEIGHTS
+from .vocabulary import DEFAULT_EDGE_TYPES, EDGE_TYPE_WEIGHTS, FTS_LANGUAGES
 
 __all__ = ["Settings", "is_blank", "load_settings", "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS"]
-
-FTS_LANGUAGES = (
-    "simple", "english", "italian", "french", "german", "spanish", "portuguese", "dutch",
-    "danish", "finnish", "hungarian", "norwegian", "russian", "swedish", "turkish",
-)
-#: A document's language (ISO 639-1, lower case) -> the full-text configuration its chunks are
-#: indexed with; any other language gets the database's default (``KB_FTS_LANGUAGE``).
-FTS_CONFIG_BY_LANGUAGE = {
-    "en": "english", "it": "italian", "fr": "french", "de": "german", "es": "spanish",
-    "pt": "portuguese", "nl": "dutch", "da": "danish", "fi": "finnish", "hu": "hungarian",
-    "no": "norwegian", "nb": "norwegian", "ru": "russian", "sv": "swedish", "tr": "turkish",
-}
-
-
-def fts_language(code: str | None) -> str | None:
-    """The language code a chunk is indexed by (a key of :data:`FTS_CONFIG_BY_LANGUAGE`), or
-    None for the database's default.
-
-    >>> fts_language("IT"), fts_language("ja"), fts_language(None)
-    ('it', None, None)
-    """
-    key = code.strip().lower() if isinstance(code, str) else None
-    return key if key in FTS_CONFIG_BY_LANGUAGE else None
-
 
 def _env(*names: str) -> Any:
     return AliasChoices(*names)

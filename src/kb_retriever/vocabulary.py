@@ -1,5 +1,6 @@
 """The knowledge base's words, in one place: canonical document types and statuses, source
-types, and which documents are rejected approaches.
+types, which documents are rejected approaches, and the full-text configuration of each
+document language.
 
 Python, the SQL builders (as bound values) and the adapters all read them from here.
 """
@@ -10,8 +11,9 @@ from typing import Any
 
 __all__ = ["ACCEPTED", "CANONICAL_STATUSES", "CANONICAL_TYPES", "CHUNKS_SOURCE_TYPE", "DECISION",
            "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS", "EXPANDABLE_STATUSES", "PROJECT_INDEX",
-           "REFERENCE_TYPES", "REJECTED_APPROACH",
-           "SOURCE_TYPES", "is_rejected_approach"]
+           "FTS_CONFIG_BY_LANGUAGE", "FTS_CONFIG_OF_DOCUMENT", "FTS_LANGUAGES",
+           "FTS_NEAREST_LANGUAGE", "REFERENCE_TYPES", "REJECTED_APPROACH", "SOURCE_TYPES",
+           "fts_language", "is_rejected_approach"]
 
 CANONICAL_TYPES = (
     "project-index", "module-kb", "decision", "runbook", "standard", "incident",
@@ -68,3 +70,35 @@ def is_rejected_approach(document: Any) -> bool:
     """
     return bool(document.is_canonical and document.canonical_type == REJECTED_APPROACH
                 and document.canonical_status == ACCEPTED)
+
+
+FTS_LANGUAGES = (
+    "simple", "english", "italian", "french", "german", "spanish", "portuguese", "dutch",
+    "danish", "finnish", "hungarian", "norwegian", "russian", "swedish", "turkish",
+)
+#: A document's language (ISO 639-1, lower case) -> the full-text configuration its chunks are
+#: indexed with; any other language gets the database's default (``KB_FTS_LANGUAGE``).
+FTS_CONFIG_BY_LANGUAGE = {
+    "en": "english", "it": "italian", "fr": "french", "de": "german", "es": "spanish",
+    "pt": "portuguese", "nl": "dutch", "da": "danish", "fi": "finnish", "hu": "hungarian",
+    "no": "norwegian", "nb": "norwegian", "ru": "russian", "sv": "swedish", "tr": "turkish",
+}
+#: A language without a configuration, indexed and asked with a close one's (its document
+#: keeps its own code): on a Ukrainian set, Russian's stemmer ranked better than the words'
+#: prefixes did (decision 0022).
+FTS_NEAREST_LANGUAGE = {"uk": "ru"}
+#: Every document language that has a configuration, its own or the nearest language's.
+FTS_CONFIG_OF_DOCUMENT = {**FTS_CONFIG_BY_LANGUAGE, **{
+    code: FTS_CONFIG_BY_LANGUAGE[near] for code, near in FTS_NEAREST_LANGUAGE.items()}}
+
+
+def fts_language(code: str | None) -> str | None:
+    """The language code a chunk is indexed by (a key of :data:`FTS_CONFIG_BY_LANGUAGE`), or
+    None for the database's default.
+
+    >>> fts_language("IT"), fts_language("ja"), fts_language(None), fts_language("uk")
+    ('it', None, None, 'ru')
+    """
+    key = code.strip().lower() if isinstance(code, str) else None
+    key = FTS_NEAREST_LANGUAGE.get(key or "", key)
+    return key if key in FTS_CONFIG_BY_LANGUAGE else None

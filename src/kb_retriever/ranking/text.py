@@ -253,7 +253,7 @@ def segment_cjk(text: str) -> str:
 #: Languages that PostgreSQL has no stemmer for and whose words change their endings
 #: (ingest.language detects them): their chunks and the questions asked of them are indexed
 #: by each longer word's first :data:`PREFIX_CHARS` letters too (decision 0022).
-PREFIX_LANGUAGES = frozenset({"cs", "pl"})
+PREFIX_LANGUAGES = frozenset({"cs", "pl", "sk"})
 PREFIX_CHARS = 6
 _LETTERS = re.compile(r"[^\W\d_]+")
 # A question's word of letters alone, punctuation around it aside: "wodomierzy," and

@@ -9,7 +9,7 @@ from __future__ import annotations
 from psycopg import sql
 
 from ..ranking.text import PREFIX_LANGUAGES
-from ..settings import FTS_CONFIG_BY_LANGUAGE
+from ..vocabulary import FTS_CONFIG_OF_DOCUMENT
 from .columns import CHUNK_COLUMNS, DOC_COLUMNS
 from .sql import built_once
 
@@ -107,7 +107,7 @@ def fts_configs_sql() -> sql.Composed:
     Params: tenant, projects, default."""
     cases = sql.SQL(" ").join(
         sql.SQL("WHEN {} THEN {}").format(sql.Literal(code), sql.Literal(config))
-        for code, config in FTS_CONFIG_BY_LANGUAGE.items())
+        for code, config in FTS_CONFIG_OF_DOCUMENT.items())
     return sql.SQL(
         "SELECT coalesce(CASE lower(language) {cases} END, %(default)s) AS config, "
         "count(*) FILTER (WHERE lower(language) = ANY({prefixed})) AS prefixed, "

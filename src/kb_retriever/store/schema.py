@@ -10,7 +10,8 @@ import psycopg
 from psycopg import sql
 
 from ..errors import SchemaError
-from ..settings import FTS_LANGUAGES, Settings
+from ..settings import Settings
+from ..vocabulary import FTS_LANGUAGES
 from . import distribution, spaces, stats
 from .fulltext import ENGINE
 

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from ..errors import IngestError
 from ..models import DocumentDraft
 from ..ranking.text import MAX_HEADING_CHARS, clip_words, fts_prefix
-from ..settings import fts_language
+from ..vocabulary import fts_language
 from .by_id import delete_documents_sql, delete_other_kind_sql, other_kind_sql
 from .retry import retried
 from .rows import vector_array

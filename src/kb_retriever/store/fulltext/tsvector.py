@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg import sql
 
-from ...settings import FTS_CONFIG_BY_LANGUAGE
+from ...vocabulary import FTS_CONFIG_BY_LANGUAGE
 from ..literal import Literal
 
 __all__ = ["MATCH_COUNT", "QUERY_LEXEMES", "TSVECTOR", "LexemeBudget", "LexemeChunks", "Tsvector",
