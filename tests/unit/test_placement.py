@@ -95,6 +95,30 @@ def test_a_history_question_brings_two_chunks_of_the_predecessor():
     assert moved == [("default", "dec-cache-v1")]
 
 
+def test_a_predecessor_the_question_is_closer_to_than_its_successor_is_promoted():
+    """A history question that paraphrases the predecessor names no word of its title ("the old
+    terminals with Windows" for "Skorpio X3 handhelds"), least of all in an inflected language
+    ("терміналів" for "Термінали"). Before the trust gradient, the question put the superseded
+    record above its successor: that moves it too."""
+    def penalised(chunk_id: int, doc, score: float, penalty: float) -> Scored:
+        s = _s(chunk_id, doc, score)
+        return Scored(score, s.candidate, {**s.terms, "canonical": -penalty,
+                                           "canonical_penalty": penalty})
+
+    edges = {("default", "dec-cache-v2"): [("default", "dec-cache-v1")]}
+    ranked = [_s(50, V2, 0.9), _s(30, NOTE, 0.8), penalised(41, V1, 0.5, 0.45),
+              penalised(42, V1, 0.45, 0.45)]
+    out, moved = promote_predecessors("what went wrong with the old setup?", ranked, edges, top=3,
+                                      chunks=2)
+    # one chunk: the question did not name it, and a slot of the top is worth a document
+    assert [o.candidate.chunk_id for o in out] == [50, 41, 30, 42]
+    assert moved == [("default", "dec-cache-v1")]
+    # below its successor before the penalty too: left where it is
+    ranked = [_s(50, V2, 0.9), _s(30, NOTE, 0.8), penalised(41, V1, 0.4, 0.45)]
+    out, moved = promote_predecessors("what went wrong with the old setup?", ranked, edges, top=3)
+    assert [o.candidate.chunk_id for o in out] == [50, 30, 41] and not moved
+
+
 def test_the_cutoff_keeps_whole_documents_and_what_it_is_told_to_keep():
     hits = [_s(1, DEC, 0.9).hit(), _s(2, NOTE, 0.1).hit(), _s(3, V2, 0.05).hit()]
     evidence = {1: 1.0, 2: 0.2, 3: 0.1}

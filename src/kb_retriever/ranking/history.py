@@ -7,6 +7,11 @@ words: a question names the predecessor when one of its words is in the predeces
 not in its successor's (titles name what a decision chose: "Self-hosted Airflow ...", "Dagster+
 ..."). Then the predecessor's best chunk moves to just after its successor's, so the current
 decision still comes first and the superseded one is read next to it.
+
+A question that paraphrases the predecessor ("the old Windows terminals" for "Skorpio X3
+handhelds"), or names it in another inflection ("паролями" for "паролем"), names no title
+word. When the question alone (the score before the trust gradient) puts the predecessor at
+least as high as its successor, its best chunk moves too (decision 0009, amended 2026-12-06).
 """
 
 from __future__ import annotations
@@ -114,10 +119,12 @@ def names_predecessor(query: str, predecessor_title: str, successor_title: str) 
 
 def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Key, Sequence[Key]],
                          *, top: int, chunks: int = 1) -> tuple[list[R], list[Key]]:
-    """``ranked`` with each predecessor the query names moved to just after its successor,
-    when the successor's best chunk is among the first ``top``; and the predecessors moved.
-    Up to ``chunks`` of the predecessor's chunks move, best first: for "why did we move off
-    X?" its own account of what went wrong is the answer, beside the successor.
+    """``ranked`` with each predecessor the query names, or puts at least as high as its
+    successor before the trust gradient, moved to just after its successor, when the
+    successor's best chunk is among the first ``top``; and the predecessors moved. Up to
+    ``chunks`` of a named predecessor's chunks move, best first: for "why did we move off X?"
+    its own account of what went wrong is the answer, beside the successor. Of one the question
+    is only closer to, its best chunk moves: the question may be about the current state.
 
     ``successors``: (project, successor slug) -> its predecessors' keys.
     """
@@ -137,9 +144,13 @@ def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Ke
             p_pos = first_index(out, p_key)
             if p_pos is None or p_pos <= s_pos + 1:
                 continue
-            if not names_predecessor(query, out[p_pos].document.title, s_title):
+            if names_predecessor(query, out[p_pos].document.title, s_title):
+                n = max(chunks, 1)
+            elif _closer(out[p_pos], out[s_pos]):
+                n = 1
+            else:
                 continue
-            picked = [i for i, it in enumerate(out) if key_of(it) == p_key][:max(chunks, 1)]
+            picked = [i for i, it in enumerate(out) if key_of(it) == p_key][:n]
             items = [out[i] for i in picked]
             for i in reversed(picked):
                 out.pop(i)
@@ -151,3 +162,12 @@ def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Ke
                 at += 1
             moved.append(p_key)
     return out, moved
+
+
+def _closer(item: Ranked, other: Ranked) -> bool:
+    """Whether the question alone (the score before the trust gradient's adjustments) puts
+    ``item`` at least as high as ``other``."""
+    mine, theirs = getattr(item, "terms", None), getattr(other, "terms", None)
+    if mine is None or theirs is None:
+        return False
+    return bool(mine["total"] - mine["canonical"] >= theirs["total"] - theirs["canonical"])
