@@ -119,6 +119,23 @@ def test_a_predecessor_the_question_is_closer_to_than_its_successor_is_promoted(
     assert [o.candidate.chunk_id for o in out] == [50, 30, 41] and not moved
 
 
+def test_a_second_successor_is_compared_where_it_stands_after_the_first_promotion():
+    """Each successor's predecessor was compared with whatever stood at the successor's first
+    place once the first predecessor had moved above it: here a note whose title lacks
+    "event broker", so the question seemed to name the old broker."""
+    bus = canonical_doc(6, slug="dec-bus-v2", title="Kafka as the event broker")
+    old_bus = canonical_doc(7, "superseded", slug="dec-bus-v1", title="RabbitMQ as the event broker")
+    edges = {("default", "dec-cache-v2"): [("default", "dec-cache-v1")],
+             ("default", "dec-bus-v2"): [("default", "dec-bus-v1")]}
+    ranked = [_s(1, V2, 0.9), _s(2, NOTE, 0.8), _s(3, bus, 0.7), _s(4, DEC, 0.6),
+              _s(5, V1, 0.5), _s(6, old_bus, 0.4)]
+    out, moved = promote_predecessors(
+        "why did we drop the in-process cache, and which event broker do we use?", ranked, edges,
+        top=5)
+    assert [o.candidate.chunk_id for o in out] == [1, 5, 2, 3, 4, 6]
+    assert moved == [("default", "dec-cache-v1")]
+
+
 def test_the_cutoff_keeps_whole_documents_and_what_it_is_told_to_keep():
     hits = [_s(1, DEC, 0.9).hit(), _s(2, NOTE, 0.1).hit(), _s(3, V2, 0.05).hit()]
     evidence = {1: 1.0, 2: 0.2, 3: 0.1}

@@ -10,8 +10,8 @@ decision still comes first and the superseded one is read next to it.
 
 A question that paraphrases the predecessor ("the old Windows terminals" for "Skorpio X3
 handhelds"), or names it in another inflection ("паролями" for "паролем"), names no title
-word. When the question alone (the score before the trust gradient) puts the predecessor at
-least as high as its successor, its best chunk moves too (decision 0009, amended 2026-12-06).
+word. When the score before the trust gradient's adjustments puts the predecessor at least as
+high as its successor, its best chunk moves too (decision 0009, amended 2026-12-06).
 """
 
 from __future__ import annotations
@@ -136,9 +136,11 @@ def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Ke
         if key is not None:
             first.setdefault(key, i)
     for s_key, preds in successors.items():
-        s_pos = first.get(s_key)
-        if s_pos is None or s_pos >= top:
+        if first.get(s_key) is None or first[s_key] >= top:
             continue
+        # where the successor is now: another successor's predecessor may have moved above it
+        s_pos = first_index(out, s_key)
+        assert s_pos is not None
         s_title = out[s_pos].document.title
         for p_key in preds:
             p_pos = first_index(out, p_key)
@@ -165,8 +167,9 @@ def promote_predecessors(query: str, ranked: Sequence[R], successors: Mapping[Ke
 
 
 def _closer(item: Ranked, other: Ranked) -> bool:
-    """Whether the question alone (the score before the trust gradient's adjustments) puts
-    ``item`` at least as high as ``other``."""
+    """Whether ``item`` scores at least as high as ``other`` before the trust gradient's
+    adjustments (``canonical``: priority, status and type boosts and penalties, and the moves
+    booked by ``rescored``): by the question's evidence, with recency and any @mention."""
     mine, theirs = getattr(item, "terms", None), getattr(other, "terms", None)
     if mine is None or theirs is None:
         return False

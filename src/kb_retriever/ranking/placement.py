@@ -99,7 +99,7 @@ def cut_weak(hits: Sequence[Hit], evidence: Callable[[Hit], float], *, ratio: fl
     prompt is judged by the documents it carries); order is kept. A document not in
     ``linked`` also needs ``lexical_ratio`` times the best keyword signal (``scores.keyword``:
     the question's words in its text) when a document has one (decision 0020). A document in
-    ``named`` (a superseded record the question names, moved beside its successor) needs
+    ``named`` (a superseded record that history promotion moved beside its successor) needs
     ``linked_ratio`` of the evidence, as its successor links to it, and the words as any
     other. The first hit's document and the hits whose chunk ids are in ``keep`` always
     stay; a project index (navigation, not evidence) stays only so, and the first document

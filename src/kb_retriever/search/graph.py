@@ -21,6 +21,7 @@ neighbours. The first hop also tells which documents of the top the seed links t
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -166,12 +167,15 @@ def _is_reference(n: Neighbour, kinds: Mapping[str, str | None]) -> bool:
 
 def cited_slugs(texts: Iterable[str]) -> frozenset[str]:
     """The slugs that ``[[slug]]`` links in ``texts`` name (an alias or a heading after ``|``
-    or ``#`` aside).
+    or ``#`` aside), in Unicode's composed form, as slugs are stored.
 
     >>> sorted(cited_slugs(["Por ID ([[dc-id-paciente]]) y [[mod-portal|el portal]]."]))
     ['dc-id-paciente', 'mod-portal']
+    >>> cited_slugs(["[[rozhodnuti\u0301-pacs]]"]) == {"rozhodnutí-pacs"}  # a combining accent
+    True
     """
-    return frozenset(m.group(1) for text in texts for m in _WIKILINK.finditer(text))
+    return frozenset(unicodedata.normalize("NFC", m.group(1))
+                     for text in texts for m in _WIKILINK.finditer(text))
 
 
 def names_topic(query: str, title: str, text: str) -> bool:

@@ -125,7 +125,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         ranked = rank(req.query, found.candidates, settings, mention_doc_ids=found.mentions,
                       now=req.now, lexeme_stats=found.lexeme_stats)
         # A superseded record never above its successor; for a history question (the query
-        # names the predecessor) the predecessor's best chunks go right after the successor.
+        # names the predecessor, or is closer to it) its best chunks go right after the successor.
         edges = yield reads.supersessions(req.scope, catalog.trust_ttl)
         ranked = successors_first(ranked, edges)
         ranked, promoted = promote_predecessors(req.query, ranked, edges, top=req.limit,
@@ -314,7 +314,7 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
                 if settings.mentions_mode == "boost" else frozenset())
     shape = leg_shape(req, settings, catalog.corpus, catalog.configs)
     text = " ".join([req.query, *phrases]) if mode == "or" else req.query
-    if mode == "or" and catalog.prefixes != "none":  # as Polish and Czech chunks hold them
+    if mode == "or" and catalog.prefixes != "none":  # as Polish, Czech, Slovak chunks hold them
         text = prefixed_query(text, keep_words=catalog.prefixes == "some")
     # one configuration stems the query through fts_lang, several through the legs' CTE ql
     query = reads.LegQuery(
