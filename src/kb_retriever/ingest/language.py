@@ -1,7 +1,8 @@
 """Detecting a document's language from its words, for its full-text configuration.
 
 A stop-word count per language: enough to tell apart, on a paragraph or more, the languages
-PostgreSQL stems and Polish, Czech, Slovak and Ukrainian, with no model and no dependency.
+PostgreSQL stems (Danish and Norwegian among them) and Polish, Czech, Slovak and Ukrainian,
+with no model and no dependency.
 Frontmatter ``language`` wins; a text too short or too mixed to tell gets None (the database's
 default configuration).
 """
@@ -34,8 +35,16 @@ _STOP: dict[str, frozenset[str]] = {
     # are left out, so that a language added here takes no document from one that was there.
     "nl": frozenset("de het een en van dat op te zijn voor met niet er aan ook als bij door "
                     "maar om naar wordt worden deze kan hun wij zich".split()),
-    "sv": frozenset("och att det som på är av för med till den har inte om ett jag men var "
-                    "från vid eller när också efter skall".split()),
+    # Swedish's forms that Danish and Norwegian write too are in _POOLS.
+    "sv": frozenset("och att är av för till inte ett jag från vid när också efter "
+                    "skall".split()),
+    # Danish and Norwegian (bokmål): only the forms that neither the other nor Swedish writes
+    # (Danish "af", "hvad", "nogle"; Norwegian "hva", "noen", "etter"); the rest are in _POOLS.
+    "da": frozenset("af hvad nogle noget mellem gennem ud bliver blevet været vores sådan uden "
+                    "hvornår meget frem tilbage gør gøre desuden løbet".split()),
+    "no": frozenset("hva noen noe mellom gjennom opp etter ble blitt meg deg seg mye slik uten "
+                    "vært nå enn tilbake gjør gjøre betyr dessuten dere sånn skjer "
+                    "løpet".split()),
     "fi": frozenset("ja on ei se että hän oli ovat tai kun mutta jos myös sekä joka mikä kuin "
                     "tämä nämä ole voi sitä".split()),
     "tr": frozenset("ve bir bu için ile olarak çok daha gibi ama veya kadar sonra olan her "
@@ -79,6 +88,21 @@ _OWN_LETTERS = {"cs": re.compile("[ěřů]"), "pl": re.compile("[łąęśźż]")
 # Lithuanian write these letters too, and Czech names stand in English text: without ě, ř, ů,
 # ľ, ĺ or ŕ they count for nothing.
 _CZECH_OR_SLOVAK = re.compile("[čšžýňťď]")
+# Letters that, of the languages above, Danish and Norwegian alone write: a word that holds one
+# counts for whichever of the two the rest favours, Danish on a tie (its stemmer also takes
+# Norwegian's definite plurals, "fakturaene" to "faktura"; Norwegian's leaves Danish's
+# "systemerne" as "systemern").
+_DANISH_OR_NORWEGIAN = re.compile("[æø]")
+# Words that several close languages write alike and no other list holds: in a text that holds
+# a form of one of them, each counts for whichever of them the rest favours (the first on a
+# tie), pools in this order. Danish and Norwegian share most of their commonest words, and
+# both share their most frequent ones with Swedish: counted for Swedish, they made every Danish
+# and Norwegian document Swedish.
+_POOLS: tuple[tuple[tuple[str, ...], frozenset[str]], ...] = (
+    (("da", "no"), frozenset("og ikke også være hvis kun når hvordan hvorfor hvilke hvilken "
+                             "denne dette disse fordi mange til jeg skal vil fra".split())),
+    (("sv", "da", "no"), frozenset("i det som på med den har om men var eller".split())),
+)
 # At least this many stop words, and the winner this many times the runner-up: short or
 # mixed text stays undetected.
 _MIN_HITS = 5
@@ -113,6 +137,18 @@ def detect_language(text: str) -> str | None:
     ...                 "nefunguje, pomôže im knihovník podľa postupu, ktorý sa nachádza v "
     ...                 "príručke, alebo sa obrátia na helpdesk.")
     'sk'
+    >>> detect_language("Målerne sender aflæsningerne til systemet hver nat, og hvis en måler "
+    ...                 "ikke svarer, bliver den vist på listen over fejl i portalen.")
+    'da'
+    >>> detect_language("Målerne sender avlesningene til systemet hver natt, og hvis en måler "
+    ...                 "ikke svarer, blir den vist på lista over feil etter kl. 06.")
+    'no'
+    >>> detect_language("Serverne skal være oppe hele døgnet, og det er ikke lov å stoppe dem "
+    ...                 "før vaktlederen har sagt ja til det.")  # either: Danish's stemmer
+    'da'
+    >>> detect_language("Mätarna skickar avläsningarna till systemet varje natt, och om en "
+    ...                 "mätare inte svarar visas den på listan över fel i portalen.")
+    'sv'
     >>> detect_language("Sustav za naplatu šalje račune svaki dan, a što je važno, računi su "
     ...                 "u PDF-u i šalju se e-poštom kupcima čim je narudžba plaćena.") is None
     True
@@ -120,7 +156,8 @@ def detect_language(text: str) -> str | None:
     True
     """
     counts: Counter[str] = Counter()
-    czech_or_slovak, own = 0, 0
+    pooled: Counter[int] = Counter()  # words of each of _POOLS
+    czech_or_slovak, own, danish_or_norwegian = 0, 0, 0
     for word in _WORD.findall(text.lower()):
         for lang, stop in _STOP.items():
             if word in stop:
@@ -130,8 +167,15 @@ def detect_language(text: str) -> str | None:
                 counts[lang] += 1
                 own += lang in ("cs", "sk")
         czech_or_slovak += bool(_CZECH_OR_SLOVAK.search(word))
+        danish_or_norwegian += bool(_DANISH_OR_NORWEGIAN.search(word))
+        pooled.update(i for i, (_, pool) in enumerate(_POOLS) if word in pool)
     if czech_or_slovak and own:
         counts["sk" if counts["sk"] > counts["cs"] else "cs"] += czech_or_slovak
+    counts["no" if counts["no"] > counts["da"] else "da"] += danish_or_norwegian
+    for i, (langs, _) in enumerate(_POOLS):
+        favoured = max(langs, key=lambda lang: counts[lang])
+        if pooled[i] and counts[favoured]:
+            counts[favoured] += pooled[i]
     if not counts:
         return None
     (best, n), *rest = counts.most_common(2) + [("", 0)]
