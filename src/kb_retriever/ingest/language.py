@@ -29,7 +29,8 @@ _STOP: dict[str, frozenset[str]] = {
                     "auch wird sind oder".split()),
     "es": frozenset("el la los las de que y en un una es por con para del se al lo como más "
                     "pero sus está".split()),
-    "pt": frozenset("o a os as de que e em um uma para com não do da dos das no na por mais "
+    # "a" is in _POOLS: Hungarian's article, Czech's and Slovak's "and".
+    "pt": frozenset("o os as de que e em um uma para com não do da dos das no na por mais "
                     "se são é".split()),
     # Words that are also another set's stop words (English "in", "is", "a"; German "die")
     # are left out, so that a language added here takes no document from one that was there.
@@ -78,9 +79,10 @@ _WORD = re.compile(r"[^\W\d_]+")
 # came within 1.5 times of Czech on 21 (decision 0022).
 # Ukrainian and Russian share most of their alphabet and no stop word: і, ї, є and ґ are only
 # Ukrainian, ы, э, ъ and ё only Russian. ľ, ĺ and ŕ are only Slovak (its ä and ô are German's and
-# French's too).
+# French's too), ő and ű only Hungarian.
 _OWN_LETTERS = {"cs": re.compile("[ěřů]"), "pl": re.compile("[łąęśźż]"),
-                "uk": re.compile("[іїєґ]"), "ru": re.compile("[ыэъё]"), "sk": re.compile("[ľĺŕ]")}
+                "uk": re.compile("[іїєґ]"), "ru": re.compile("[ыэъё]"), "sk": re.compile("[ľĺŕ]"),
+                "hu": re.compile("[őű]")}
 # Letters that, of the languages above, Czech and Slovak alone write: in a text that also holds
 # Czech's or Slovak's own letters, a word that holds one counts for whichever of the two the
 # rest favours. Slovak's commonest words ("a", "na", "do", "o") are Portuguese stop words, and
@@ -102,6 +104,9 @@ _POOLS: tuple[tuple[tuple[str, ...], frozenset[str]], ...] = (
     (("da", "no"), frozenset("og ikke også være hvis kun når hvordan hvorfor hvilke hvilken "
                              "denne dette disse fordi mange til jeg skal vil fra".split())),
     (("sv", "da", "no"), frozenset("i det som på med den har om men var eller".split())),
+    # Portuguese's "a" is Hungarian's article and Czech's and Slovak's "and": counted for
+    # Portuguese alone, it made Hungarian text Portuguese
+    (("pt", "hu", "cs", "sk"), frozenset(["a"])),
 )
 # At least this many stop words, and the winner this many times the runner-up: short or
 # mixed text stays undetected.
@@ -149,6 +154,9 @@ def detect_language(text: str) -> str | None:
     >>> detect_language("Mätarna skickar avläsningarna till systemet varje natt, och om en "
     ...                 "mätare inte svarar visas den på listan över fel i portalen.")
     'sv'
+    >>> detect_language("A kalauzok a kézi terminálon ellenőrzik a jegyeket, és ha a terminál "
+    ...                 "nem működik, a papír alapú listát használják.")
+    'hu'
     >>> detect_language("Sustav za naplatu šalje račune svaki dan, a što je važno, računi su "
     ...                 "u PDF-u i šalju se e-poštom kupcima čim je narudžba plaćena.") is None
     True

@@ -44,8 +44,9 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # 4: Polish and Czech detected and indexed by their words' prefixes (decision 0022), and the
 # character pairs of decision 0019 reach the documents ingested before it; 5: Slovak detected
 # and indexed so too, Ukrainian detected (it was read as Russian), slugs in any script; 6: Danish
-# and Norwegian detected (they were read as Swedish)
-PARSER_VERSION = "kb-retriever-ingest/6"
+# and Norwegian detected (they were read as Swedish); 7: Hungarian detected (it was read as
+# Portuguese)
+PARSER_VERSION = "kb-retriever-ingest/7"
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
 MAX_FILE_BYTES = 20 * 1024 * 1024
