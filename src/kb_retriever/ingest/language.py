@@ -36,16 +36,16 @@ _STOP: dict[str, frozenset[str]] = {
     # are left out, so that a language added here takes no document from one that was there.
     "nl": frozenset("de het een en van dat op te zijn voor met niet er aan ook als bij door "
                     "maar om naar wordt worden deze kan hun wij zich".split()),
-    # Swedish's forms that Danish and Norwegian write too are in _POOLS.
-    "sv": frozenset("och att är av för till inte ett jag från vid när också efter "
-                    "skall".split()),
+    # Swedish's forms that Danish or Norwegian write too are in _POOLS.
+    "sv": frozenset("och att är för till inte ett jag från vid när också skall".split()),
     # Danish and Norwegian (bokmål): only the forms that neither the other nor Swedish writes
-    # (Danish "af", "hvad", "nogle"; Norwegian "hva", "noen", "etter"); the rest are in _POOLS.
-    "da": frozenset("af hvad nogle noget mellem gennem ud bliver blevet været vores sådan uden "
-                    "hvornår meget frem tilbage gør gøre desuden løbet".split()),
-    "no": frozenset("hva noen noe mellom gjennom opp etter ble blitt meg deg seg mye slik uten "
-                    "vært nå enn tilbake gjør gjøre betyr dessuten dere sånn skjer "
-                    "løpet".split()),
+    # (Danish "af", "hvad", "nogle"; Norwegian "å", "hva", "noen"); the rest are in _POOLS.
+    # Not "meg", "deg", "seg" (Hungarian's "meg"; "seg fault"), "nå" (Danish and Swedish
+    # "reach"), "sådan" (Swedish), "frem", "meget" (bokmål too).
+    "da": frozenset("af hvad nogle noget mellem gennem ud bliver blevet været vores uden "
+                    "hvornår tilbage gør gøre desuden løbet".split()),
+    "no": frozenset("å hva noen noe mellom gjennom opp etter ble blitt mye slik uten vært enn "
+                    "tilbake gjør gjøre betyr dessuten dere sånn skjer løpet".split()),
     "fi": frozenset("ja on ei se että hän oli ovat tai kun mutta jos myös sekä joka mikä kuin "
                     "tämä nämä ole voi sitä".split()),
     "tr": frozenset("ve bir bu için ile olarak çok daha gibi ama veya kadar sonra olan her "
@@ -91,21 +91,24 @@ _OWN_LETTERS = {"cs": re.compile("[ěřů]"), "pl": re.compile("[łąęśźż]")
 # ľ, ĺ or ŕ they count for nothing.
 _CZECH_OR_SLOVAK = re.compile("[čšžýňťď]")
 # Letters that, of the languages above, Danish and Norwegian alone write: a word that holds one
-# counts for whichever of the two the rest favours, Danish on a tie (its stemmer also takes
-# Norwegian's definite plurals, "fakturaene" to "faktura"; Norwegian's leaves Danish's
+# is a form of its own for whichever of the two the rest favours, Danish on a tie (its stemmer
+# also takes Norwegian's definite plurals, "fakturaene" to "faktura"; Norwegian's leaves Danish's
 # "systemerne" as "systemern").
 _DANISH_OR_NORWEGIAN = re.compile("[æø]")
-# Words that several close languages write alike and no other list holds: in a text that holds
-# a form of one of them, each counts for whichever of them the rest favours (the first on a
-# tie), pools in this order. Danish and Norwegian share most of their commonest words, and
-# both share their most frequent ones with Swedish: counted for Swedish, they made every Danish
-# and Norwegian document Swedish.
+# Words that close languages write alike: each counts for whichever of them the rest of the text
+# favours (the first on a tie), and only when that one has a form of its own there (a word of
+# its list; for Danish and Norwegian, æ or ø too), so that one "men" or "a" in English text
+# counts for nothing. Danish and Norwegian share most of their commonest words, and both share
+# their most frequent ones with Swedish: counted for Swedish, they made every Danish and
+# Norwegian document Swedish. Portuguese's "a" is Hungarian's article and Czech's and Slovak's
+# "and": counted for Portuguese alone, it made Hungarian text Portuguese. A pooled word that is
+# also another list's ("den" German, "om" Dutch) counts there as before.
 _POOLS: tuple[tuple[tuple[str, ...], frozenset[str]], ...] = (
     (("da", "no"), frozenset("og ikke også være hvis kun når hvordan hvorfor hvilke hvilken "
                              "denne dette disse fordi mange til jeg skal vil fra".split())),
-    (("sv", "da", "no"), frozenset("i det som på med den har om men var eller".split())),
-    # Portuguese's "a" is Hungarian's article and Czech's and Slovak's "and": counted for
-    # Portuguese alone, it made Hungarian text Portuguese
+    (("sv", "no"), frozenset(["av"])),
+    (("sv", "da"), frozenset(["efter"])),
+    (("sv", "da", "no"), frozenset("det som på med den har om men var eller".split())),
     (("pt", "hu", "cs", "sk"), frozenset(["a"])),
 )
 # At least this many stop words, and the winner this many times the runner-up: short or
@@ -149,8 +152,8 @@ def detect_language(text: str) -> str | None:
     ...                 "ikke svarer, blir den vist på lista over feil etter kl. 06.")
     'no'
     >>> detect_language("Serverne skal være oppe hele døgnet, og det er ikke lov å stoppe dem "
-    ...                 "før vaktlederen har sagt ja til det.")  # either: Danish's stemmer
-    'da'
+    ...                 "før vaktlederen har sagt ja til det.")  # "å", and the words both write
+    'no'
     >>> detect_language("Mätarna skickar avläsningarna till systemet varje natt, och om en "
     ...                 "mätare inte svarar visas den på listan över fel i portalen.")
     'sv'
@@ -164,25 +167,30 @@ def detect_language(text: str) -> str | None:
     True
     """
     counts: Counter[str] = Counter()
-    pooled: Counter[int] = Counter()  # words of each of _POOLS
+    own_forms: Counter[str] = Counter()  # the words of each language's own list
+    pooled: Counter[int] = Counter()  # the words of each of _POOLS
     czech_or_slovak, own, danish_or_norwegian = 0, 0, 0
     for word in _WORD.findall(text.lower()):
         for lang, stop in _STOP.items():
             if word in stop:
-                counts[lang] += 1
+                own_forms[lang] += 1
         for lang, letters in _OWN_LETTERS.items():
             if letters.search(word):
                 counts[lang] += 1
                 own += lang in ("cs", "sk")
         czech_or_slovak += bool(_CZECH_OR_SLOVAK.search(word))
         danish_or_norwegian += bool(_DANISH_OR_NORWEGIAN.search(word))
-        pooled.update(i for i, (_, pool) in enumerate(_POOLS) if word in pool)
+        pooled.update(i for i, (_, words) in enumerate(_POOLS) if word in words)
+    counts.update(own_forms)
     if czech_or_slovak and own:
         counts["sk" if counts["sk"] > counts["cs"] else "cs"] += czech_or_slovak
-    counts["no" if counts["no"] > counts["da"] else "da"] += danish_or_norwegian
+    if danish_or_norwegian:
+        lang = "no" if counts["no"] > counts["da"] else "da"
+        counts[lang] += danish_or_norwegian
+        own_forms[lang] += danish_or_norwegian
     for i, (langs, _) in enumerate(_POOLS):
-        favoured = max(langs, key=lambda lang: counts[lang])
-        if pooled[i] and counts[favoured]:
+        favoured = max(langs, key=counts.__getitem__)
+        if pooled[i] and own_forms[favoured]:
             counts[favoured] += pooled[i]
     if not counts:
         return None
