@@ -204,7 +204,6 @@ PT_INVOICES = ("# Faturas\n\nO sistema envia as faturas aos clientes todas as no
                "aparecem no portal, mas só a equipe financeira pode vê-las.\n")
 
 
-
 @pytest.mark.parametrize(("files", "languages", "configs", "questions"), [
     # Neither has a PostgreSQL stemmer. A Ukrainian document was read as Russian (they share
     # "в", "не", "на", "до") and a Slovak one as Portuguese ("a", "na", "do", "o"), or as no
@@ -218,7 +217,7 @@ PT_INVOICES = ("# Faturas\n\nO sistema envia as faturas aos clientes todas as no
                  {"сортувальний сканером": "posylky", "automatoch knihovníkovi": "knihy"},
                  id="ukrainian-slovak"),
     # Danish and Norwegian share their commonest words with Swedish ("det", "som", "på",
-    # "med"), which only Swedish's list held: both were read as Swedish and stemmed with its
+    # "med"), which counted for Swedish only: both were read as Swedish and stemmed with its
     # stemmer, which leaves their definite plurals ("aflæsningerne", "fakturaene") apart from
     # the other forms of the word.
     pytest.param({"maalere.md": DA_METERS, "faktura.md": NO_INVOICES, "backup.md": SV_BACKUPS},
