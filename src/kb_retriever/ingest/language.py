@@ -169,7 +169,8 @@ def detect_language(text: str) -> str | None:
     counts: Counter[str] = Counter()
     own_forms: Counter[str] = Counter()  # the words of each language's own list
     pooled: Counter[int] = Counter()  # the words of each of _POOLS
-    czech_or_slovak, own, danish_or_norwegian = 0, 0, 0
+    # words with Czech's or Slovak's shared letters, with their own, with Danish's or Norwegian's
+    czech_or_slovak, czech_or_slovak_own, danish_or_norwegian = 0, 0, 0
     for word in _WORD.findall(text.lower()):
         for lang, stop in _STOP.items():
             if word in stop:
@@ -177,12 +178,12 @@ def detect_language(text: str) -> str | None:
         for lang, letters in _OWN_LETTERS.items():
             if letters.search(word):
                 counts[lang] += 1
-                own += lang in ("cs", "sk")
+                czech_or_slovak_own += lang in ("cs", "sk")
         czech_or_slovak += bool(_CZECH_OR_SLOVAK.search(word))
         danish_or_norwegian += bool(_DANISH_OR_NORWEGIAN.search(word))
         pooled.update(i for i, (_, words) in enumerate(_POOLS) if word in words)
     counts.update(own_forms)
-    if czech_or_slovak and own:
+    if czech_or_slovak and czech_or_slovak_own:
         counts["sk" if counts["sk"] > counts["cs"] else "cs"] += czech_or_slovak
     if danish_or_norwegian:
         lang = "no" if counts["no"] > counts["da"] else "da"
