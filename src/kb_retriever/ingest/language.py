@@ -169,8 +169,7 @@ def detect_language(text: str) -> str | None:
     counts: Counter[str] = Counter()
     own_forms: Counter[str] = Counter()  # the words of each language's own list
     pooled: Counter[int] = Counter()  # the words of each of _POOLS
-    # words with Czech's or Slovak's shared letters, with their own, with Danish's or Norwegian's
-    czech_or_slovak, czech_or_slovak_own, danish_or_norwegian = 0, 0, 0
+    czech_or_slovak, czech_or_slovak_own, danish_or_norwegian = 0, 0, 0  # words with the letters
     for word in _WORD.findall(text.lower()):
         for lang, stop in _STOP.items():
             if word in stop:
