@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -62,15 +63,14 @@ class Settings(BaseSettings):
     replica_connect_timeout_s: float = _field(2.0, "KB_REPLICA_CONNECT_TIMEOUT_S", gt=0)
     home: Path = _field(Path.home() / ".kb-retriever", "KB_HOME")
     embedder: Literal["minilm", "e5", "hashing"] = _field("minilm", "KB_EMBEDDER")
-    # Two connections kept open: a search runs its vector and full-text legs at once.
+    # Two connections kept open: a second thread's search, or a second leg, need not connect.
     pool_min_size: int = _field(2, "KB_POOL_MIN_SIZE", ge=0, le=64)
     pool_max_size: int = _field(4, "KB_POOL_MAX_SIZE", ge=1, le=256)
     # Run the vector and full-text legs at once, each on a pooled connection, when a second
-    # connection is idle; otherwise both in one statement on one connection. At once is
-    # faster for a lone client on a server with idle cores and slower under concurrent load
-    # (decision 0015): "auto" runs them at once while the server runs no other backend's
-    # statement (sampled on the search's connection, store/load.py), true always, false never.
-    parallel_legs: bool | Literal["auto"] = _field("auto", "KB_PARALLEL_LEGS")
+    # connection is idle (true), or both in one statement on one connection (false, the
+    # default; decision 0015, amended: at once costs more CPU on both sides and no longer
+    # wins at one client). "auto", the default before, is read as false with a warning.
+    parallel_legs: bool = _field(False, "KB_PARALLEL_LEGS")
     pool_timeout_s: float = _field(10.0, "KB_POOL_TIMEOUT_S", gt=0, le=600)
     statement_timeout_ms: int = _field(10_000, "KB_STATEMENT_TIMEOUT_MS", ge=0, le=_PG_MAX_INT)
     # Behind a pooler in transaction mode (PgBouncer, Supavisor): no prepared statements, and a
@@ -317,6 +317,16 @@ class Settings(BaseSettings):
             if not all(isinstance(v, str) for v in value):
                 raise ValueError("replica URLs must be strings")
             return tuple(v.strip() for v in value if v.strip())
+        return value
+
+    @field_validator("parallel_legs", mode="before")
+    @classmethod
+    def _auto_legs(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            warnings.warn("KB_PARALLEL_LEGS=auto is gone (decision 0015, amended): it reads as "
+                          "false, one statement per search; set true or false",
+                          DeprecationWarning, stacklevel=2)
+            return False
         return value
 
     @field_validator("prompt_timezone")

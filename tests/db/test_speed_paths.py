@@ -72,43 +72,21 @@ def test_a_search_runs_both_legs_in_one_statement_and_every_read_on_one_connecti
         assert parallel.search(q).primary == expected
 
 
-def test_auto_runs_the_legs_at_once_on_an_idle_server_and_in_one_statement_on_a_busy_one(
+def test_the_legs_run_in_one_statement_by_default_and_auto_reads_as_false(
         example_kb, minilm, monkeypatch):
-    """KB_PARALLEL_LEGS=auto (the default) asks the server how many other backends run a
-    statement (store/load.py): none, the legs run at once; another one busy, in one statement."""
-    import threading
-
-    import psycopg
-
-    q = PROPOSAL
-    assert Settings().parallel_legs == "auto"
-    with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
-        legs, _ = _legs_and_checkouts(kb, q, monkeypatch)
-        assert set(legs) == {"vector_leg", "keyword_leg"}  # nothing else ran: at once
-    started = threading.Event()
-
-    def busy() -> None:  # another client's statement, running while the search samples
-        with psycopg.connect(example_kb.url, autocommit=True) as conn:
-            started.set()
-            conn.execute("SELECT pg_sleep(3)")
-
-    worker = threading.Thread(target=busy)
-    worker.start()
-    try:
-        assert started.wait(10)
-        with KnowledgeBase(Settings(), embedder=minilm, database_url=example_kb.url) as kb:
-            for _ in range(50):  # until the server shows the sleep as active
-                with kb._pools.sync().connection() as conn:
-                    if conn.execute("SELECT count(*) FROM pg_stat_activity "
-                                    "WHERE query = 'SELECT pg_sleep(3)' AND state = 'active'"
-                                    ).fetchone()[0]:
-                        break
-            kb.search(q)  # warms the caches; the server is sampled: busy
-            legs, checkouts = _legs_and_checkouts(kb, q, monkeypatch)
-            assert set(legs) == {"hybrid_legs"} and checkouts == 1
-            assert kb._pools.primary_load.busy
-    finally:
-        worker.join(10)
+    """One statement is the default (decision 0015, amended on 2026-12-06). ``auto``, the
+    default before, reads as false with a DeprecationWarning: a setting that a deployment
+    kept still starts, and runs one statement per search."""
+    assert Settings().parallel_legs is False
+    monkeypatch.setenv("KB_PARALLEL_LEGS", "auto")
+    with pytest.warns(DeprecationWarning, match="KB_PARALLEL_LEGS=auto"):
+        settings = Settings()
+    monkeypatch.delenv("KB_PARALLEL_LEGS")
+    assert settings.parallel_legs is False
+    with KnowledgeBase(settings, embedder=minilm, database_url=example_kb.url) as kb:
+        kb.search(PROPOSAL)  # warms the caches
+        legs, checkouts = _legs_and_checkouts(kb, PROPOSAL, monkeypatch)
+        assert set(legs) == {"hybrid_legs"} and checkouts == 1
 
 
 def test_a_pool_of_one_runs_the_legs_on_its_one_connection(example_kb, minilm):

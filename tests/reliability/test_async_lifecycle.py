@@ -140,7 +140,7 @@ def _child(kb: KnowledgeBase, out: Any) -> None:
         out.put(("failed", f"{type(exc).__name__}: {exc}"))
 
 
-@pytest.mark.parametrize("legs", ["auto", "false"])
+@pytest.mark.parametrize("legs", ["true", "false"])
 def test_a_forked_child_gets_its_own_connections(make_kb: MakeKb, legs: str) -> None:
     """After ``fork`` the child hung on the legs' threads (which it has not), or used the
     parent's sockets: "prepared statement already exists", "lost synchronization", and the

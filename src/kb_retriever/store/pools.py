@@ -29,7 +29,6 @@ from ..settings import Settings
 from . import connection, distribution, schema, spaces
 from .borrowed import BorrowedAsyncPool, BorrowedPool
 from .connection import aconnection, atranslated, finish_idle, make_async_pool, make_pool, translated
-from .load import ServerLoad
 from .replicas import WRITTEN, Replicas, Target
 from .session import AsyncSession, Session
 from .thread_writes import ThreadWrites
@@ -84,7 +83,6 @@ class Pools:
         self._apool_loop: asyncio.AbstractEventLoop | None = None
         self._loop_claim = threading.Lock()
         self._threads: ThreadPoolExecutor | None = None  # runs a search's second leg
-        self.primary_load = ServerLoad()  # the primary's load (KB_PARALLEL_LEGS=auto)
         self.distributed = False  # a Citus coordinator (known once open)
         self._space: spaces.Space | None = None  # the embedder's (known once open)
         self.replicas = Replicas(settings.replica_urls, settings)
@@ -163,7 +161,7 @@ class Pools:
             replica = self.replicas.pick(WRITTEN.get(self._url) if consistent else None)
             if replica is not None:
                 return Target(replica.pool, replica.label, replica)
-        return Target(self.sync(), "primary" if self.replicas else None, load=self.primary_load)
+        return Target(self.sync(), "primary" if self.replicas else None)
 
     async def aread_target(self, consistent: bool = False) -> Target:
         """The async twin of :meth:`read_target` (the replica's async pool)."""
@@ -175,8 +173,7 @@ class Pools:
                 apool = await self.replicas.apool(replica, self._conn_kwargs)
                 if apool is not None:  # else it could not connect: marked down, the primary reads
                     return Target(apool, replica.label, replica)
-        return Target(await self.asynchronous(), "primary" if self.replicas else None,
-                      load=self.primary_load)
+        return Target(await self.asynchronous(), "primary" if self.replicas else None)
 
     def _wrote(self, conn: Any) -> None:
         """Keep the primary's WAL position after a write (for ``consistent`` reads)."""
@@ -365,7 +362,6 @@ class Pools:
         _INHERITED.append((self._pool, self._apool, self._threads, self.replicas))
         self._loop_claim, self.thread_writes = threading.Lock(), ThreadWrites()
         self._apool = self._apool_loop = self._opening = self._threads = self._closing = None
-        self.primary_load = ServerLoad()
         self.replicas = Replicas(self.settings.replica_urls, self.settings)
         if self._pool is not None:
             if not isinstance(self._pool, BorrowedPool):  # a borrowed one is its owner's

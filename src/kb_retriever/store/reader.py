@@ -12,13 +12,12 @@ Policy, in both twins:
   :meth:`release` gives it back (before the query is embedded, and at the end);
 * a read whose connection the server dropped is retried once on a fresh one (reads are
   idempotent; a query error or the pool's own timeout is not retried);
-* independent reads (the two candidate legs) run at once when the pool has idle connections
-  right now and ``KB_PARALLEL_LEGS`` allows it (``auto``, the default: when the server ran no
-  other backend's statement at the last sample, ``store.load``; ``true``: always), each extra
-  connection kept to the end of the search and returned after the search's own one, so the
-  next search gets the same pair (docs/decisions/0004-speed.md); otherwise in one statement
-  when the plan offers one (``Parallel.together``: one backend and one round trip, decision
-  0015), never waiting for a connection.
+* independent reads (the two candidate legs) run in one statement when the plan offers one
+  (``Parallel.together``: one backend and one round trip, decision 0015). With
+  ``KB_PARALLEL_LEGS=true`` they run at once when the pool has idle connections right now,
+  each extra connection kept to the end of the search and returned after the search's own
+  one, so the next search gets the same pair (docs/decisions/0004-speed.md); a search never
+  waits for a second connection.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from psycopg_pool import PoolTimeout
 from ..settings import Settings
 from .connection import aput_back, atranslated, is_retryable, local_settings, translate, translated
 from .distribution import shard_settings
-from .load import OTHERS_ACTIVE, ServerLoad
 from .reads import Fetch, Parallel
 from .sql import Statement
 
@@ -110,10 +108,8 @@ class SearchSession:
 
     def __init__(self, pool: Any, cache: ReadCache, settings: Settings,
                  executor: Callable[[], ThreadPoolExecutor], *,
-                 record: list[Fetch] | None = None, distributed: bool = False,
-                 load: ServerLoad | None = None) -> None:
+                 record: list[Fetch] | None = None, distributed: bool = False) -> None:
         self._pool, self._cache, self._settings, self._executor = pool, cache, settings, executor
-        self._load = load if load is not None else ServerLoad()
         self._local = _local(settings, distributed)
         self._held: list[Any] = []  # the search's own connection first, then the extra ones
         # With ``record`` the reads that go to the database are kept there, in plan order
@@ -163,18 +159,17 @@ class SearchSession:
         raise AssertionError("unreachable")
 
     def fetch_all(self, request: Parallel) -> tuple[Any, ...]:
-        """Independent reads: with ``KB_PARALLEL_LEGS`` and idle connections, the first on the
-        search's connection and each other on an idle one in a worker thread (psycopg waits
-        on the socket without the GIL); otherwise all in one statement (``together``) or one
-        after the other, on the search's connection."""
+        """Independent reads: with ``KB_PARALLEL_LEGS=true`` and idle connections, the first on
+        the search's connection and each other on an idle one in a worker thread (psycopg
+        waits on the socket without the GIL); otherwise all in one statement (``together``)
+        or one after the other, on the search's connection."""
         reqs = request.fetches
         extra: list[Any] = []
         if self._settings.parallel_legs and len(reqs) > 1:
             if not self._held:  # the search's own connection first: a pool of one must not
                 with translated():  # deadlock
                     self._held.append(self._pool.getconn())
-            if not self._server_busy():
-                extra = self._idle(len(reqs) - 1)
+            extra = self._idle(len(reqs) - 1)
         if not extra and request.together is not None:
             return self.fetch(request.together)  # type: ignore[no-any-return]
         self._recorded(reqs)
@@ -192,21 +187,6 @@ class SearchSession:
         finally:
             for h in helds:  # kept to the end of the search, returned after its own
                 self._held.extend(h)
-
-    def _server_busy(self) -> bool:
-        """With ``KB_PARALLEL_LEGS=auto``: whether other backends of the server were running
-        statements at the last sample (``store.load``), sampled on the search's connection
-        when one is due (not while the statements are recorded for ``search_sql``)."""
-        if self._settings.parallel_legs is True:
-            return False
-        if self._record is None and self._load.due():
-            try:
-                row = self._held[0].execute(OTHERS_ACTIVE).fetchone()
-            except psycopg.Error:  # a sample is no read: the legs retry on a fresh connection
-                _release(self._pool, self._held)
-                return True
-            self._load.record(int(row[0]) if row else 0)
-        return self._load.busy
 
     def _idle(self, n: int) -> list[Any]:
         """Up to ``n`` connections that are idle in the pool right now (never waits for one)."""
@@ -227,9 +207,8 @@ class AsyncSearchSession:
     """The async twin of :class:`SearchSession` (parallel reads run as concurrent tasks)."""
 
     def __init__(self, pool: Any, cache: ReadCache, settings: Settings, *,
-                 distributed: bool = False, load: ServerLoad | None = None) -> None:
+                 distributed: bool = False) -> None:
         self._pool, self._cache, self._settings = pool, cache, settings
-        self._load = load if load is not None else ServerLoad()
         self._local = _local(settings, distributed)
         self._held: list[Any] = []
 
@@ -271,8 +250,7 @@ class AsyncSearchSession:
             if not self._held:
                 async with atranslated():
                     self._held.append(await self._pool.getconn())
-            if not await self._server_busy():
-                extra = await self._idle(len(reqs) - 1)
+            extra = await self._idle(len(reqs) - 1)
         if not extra:
             if request.together is not None:
                 return await self.fetch(request.together)  # type: ignore[no-any-return]
@@ -290,19 +268,6 @@ class AsyncSearchSession:
         finally:
             for h in helds[1:]:  # kept to the end of the search
                 self._held.extend(h)
-
-    async def _server_busy(self) -> bool:
-        if self._settings.parallel_legs is True:
-            return False
-        if self._load.due():
-            try:
-                cur = await self._held[0].execute(OTHERS_ACTIVE)
-                row = await cur.fetchone()
-            except psycopg.Error:
-                await _arelease(self._pool, self._held)
-                return True
-            self._load.record(int(row[0]) if row else 0)
-        return self._load.busy
 
     async def _idle(self, n: int) -> list[Any]:
         out = []

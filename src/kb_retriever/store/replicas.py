@@ -23,7 +23,6 @@ from psycopg.conninfo import conninfo_to_dict
 from ..errors import ConfigError, redact
 from ..settings import Settings
 from .connection import finish_idle, loop_ended, make_async_pool, make_pool
-from .load import ServerLoad
 
 __all__ = ["WRITTEN", "Replica", "Replicas", "Target", "Written", "latest_lsn"]
 
@@ -95,19 +94,16 @@ class Replica:
     standby: bool = True  # in recovery at the last check (a promoted server is not)
     lag_s: float | None = None
     checked_at: float = field(default=-1e9)
-    load: ServerLoad = field(default_factory=ServerLoad)  # KB_PARALLEL_LEGS=auto (load.py)
 
 
 class Target:
     """The server chosen for one read: its pool and its label; ``lag_s`` when a replica."""
 
-    __slots__ = ("label", "lag_s", "load", "pool", "replica")
+    __slots__ = ("label", "lag_s", "pool", "replica")
 
-    def __init__(self, pool: Any, label: str | None, replica: Replica | None = None, *,
-                 load: ServerLoad | None = None) -> None:
+    def __init__(self, pool: Any, label: str | None, replica: Replica | None = None) -> None:
         self.pool, self.label, self.replica = pool, label, replica
         self.lag_s = replica.lag_s if replica is not None else None
-        self.load = load if load is not None else (replica.load if replica else ServerLoad())
 
 
 class Replicas:
