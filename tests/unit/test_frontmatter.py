@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from kb_retriever.ingest import FrontmatterResult, parse_frontmatter
-from kb_retriever.ingest.frontmatter import split_frontmatter
+from kb_retriever.ingest.frontmatter import as_slug, split_frontmatter
 
 CANONICAL = "slug: auth-flow\ntype: decision\nstatus: accepted\n"
 
@@ -106,6 +106,21 @@ def test_a_slug_in_another_script_is_canonical_and_its_links_meet_it() -> None:
     assert result.slug == "рішення-склад-v2"
     assert result.supersedes == ("рішення-склад-v1",)
     assert result.related == ("rozhodnutí-pacs", "缓存决策")
+
+
+@pytest.mark.parametrize("slug,link", [
+    ("निर्णय-कैश-v2", "निर्णय-कैश-v1"),  # Hindi: vowel signs (Mc, Mn) and a virama
+    ("การตัดสินใจ-แคช", "บันทึก-แคช"),  # Thai: vowels and tone marks above and below
+    ("முடிவு-கேச்", "பதிவு-கேச்"),  # Tamil
+])
+def test_a_slug_whose_letters_carry_combining_marks_is_canonical(slug: str, link: str) -> None:
+    """The vowel signs of Devanagari, Thai or Tamil are combining marks, not letters: a Hindi
+    team's documents lost their type and status, and every link to them was dropped. A mark
+    must still follow a letter."""
+    result = fm(f"slug: {slug}\ntype: decision\nstatus: accepted\nsupersedes: ['[[{link}]]']\n")
+    assert result.is_canonical and not result.warnings
+    assert (result.slug, result.supersedes) == (slug, (link,))
+    assert as_slug("\u093f-" + slug) is None and as_slug(slug + "-\u093f") is None
 
 
 def test_numeric_slug_from_yaml_int_is_accepted() -> None:

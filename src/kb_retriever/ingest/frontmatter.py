@@ -48,11 +48,30 @@ def as_slug(text: str) -> str | None:
 
     >>> as_slug("dec-cache-v2"), as_slug("рішення-склад-v2"), as_slug("rozhodnutí-pacs")
     ('dec-cache-v2', 'рішення-склад-v2', 'rozhodnutí-pacs')
+    >>> as_slug("निर्णय-कैश")  # Devanagari's vowel signs are combining marks
+    'निर्णय-कैश'
     >>> as_slug("Dec-Cache"), as_slug("two words"), as_slug("-dash"), as_slug("snake_case")
     (None, None, None, None)
     """
     slug = unicodedata.normalize("NFC", text)
-    return slug if slug == slug.lower() and _SLUG_RE.fullmatch(slug) else None
+    bare = _without_marks(slug)
+    return slug if slug == slug.lower() and bare and _SLUG_RE.fullmatch(bare) else None
+
+
+def _without_marks(slug: str) -> str | None:
+    """``slug`` without the combining marks that follow its letters or digits (the vowel signs
+    of Devanagari, Thai or Tamil are marks, not letters), or None when a mark follows none.
+
+    >>> _without_marks("निर्णय"), _without_marks("\u093f-a")
+    ('नरणय', None)
+    """
+    kept: list[str] = []
+    for char in slug:
+        if unicodedata.category(char) not in ("Mn", "Mc"):
+            kept.append(char)
+        elif not kept or kept[-1] == "-":
+            return None
+    return "".join(kept)
 
 
 # Reference regex `\A---\r?\n(.*?)\r?\n---\r?\n?` in two linear steps (a lazy `.*?` takes
