@@ -12,7 +12,8 @@ from typing import Any
 __all__ = ["ACCEPTED", "CANONICAL_STATUSES", "CANONICAL_TYPES", "CHUNKS_SOURCE_TYPE", "DECISION",
            "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS", "EXPANDABLE_STATUSES", "PROJECT_INDEX",
            "FTS_CONFIG_BY_LANGUAGE", "FTS_CONFIG_OF_DOCUMENT", "FTS_LANGUAGES",
-           "FTS_NEAREST_LANGUAGE", "REFERENCE_TYPES", "REJECTED_APPROACH", "SOURCE_TYPES",
+           "FTS_NEAREST_LANGUAGE", "QUESTION_STOP_WORDS", "REFERENCE_TYPES", "REJECTED_APPROACH",
+           "SOURCE_TYPES",
            "fts_language", "is_rejected_approach"]
 
 CANONICAL_TYPES = (
@@ -72,16 +73,40 @@ def is_rejected_approach(document: Any) -> bool:
                 and document.canonical_status == ACCEPTED)
 
 
-FTS_LANGUAGES = (
-    "simple", "english", "italian", "french", "german", "spanish", "portuguese", "dutch",
-    "danish", "finnish", "hungarian", "norwegian", "russian", "swedish", "turkish",
-)
 #: A document's language (ISO 639-1, lower case) -> the full-text configuration its chunks are
-#: indexed with; any other language gets the database's default (``KB_FTS_LANGUAGE``).
+#: indexed with, where the server has it; any other language gets the database's default
+#: (``KB_FTS_LANGUAGE``). PostgreSQL 16 added Armenian, Basque, Catalan, Hindi, Serbian and
+#: Yiddish, a later version Estonian: on an older server their documents get the default
+#: (``store.schema.text_configs``).
 FTS_CONFIG_BY_LANGUAGE = {
     "en": "english", "it": "italian", "fr": "french", "de": "german", "es": "spanish",
     "pt": "portuguese", "nl": "dutch", "da": "danish", "fi": "finnish", "hu": "hungarian",
     "no": "norwegian", "nb": "norwegian", "ru": "russian", "sv": "swedish", "tr": "turkish",
+    "ar": "arabic", "el": "greek", "id": "indonesian", "ga": "irish", "lt": "lithuanian",
+    "ne": "nepali", "ro": "romanian", "ta": "tamil", "hy": "armenian", "eu": "basque",
+    "ca": "catalan", "hi": "hindi", "sr": "serbian", "yi": "yiddish", "et": "estonian",
+}
+#: The configurations ``KB_FTS_LANGUAGE`` may name: ``simple`` and every language's above.
+FTS_LANGUAGES = ("simple", *dict.fromkeys(FTS_CONFIG_BY_LANGUAGE.values()))
+#: The commonest words of a question in a language whose configuration has no stop words
+#: (PostgreSQL ships none for Romanian, Greek or Indonesian): a question is asked without them
+#: (``ranking.text.without_stop_words``), as English's configuration drops English's. Asked,
+#: they matched most chunks of their language and lent an off-topic question keyword evidence.
+QUESTION_STOP_WORDS = {
+    "romanian": frozenset(
+        "a ai al ale am ar are au avea ca că care ce cel cea cei cele cu da dacă daca dar de "
+        "deci din după dupa e este eu fi fie fost iar în in îi își la le lor lui mai mă ne nici "
+        "nu o ori pe pentru până pana prin sau se să sa si și sunt te tu un una unei unui unor "
+        "va vă voi vom vor cum unde când cand cât cine".split()),
+    "greek": frozenset(
+        "ο η το οι τα του της των τον την τη τους τις στο στη στην στον στα στους στις στου σε "
+        "για με από απο και κι να θα δεν μη μην ή ότι οτι που πού πως πώς τι τί ένα ενα μια μία "
+        "ένας ενας ενός είναι ειναι ήταν ηταν αν αλλά αλλα ως όπως οπως αυτό αυτο αυτή αυτη αυτά "
+        "αυτα μας σας μου σου κάθε καθε πιο".split()),
+    "indonesian": frozenset(
+        "yang dan di ke dari ini itu dengan untuk tidak dalam akan pada adalah juga karena bisa "
+        "ada oleh atau sudah telah jika saat harus apa bagaimana kapan mengapa siapa kami kita "
+        "kamu saya mereka ia dia agar bahwa sebagai hanya lebih masih belum".split()),
 }
 #: A language without a configuration, indexed and asked with a close one's (its document
 #: keeps its own code): on a Ukrainian set, Russian's stemmer ranked better than the words'

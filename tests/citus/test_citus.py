@@ -259,3 +259,30 @@ def test_two_models_and_a_reembed_on_citus(citus: Cluster, tmp_path: Path) -> No
             "pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam "
             "WHERE i.indrelid = '%s'::regclass AND am.amname = 'hnsw'$$)").fetchall()
     assert {r[0] for r in per_shard} == {"2"}
+
+
+def test_a_database_built_before_gets_its_languages_on_citus(citus: Cluster, tmp_path: Path) -> None:
+    """The tsv column of a database an older kb-retriever built is built again on a distributed
+    kb_chunks too: its shards keep the column in the row (SET STORAGE, which Citus does not
+    propagate, is run on each), and a Romanian document is stemmed in Romanian."""
+    from tests.db.test_languages import RO_METERS, _first_by_text
+    from tests.db.test_text_configs import _as_built_before
+
+    url = citus.new_database()
+    (tmp_path / "ro.md").write_text(RO_METERS, encoding="utf-8")
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=url) as kb:
+        kb.ingest([tmp_path])
+    _as_built_before(url)
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=url) as kb:
+        assert _first_by_text(kb, "contorul jurnalului") == ["ro"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT fts_lang FROM kb_chunks").fetchall() == [("ro",)]
+        storage = conn.execute(
+            "SELECT result FROM run_command_on_shards('kb_chunks', $$SELECT attstorage FROM "
+            "pg_attribute WHERE attrelid = '%s'::regclass AND attname = 'tsv' "
+            "AND NOT attisdropped$$)").fetchall()
+        assert {r for (r,) in storage} == {"m"}
+        counted = dict(conn.execute("SELECT lexeme, chunks FROM kb_lexemes").fetchall())
+        truth = dict(conn.execute("SELECT u.lexeme, count(*) FROM kb_chunks c, unnest(c.tsv) u "
+                                  "GROUP BY u.lexeme").fetchall())
+        assert counted == truth

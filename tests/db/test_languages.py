@@ -204,6 +204,29 @@ PT_INVOICES = ("# Faturas\n\nO sistema envia as faturas aos clientes todas as no
                "aparecem no portal, mas só a equipe financeira pode vê-las.\n")
 
 
+EL_METERS = ("# Μετρητές\n\nΟι διακομιστές αποστέλλουν τις μετρήσεις στο σύστημα κάθε νύχτα, και "
+             "αν ένας μετρητής δεν απαντά, ο χειριστής βάρδιας ελέγχει το αρχείο καταγραφής και "
+             "επανεκκινεί την πύλη.\n")
+RO_METERS = ("# Contoare\n\nServerele trimit măsurătorile în sistem în fiecare noapte, iar dacă "
+             "un contor nu răspunde, operatorul de serviciu verifică jurnalul și repornește "
+             "poarta. Această procedură este descrisă pentru toate stațiile.\n")
+ID_METERS = ("# Meteran\n\nServer mengirimkan pengukuran ke sistem setiap malam, dan jika sebuah "
+             "meteran tidak merespons, operator yang bertugas memeriksa log dan memulai ulang "
+             "gateway. Prosedur ini berlaku untuk semua stasiun.\n")
+AR_METERS = ("# العدادات\n\nترسل الخوادم القياسات إلى النظام كل ليلة، وإذا لم يستجب أحد "
+             "العدادات، يفحص المشغل المناوب السجل ثم يعيد تشغيل البوابة. هذا الإجراء صالح لكل "
+             "المحطات التي تعمل في الشبكة.\n")
+HI_METERS = ("# मीटर\n\nसर्वर हर रात माप को सिस्टम में भेजते हैं, और अगर कोई मीटर जवाब नहीं देता "
+             "है, तो ड्यूटी पर मौजूद ऑपरेटर लॉग देखता है और गेटवे को फिर से शुरू करता है। यह "
+             "प्रक्रिया सभी स्टेशनों के लिए है।\n")
+LT_METERS = ("# Skaitikliai\n\nServeriai kiekvieną naktį siunčia matavimus į sistemą, o jei "
+             "skaitiklis neatsako, budintis operatorius patikrina žurnalą ir iš naujo paleidžia "
+             "šliuzą. Ši procedūra galioja visoms stotims, kai jos yra prijungtos.\n")
+SR_METERS = ("# Бројила\n\nСервери сваке ноћи шаљу мерења у систем, а ако бројило не одговара, "
+             "дежурни оператер треба да провери дневник и поново покрене мрежни пролаз. Ова "
+             "процедура важи за све станице које су повезане.\n")
+
+
 @pytest.mark.parametrize(("files", "languages", "configs", "questions"), [
     # Neither has a PostgreSQL stemmer. A Ukrainian document was read as Russian (they share
     # "в", "не", "на", "до") and a Slovak one as Portuguese ("a", "na", "do", "o"), or as no
@@ -229,7 +252,20 @@ PT_INVOICES = ("# Faturas\n\nO sistema envia as faturas aos clientes todas as no
     # and stemmed so, which leaves "jegyeket" (tickets, as an object) apart from "jegyek".
     pytest.param({"jegyek.md": HU_TICKETS, "faturas.md": PT_INVOICES},
                  {"jegyek": "hu", "faturas": "pt"}, {("jegyek", "hu"), ("faturas", "pt")},
-                 {"hibás jegyek": "jegyek"}, id="hungarian")])
+                 {"hibás jegyek": "jegyek"}, id="hungarian"),
+    # Languages PostgreSQL stems that had no configuration here: read as no language (Serbian
+    # as Russian) and indexed by the default's, English, which leaves every inflection apart.
+    # Serbian's stemmer also writes its Cyrillic in Latin letters, so a question typed in
+    # either script meets the document.
+    pytest.param({"el.md": EL_METERS, "ro.md": RO_METERS, "id.md": ID_METERS, "ar.md": AR_METERS,
+                  "hi.md": HI_METERS, "lt.md": LT_METERS, "sr.md": SR_METERS},
+                 {"el": "el", "ro": "ro", "id": "id", "ar": "ar", "hi": "hi", "lt": "lt",
+                  "sr": "sr"},
+                 {(code, code) for code in ("el", "ro", "id", "ar", "hi", "lt", "sr")},
+                 {"μέτρηση χειριστή": "el", "contorul jurnalului": "ro",
+                  "mengukur pemeriksaan": "id", "عداد المحطة": "ar", "स्टेशन भेजना": "hi",
+                  "skaitiklio matavimai": "lt", "merenje brojila": "sr"},
+                 id="greek-romanian-indonesian-arabic-hindi-lithuanian-serbian")])
 def test_a_language_is_detected_and_its_inflections_meet(make_kb, tmp_path, files, languages,
                                                         configs, questions):
     """Each document gets its language (decision 0022) and the configuration it is indexed

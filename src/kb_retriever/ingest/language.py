@@ -1,8 +1,9 @@
 """Detecting a document's language from its words, for its full-text configuration.
 
 A stop-word count per language: enough to tell apart, on a paragraph or more, the languages
-PostgreSQL stems (Danish and Norwegian among them) and Polish, Czech, Slovak and Ukrainian,
-with no model and no dependency.
+PostgreSQL stems (Danish and Norwegian among them; not Catalan, Basque, Irish, Yiddish or
+Estonian, which only frontmatter names) and Polish, Czech, Slovak and Ukrainian, with no model
+and no dependency. Greek, Armenian and Tamil are told by their scripts.
 Frontmatter ``language`` wins; a text too short or too mixed to tell gets None (the database's
 default configuration).
 """
@@ -71,8 +72,34 @@ _STOP: dict[str, frozenset[str]] = {
                     "були".split()),
     "sk": frozenset("sa sú ako pre pri ktorý ktorá ktoré ktorých alebo tiež keď len podľa aj "
                     "môže bol bola bolo boli sme medzi táto tejto iba".split()),
+    # Languages PostgreSQL stems, each by forms no other list holds: not Spanish's and
+    # Portuguese's "este" for Romanian, nor Danish's "din"; not Italian's "di", nor "ke", for
+    # Indonesian; not "su", "per", "tai" for Lithuanian. (Catalan is not detected: the words
+    # it shares with Spanish, "de", "la", "el", "que", outnumber its own.)
+    # Romanian writes "de", "la", "se", "un", "o" and "e" as Spanish and Portuguese do: its own
+    # forms must outnumber them ("care", "mai", "nu", "pe" are no other list's).
+    "ro": frozenset("și în să că cu pe nu care mai pentru sunt sau fost dacă această acest "
+                    "către după fiecare trebuie când unde prin iar doar între până fără astfel "
+                    "acum toate".split()),
+    "id": frozenset("yang dan ini itu dengan untuk tidak dari dalam akan pada adalah juga "
+                    "karena bisa ada oleh atau sudah telah jika saat harus".split()),
+    "lt": frozenset("ir kad yra iš į kaip bet arba buvo jis ji jie nuo apie kuris kuri kai "
+                    "dėl tik".split()),
+    # Arabic's, not Persian's or Urdu's (their own letters differ: ک, ی, ہ); not "ما" ("we" in
+    # Persian).
+    "ar": frozenset("في من على إلى الى عن مع هذا هذه التي الذي الذين أن إن كان كانت لا هو هي "
+                    "بين عند كل أو ثم قد لم لن حتى بعد قبل ذلك تلك".split()),
+    # Hindi's and Nepali's, not the words both write ("को", "कि", "पर", "जो") nor Marathi's
+    # ("की", "होती").
+    "hi": frozenset("है हैं के में और से नहीं यह भी लिए था थे किया करने होता गया जाता".split()),
+    "ne": frozenset("छ छन् र मा हो पनि यो गर्न लागि भएको गरेको थियो भने हुन्छ छैन".split()),
+    # Serbian's Cyrillic forms that neither Russian, Ukrainian nor Bulgarian writes.
+    "sr": frozenset("је су од као али када није ово ова ове ови овај ће кроз према уколико "
+                    "треба".split()),
 }
-_WORD = re.compile(r"[^\W\d_]+")
+# Letters, and the vowel signs of the scripts of India (combining marks, which are not letters
+# to ``re``: "है" would be read as "ह"), but not their full stops (। and ॥).
+_WORD = re.compile(r"(?:[^\W\d_]|[\u0900-\u0963\u0966-\u0dff])+")
 # Letters that only one of the languages above writes: a word that holds one counts as one of
 # that language's stop words. Czech shares its commonest short words with Portuguese ("a",
 # "o", "na", "do", "se"): by stop words alone, Portuguese won 2 of 28 Czech documents and
@@ -80,9 +107,17 @@ _WORD = re.compile(r"[^\W\d_]+")
 # Ukrainian and Russian share most of their alphabet and no stop word: і, ї, є and ґ are only
 # Ukrainian, ы, э, ъ and ё only Russian. ľ, ĺ and ŕ are only Slovak (its ä and ô are German's and
 # French's too), ő and ű only Hungarian.
+# Romanian's ș, ț and ă (ţ with a cedilla too, not ş: Turkish's), Lithuanian's ė, į and ų, and
+# Serbian's Cyrillic ђ, ј, љ, њ, ћ and џ are theirs alone of the languages above; Vietnamese,
+# which writes ă too, has letters of its own (it has no configuration: its documents keep the
+# default's). A word of three letters of the Greek, Armenian or Tamil script is its
+# language's (a lone α or μ stands in English formulas).
 _OWN_LETTERS = {"cs": re.compile("[ěřů]"), "pl": re.compile("[łąęśźż]"),
                 "uk": re.compile("[іїєґ]"), "ru": re.compile("[ыэъё]"), "sk": re.compile("[ľĺŕ]"),
-                "hu": re.compile("[őű]")}
+                "hu": re.compile("[őű]"), "ro": re.compile("[șțţă]"), "lt": re.compile("[ėįų]"),
+                "sr": re.compile("[ђјљњћџ]"), "el": re.compile("[α-ωάέήίόύώϊϋΐΰ]{3}"),
+                "hy": re.compile("[ա-ֆ]{3}"), "ta": re.compile("[\u0b80-\u0bff]{3}"),
+                "vi": re.compile("[ơưđạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹ]")}
 # Letters that, of the languages above, Czech and Slovak alone write: in a text that also holds
 # Czech's or Slovak's own letters, a word that holds one counts for whichever of the two the
 # rest favours. Slovak's commonest words ("a", "na", "do", "o") are Portuguese stop words, and

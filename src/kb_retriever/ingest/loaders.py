@@ -45,8 +45,10 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # character pairs of decision 0019 reach the documents ingested before it; 5: Slovak detected
 # and indexed so too, Ukrainian detected (it was read as Russian), slugs in any script; 6: Danish
 # and Norwegian detected (they were read as Swedish); 7: Hungarian detected (it was read as
-# Portuguese); 8: slugs whose letters carry combining marks (Devanagari, Thai, Tamil)
-PARSER_VERSION = "kb-retriever-ingest/8"
+# Portuguese); 8: slugs whose letters carry combining marks (Devanagari, Thai, Tamil); 9:
+# Romanian, Indonesian, Lithuanian, Greek, Arabic, Hindi, Nepali, Tamil, Armenian and Serbian
+# detected (none was, Serbian was read as Russian)
+PARSER_VERSION = "kb-retriever-ingest/9"
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
 MAX_FILE_BYTES = 20 * 1024 * 1024

@@ -13,6 +13,8 @@ import unicodedata
 from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
+from ..vocabulary import QUESTION_STOP_WORDS
+
 __all__ = [
     "MAX_HEADING_CHARS",
     "PREFIX_LANGUAGES",
@@ -27,6 +29,7 @@ __all__ = [
     "query_tags",
     "segment_cjk",
     "tokenize_query",
+    "without_stop_words",
     "word_prefixes",
     "words",
 ]
@@ -256,6 +259,7 @@ def segment_cjk(text: str) -> str:
 PREFIX_LANGUAGES = frozenset({"cs", "pl", "sk"})
 PREFIX_CHARS = 6
 _LETTERS = re.compile(r"[^\W\d_]+")
+_EDGES = re.compile(r"^[\W_]+|[\W_]+$")  # a word's punctuation before and after it
 # A question's word of letters alone, punctuation around it aside: "wodomierzy," and
 # "(LoRaWAN)" are words; "PostgreSQL16", "e-faktura", "lis.oru.max_stari_min" and addresses
 # are identifiers, which the parser keeps whole and which a question asks by whole.
@@ -283,6 +287,22 @@ def word_prefixes(text: str) -> str:
     """
     return " ".join(w[:PREFIX_CHARS] for w in _LETTERS.findall(_fold(text))
                     if len(w) > PREFIX_CHARS and not _CJK_RUN.search(w))
+
+
+def without_stop_words(text: str, configs: Iterable[str]) -> str:
+    """``text`` without the words of :data:`~kb_retriever.vocabulary.QUESTION_STOP_WORDS` of
+    ``configs`` (the text unchanged when none has a list, or when nothing else would be left).
+
+    >>> without_stop_words("Ce vreme va fi la Constanța în weekend?", ["romanian"])
+    'vreme Constanța weekend?'
+    >>> without_stop_words("Ce vreme va fi la Constanța?", ["english"])
+    'Ce vreme va fi la Constanța?'
+    """
+    stop = frozenset().union(*(QUESTION_STOP_WORDS.get(c, ()) for c in configs))
+    if not stop:
+        return text
+    kept = [t for t in text.split() if _EDGES.sub("", _fold(t)) not in stop]
+    return " ".join(kept) if kept else text
 
 
 def prefixed_query(text: str, *, keep_words: bool) -> str:

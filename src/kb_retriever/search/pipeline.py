@@ -32,7 +32,7 @@ from ..ranking.grounding import calibrated_evidence, evidence_score, uses_calibr
 from ..ranking.history import key_of, promote_predecessors, shared_words
 from ..ranking.placement import cut_weak, successors_first
 from ..ranking.rerank import Scored, rank
-from ..ranking.text import prefixed_query, segment_cjk, tokenize_query
+from ..ranking.text import prefixed_query, segment_cjk, tokenize_query, without_stop_words
 from ..settings import Settings
 from ..store import reads
 from ..store import sql as q
@@ -314,6 +314,7 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
                 if settings.mentions_mode == "boost" else frozenset())
     shape = leg_shape(req, settings, catalog.corpus, catalog.configs)
     text = " ".join([req.query, *phrases]) if mode == "or" else req.query
+    text = without_stop_words(text, catalog.configs)  # where the configuration keeps them
     if mode == "or" and catalog.prefixes != "none":  # as Polish, Czech, Slovak chunks hold them
         text = prefixed_query(text, keep_words=catalog.prefixes == "some")
     # one configuration stems the query through fts_lang, several through the legs' CTE ql

@@ -9,7 +9,7 @@ from __future__ import annotations
 from psycopg import sql
 
 from ..ranking.text import PREFIX_LANGUAGES
-from ..vocabulary import FTS_CONFIG_OF_DOCUMENT
+from ..vocabulary import FTS_NEAREST_LANGUAGE
 from .columns import CHUNK_COLUMNS, DOC_COLUMNS
 from .sql import built_once
 
@@ -100,22 +100,25 @@ def supersessions_sql() -> sql.Composed:
 
 @built_once
 def fts_configs_sql() -> sql.Composed:
-    """The full-text configurations of the scope's documents (each document's language's,
-    ``%(default)s`` for those without one), each with how many of its documents are in a
-    language indexed by its words' prefixes too (``prefixed``), in another known language
-    (``other``), and in all (``documents``), read once per cache period.
-    Params: tenant, projects, default."""
-    cases = sql.SQL(" ").join(
-        sql.SQL("WHEN {} THEN {}").format(sql.Literal(code), sql.Literal(config))
-        for code, config in FTS_CONFIG_OF_DOCUMENT.items())
+    """The full-text configurations of the scope's documents (each document's language's as
+    the tsv column maps it, which kb_meta records as ``fts_configs``: ``store.schema.add_tsv``;
+    ``%(default)s`` for the others), each with how many of its documents are in a language
+    indexed by its words' prefixes too (``prefixed``), in another known language (``other``),
+    and in all (``documents``), read once per cache period. Params: tenant, projects, default.
+    """
+    nearest = sql.SQL(" ").join(
+        sql.SQL("WHEN {} THEN {}").format(sql.Literal(code), sql.Literal(near))
+        for code, near in FTS_NEAREST_LANGUAGE.items())
     return sql.SQL(
-        "SELECT coalesce(CASE lower(language) {cases} END, %(default)s) AS config, "
-        "count(*) FILTER (WHERE lower(language) = ANY({prefixed})) AS prefixed, "
-        "count(*) FILTER (WHERE lower(language) <> ALL({prefixed})) AS other, "
-        "count(*) AS documents "
-        "FROM kb_documents WHERE tenant_id = %(tenant)s AND project_key = ANY(%(projects)s) "
+        "SELECT coalesce(m.configs ->> CASE lower(d.language) {nearest} "
+        "ELSE lower(d.language) END, %(default)s) AS config, "
+        "count(*) FILTER (WHERE lower(d.language) = ANY({prefixed})) AS prefixed, "
+        "count(*) FILTER (WHERE lower(d.language) <> ALL({prefixed})) AS other, "
+        "count(*) AS documents FROM kb_documents d LEFT JOIN (SELECT value::jsonb AS configs "
+        "FROM kb_meta WHERE key = 'fts_configs') m ON true "
+        "WHERE d.tenant_id = %(tenant)s AND d.project_key = ANY(%(projects)s) "
         "GROUP BY 1 ORDER BY 1"
-    ).format(cases=cases, prefixed=sql.Literal(sorted(PREFIX_LANGUAGES)))
+    ).format(nearest=nearest, prefixed=sql.Literal(sorted(PREFIX_LANGUAGES)))
 
 
 @built_once

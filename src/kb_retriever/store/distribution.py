@@ -10,6 +10,7 @@ tenant, are reference tables (a copy on every node). Nothing here runs on a data
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import psycopg
@@ -19,7 +20,7 @@ from ..errors import SchemaError
 from ..settings import Settings
 
 __all__ = ["DISTRIBUTED", "REFERENCE", "Distribution", "describe", "distribute", "is_citus",
-           "shard_settings"]
+           "set_shard_storage", "set_storage", "shard_settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,47 @@ def distribute(conn: psycopg.Connection[Any]) -> None:
             conn.execute("SELECT create_distributed_table(%s, 'tenant_id', "
                          "colocate_with => %s)", [table, DISTRIBUTED[0]])
         logger.info("distributed %s by tenant_id", table)
+
+
+def set_storage(conn: psycopg.Connection[Any], table: str, storage: Mapping[str, str]) -> None:
+    """``ALTER TABLE table ALTER COLUMN column SET STORAGE ...`` for each column of
+    ``storage``, in the caller's transaction. Citus propagates no such command: on a distributed
+    table this sets the coordinator's table only, and :func:`set_shard_storage`, after the
+    commit, its shards."""
+    distributed = _is_distributed(conn, table)
+    if distributed:
+        conn.execute("SET LOCAL citus.enable_ddl_propagation TO off")
+    for stmt in _storage(table, storage):
+        conn.execute(stmt)
+    if distributed:
+        conn.execute("SET LOCAL citus.enable_ddl_propagation TO on")
+
+
+def set_shard_storage(conn: psycopg.Connection[Any], table: str,
+                      storage: Mapping[str, str]) -> None:
+    """:func:`set_storage` on each shard of a distributed ``table``; nothing on another. Not in
+    a transaction that changed the shards: Citus runs it on connections of its own, which would
+    wait for that transaction's locks."""
+    if not _is_distributed(conn, table):
+        return
+    for stmt in _storage("%s", storage):  # run_command_on_shards puts each shard's name there
+        failed = [ok for (ok,) in conn.execute(
+            "SELECT success FROM run_command_on_shards(%s, %s)", [table, stmt.as_string(conn)])
+            if not ok]
+        if failed:
+            raise SchemaError(f"{len(failed)} shards of {table} did not take {stmt.as_string(conn)!r}")
+
+
+def _storage(table: str, storage: Mapping[str, str]) -> list[sql.Composed]:
+    name = sql.SQL(table) if table == "%s" else sql.Identifier(table)
+    return [sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET STORAGE {}").format(
+        name, sql.Identifier(column), sql.SQL(kind)) for column, kind in storage.items()]
+
+
+def _is_distributed(conn: psycopg.Connection[Any], table: str) -> bool:
+    return is_citus(conn) and conn.execute(
+        "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = %s::regclass", [table]
+    ).fetchone() is not None
 
 
 def shard_settings(settings: Settings) -> list[sql.Composed]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from importlib import resources
 from typing import Any, NamedTuple
@@ -11,7 +12,7 @@ from psycopg import sql
 
 from ..errors import SchemaError
 from ..settings import Settings
-from ..vocabulary import FTS_LANGUAGES
+from ..vocabulary import FTS_CONFIG_BY_LANGUAGE, FTS_CONFIG_OF_DOCUMENT, FTS_LANGUAGES, fts_language
 from . import distribution, spaces, stats
 from .fulltext import ENGINE
 
@@ -21,10 +22,59 @@ logger = logging.getLogger(__name__)
 _LOCK_KEY = 0x6B62_7265  # "kbre"
 
 
+def text_configs(conn: psycopg.Connection) -> dict[str, str]:
+    """Language code -> text search configuration: those of
+    :data:`~kb_retriever.vocabulary.FTS_CONFIG_BY_LANGUAGE` that this server has."""
+    names = sorted(set(FTS_CONFIG_BY_LANGUAGE.values()))
+    have = {name for (name,) in conn.execute(
+        "SELECT cfgname FROM pg_ts_config WHERE cfgname = ANY(%s) "
+        "AND pg_ts_config_is_visible(oid)", [names])}
+    return {code: config for code, config in FTS_CONFIG_BY_LANGUAGE.items() if config in have}
+
+
 def add_tsv(conn: psycopg.Connection, default: str) -> None:
-    """What the full-text engine indexes (``store/fulltext``), where missing."""
-    for stmt in ENGINE.ddl(default):
+    """What the full-text engine indexes (``store/fulltext``), where missing, with every
+    language the server has a configuration for; kb_meta records them (``fts_configs``),
+    which is what searches stem a question by (``store.catalog_sql.fts_configs_sql``)."""
+    configs = text_configs(conn)
+    column, *indexes = ENGINE.ddl(default, configs)
+    conn.execute(column)
+    distribution.set_storage(conn, "kb_chunks", ENGINE.storage)
+    for stmt in indexes:
         conn.execute(stmt)
+    conn.execute("INSERT INTO kb_meta (key, value) VALUES ('fts_configs', %s) "
+                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", [json.dumps(configs)])
+
+
+def _rebuild_tsv(conn: psycopg.Connection, default: str) -> None:
+    """The tsv column built again (:func:`add_tsv`), each chunk's ``fts_lang`` first set from
+    its document's language as the writer sets it, and the scope statistics counted again:
+    searches rely on them being exact (decisions 0010, 0017)."""
+    codes = sorted(FTS_CONFIG_OF_DOCUMENT)
+    conn.execute("ALTER TABLE kb_chunks DROP COLUMN IF EXISTS tsv")
+    conn.execute(
+        "UPDATE kb_chunks c SET fts_lang = l.fts_lang FROM kb_documents d, "
+        "unnest(%s::text[], %s::text[]) AS l(language, fts_lang) "
+        "WHERE d.tenant_id = c.tenant_id AND d.id = c.document_id "
+        "AND lower(d.language) = l.language AND c.fts_lang IS DISTINCT FROM l.fts_lang",
+        [codes, [fts_language(code) for code in codes]])
+    add_tsv(conn, default)
+    stats.recount_every_scope(conn)
+
+
+def _refresh_tsv(conn: psycopg.Connection, default: str, recorded: str | None) -> bool:
+    """The tsv column built again when it maps other languages than this kb-retriever and
+    server can (:func:`text_configs`): a database made by an older kb-retriever, or moved to
+    a newer PostgreSQL. Every row is written again, once, under the migrators' lock. Whether
+    it was."""
+    configs = text_configs(conn)
+    if json.loads(recorded or "{}") == configs:
+        return False
+    logger.warning("building the full-text column again, for %d languages: every chunk is "
+                   "written again and kb_chunks waits for it (72 s per 100,000 chunks measured, "
+                   "docs/decisions/0022)", len(configs))
+    _rebuild_tsv(conn, default)
+    return True
 
 
 def _has_column(conn: psycopg.Connection, table: str, column: str) -> bool:
@@ -42,9 +92,7 @@ def _tsv_by_language(conn: psycopg.Connection) -> None:
         default = read_meta(conn).get("fts_language", "english")
         if default not in FTS_LANGUAGES:  # allow-list: it becomes an SQL literal
             raise SchemaError(f"unknown FTS language {default!r} in kb_meta")
-        conn.execute("ALTER TABLE kb_chunks DROP COLUMN tsv")
-        add_tsv(conn, default)
-        stats.recount_every_scope(conn)
+        _rebuild_tsv(conn, default)
     conn.execute("ALTER TABLE kb_chunks DROP COLUMN IF EXISTS fts_config")
     conn.execute("DROP FUNCTION IF EXISTS kb_fts_config(text)")
 
@@ -226,20 +274,34 @@ def stored_version(conn: psycopg.Connection) -> int:
 def ensure_fixed_choices(conn: psycopg.Connection, *, fts_language: str) -> None:
     """Fix the default full-text language at first use; refuse a mismatch later. Each chunk is
     indexed with its document's language's configuration (``store.fulltext``), this default
-    when it has none. (The embedding model is no longer fixed per database: each project has
-    its own, ``store/spaces.py``.)"""
+    when it has none; a column built for fewer languages than this server has is built again
+    (:func:`_refresh_tsv`). (The embedding model is no longer fixed per database: each project
+    has its own, ``store/spaces.py``.)"""
     if fts_language not in FTS_LANGUAGES:  # allow-list: it becomes an SQL literal below
         raise SchemaError(f"unknown FTS language {fts_language!r}")
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
-        have = read_meta(conn).get("fts_language")
-        if have is not None:
-            if have != fts_language:
-                raise SchemaError(
-                    f"this database's full-text index uses {have!r}; "
-                    f"KB_FTS_LANGUAGE is {fts_language!r}. Set KB_FTS_LANGUAGE to match."
-                )
-            return
-        add_tsv(conn, fts_language)
-        conn.execute("INSERT INTO kb_meta (key, value) VALUES ('fts_language', %s)",
-                     [fts_language])
+        rebuilt = _fix_language(conn, fts_language)
+    if rebuilt:  # on Citus, the storage of the shards' new column, after the commit
+        distribution.set_shard_storage(conn, "kb_chunks", ENGINE.storage)
+
+
+def _fix_language(conn: psycopg.Connection, fts_language: str) -> bool:
+    """:func:`ensure_fixed_choices`' work, in its transaction: whether the tsv column was built
+    again."""
+    meta = read_meta(conn)
+    have = meta.get("fts_language")
+    if have is not None:
+        if have != fts_language:
+            raise SchemaError(
+                f"this database's full-text index uses {have!r}; "
+                f"KB_FTS_LANGUAGE is {fts_language!r}. Set KB_FTS_LANGUAGE to match."
+            )
+        return _refresh_tsv(conn, have, meta.get("fts_configs"))
+    if fts_language != "simple" and fts_language not in text_configs(conn).values():
+        raise SchemaError(f"this server has no text search configuration {fts_language!r} "
+                          "(KB_FTS_LANGUAGE): PostgreSQL 16 added Armenian, Basque, Catalan, "
+                          "Hindi, Serbian and Yiddish, a later one Estonian")
+    add_tsv(conn, fts_language)
+    conn.execute("INSERT INTO kb_meta (key, value) VALUES ('fts_language', %s)", [fts_language])
+    return False

@@ -24,9 +24,13 @@ class FullText(Protocol):
     the leg statements use: ``c`` a kb_chunks row, CTE ``ql`` the query's lexemes)."""
 
     name: str
+    #: kb_chunks' columns of the engine -> their storage (``ALTER COLUMN ... SET STORAGE``).
+    storage: Mapping[str, str]
 
-    def ddl(self, default_language: str) -> list[sql.Composed | sql.SQL]:
-        """Statements that add what the engine indexes to kb_chunks (idempotent)."""
+    def ddl(self, default_language: str,
+            configs: Mapping[str, str]) -> list[sql.Composed | sql.SQL]:
+        """Statements that add what the engine indexes to kb_chunks (idempotent): each chunk
+        in the configuration that ``configs`` gives its language, ``default_language`` else."""
 
     def query_lexemes(self, configs: tuple[str, ...]) -> sql.Composable:
         """CTE ``ql``: the query's lexemes, stemmed by each of ``configs`` (or ``fts_lang``)."""

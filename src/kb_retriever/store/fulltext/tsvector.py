@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from psycopg import sql
 
-from ...vocabulary import FTS_CONFIG_BY_LANGUAGE
 from ..literal import Literal
 
 __all__ = ["MATCH_COUNT", "QUERY_LEXEMES", "TSVECTOR", "LexemeBudget", "LexemeChunks", "Tsvector",
@@ -115,14 +115,15 @@ def lexeme_selection_sql(budget: LexemeBudget | None, cap: int) -> sql.Composabl
              cap=Literal(int(cap)))
 
 
-def tsv_expression(default: str) -> sql.Composed:
+def tsv_expression(default: str, configs: Mapping[str, str]) -> sql.Composed:
     """The tsv column's expression: each chunk's text stemmed by the configuration of its
-    language (``kb_chunks.fts_lang``, written with the chunk), ``default`` for the others. A
-    CASE of literals is immutable, as a generated column needs, and needs no trigger or
-    function (Citus distributes the table as it is)."""
+    language (``kb_chunks.fts_lang``, written with the chunk) in ``configs`` (language code ->
+    configuration), ``default`` for the others. A CASE of literals is immutable, as a
+    generated column needs, and needs no trigger or function (Citus distributes the table as
+    it is)."""
     cases = sql.SQL(" ").join(
         sql.SQL("WHEN {} THEN {}::regconfig").format(sql.Literal(code), sql.Literal(config))
-        for code, config in FTS_CONFIG_BY_LANGUAGE.items())
+        for code, config in configs.items())
     return sql.SQL("to_tsvector(CASE fts_lang {cases} ELSE {default}::regconfig END, "
                    "search_prefix || ' ' || text)").format(cases=cases,
                                                            default=sql.Literal(default))
@@ -132,7 +133,6 @@ def tsv_expression(default: str) -> sql.Composed:
 # (compressed if need be) so ranking does not fetch each one from TOAST; the body text goes out
 # of line instead, and is read only for the few dozen rows a search returns. (Keeping the whole
 # row inline, toast_tuple_target 4080, made the filtered vector leg slower: wider rows.)
-_INLINE = sql.SQL("ALTER TABLE kb_chunks ALTER COLUMN tsv SET STORAGE MAIN")
 _INDEX = sql.SQL("CREATE INDEX IF NOT EXISTS kb_chunks_tsv_ix ON kb_chunks USING gin (tsv)")
 
 #: The full-text leg's matches (before its ranking's cut), from CTE ``fts_n`` of
@@ -190,10 +190,14 @@ class Tsvector:
 
     name = "tsvector"
 
-    def ddl(self, default_language: str) -> list[sql.Composed | sql.SQL]:
+    #: The tsv column kept in the heap row (the comment above ``_INDEX``).
+    storage: Mapping[str, str] = MappingProxyType({"tsv": "MAIN"})
+
+    def ddl(self, default_language: str,
+            configs: Mapping[str, str]) -> list[sql.Composed | sql.SQL]:
+        expression = tsv_expression(default_language, configs)
         return [sql.SQL("ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS tsv tsvector "
-                        "GENERATED ALWAYS AS ({}) STORED").format(tsv_expression(default_language)),
-                _INLINE, _INDEX]
+                        "GENERATED ALWAYS AS ({}) STORED").format(expression), _INDEX]
 
     def query_lexemes(self, configs: tuple[str, ...]) -> sql.Composable:
         return query_lexemes_sql(configs)

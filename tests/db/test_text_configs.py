@@ -1,0 +1,86 @@
+"""The tsv column's languages (migration 0009, ``store.schema.text_configs``): a database whose
+column an older kb-retriever built for fifteen languages is built again, once, when a newer one
+opens it, with every language the server has a configuration for; its chunks in the languages
+the column lacked are stemmed in theirs, and the scope statistics stay exact."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+from kb_retriever.store import schema, stats
+from kb_retriever.store.fulltext import ENGINE
+from kb_retriever.vocabulary import FTS_CONFIG_BY_LANGUAGE
+
+from .test_languages import IT_PLAIN, RO_METERS, _first_by_text
+
+pytestmark = pytest.mark.db
+
+#: The languages the column of kb-retriever before schema 9 mapped.
+BEFORE = ("en", "it", "fr", "de", "es", "pt", "nl", "da", "fi", "hu", "no", "nb", "ru", "sv", "tr")
+
+
+def _as_built_before(url: str) -> None:
+    """The database as kb-retriever before schema 9 left it: the column of the fifteen
+    languages, no ``fts_lang`` for a chunk in another, no record of the column's languages."""
+    before = {code: FTS_CONFIG_BY_LANGUAGE[code] for code in BEFORE}
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute("ALTER TABLE kb_chunks DROP COLUMN tsv")
+        conn.execute("UPDATE kb_chunks SET fts_lang = NULL WHERE fts_lang <> ALL(%s)", [list(before)])
+        for stmt in ENGINE.ddl("english", before):
+            conn.execute(stmt)
+        conn.execute("DELETE FROM kb_meta WHERE key = 'fts_configs'")
+        conn.execute("UPDATE kb_meta SET value = '8' WHERE key = 'schema_version'")
+        stats.recount_every_scope(conn)
+
+
+def _column(conn: psycopg.Connection) -> int:
+    """The tsv column's number: a column built again gets the next one."""
+    return conn.execute("SELECT attnum FROM pg_attribute WHERE attrelid = 'kb_chunks'::regclass "
+                        "AND attname = 'tsv' AND NOT attisdropped").fetchone()[0]
+
+
+def _open(url: str) -> KnowledgeBase:
+    return KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=url).open()
+
+
+def test_a_column_built_before_gets_the_languages_it_lacked_once(make_kb, tmp_path):
+    kb = make_kb()
+    (tmp_path / "ro.md").write_text(RO_METERS, encoding="utf-8")
+    (tmp_path / "it.md").write_text(IT_PLAIN, encoding="utf-8")
+    kb.ingest([tmp_path])
+    url = kb.url
+    kb.close()
+    _as_built_before(url)
+    with psycopg.connect(url) as conn:
+        before = _column(conn)
+        ro = conn.execute("SELECT tsvector_to_array(c.tsv) FROM kb_chunks c JOIN kb_documents d "
+                          "ON d.id = c.document_id WHERE d.doc_key = 'ro'").fetchone()[0]
+        assert "contorul" not in ro and "operatorul" in ro  # English's stemmer left it whole
+
+    with ThreadPoolExecutor(3) as pool:  # three processes' worth of opens at once
+        opened = list(pool.map(_open, [url] * 3, timeout=120))
+    try:
+        with psycopg.connect(url) as conn:
+            assert _column(conn) == before + 1  # built again once, not once per open
+            rows = conn.execute(
+                "SELECT d.doc_key, c.fts_lang, tsvector_to_array(c.tsv) FROM kb_chunks c "
+                "JOIN kb_documents d ON d.id = c.document_id ORDER BY 1").fetchall()
+            assert [(key, lang) for key, lang, _ in rows] == [("it", "it"), ("ro", "ro")]
+            assert "oper" in rows[1][2] and "operatorul" not in rows[1][2]  # Romanian's stems
+            recorded = schema.read_meta(conn)["fts_configs"]
+            assert recorded == schema.json.dumps(schema.text_configs(conn))
+            counted = dict(conn.execute("SELECT lexeme, chunks FROM kb_lexemes").fetchall())
+            truth = dict(conn.execute("SELECT u.lexeme, count(*) FROM kb_chunks c, "
+                                      "unnest(c.tsv) u GROUP BY u.lexeme").fetchall())
+            assert counted == truth  # the statistics searches rely on are exact
+        assert _first_by_text(opened[0], "contorul jurnalului") == ["ro"]
+        _open(url).close()
+        with psycopg.connect(url) as conn:
+            assert _column(conn) == before + 1  # an open that finds it built leaves it
+    finally:
+        for each in opened:
+            each.close()
