@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-ablation", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--smoke", type=int, default=0, metavar="N",
-                    help="wiring check: first N docs, random vectors, no JSON written")
+                    help="wiring check: first N docs and N queries, random vectors, no JSON "
+                         "written")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("httpx", "bm25s", "llama_index", "langchain"):
@@ -122,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
 
     ds = load_dataset(args.dataset)
     embedder = MiniLMEmbedder()
+    if args.smoke:
+        for key in ("ids", "titles", "bodies", "texts", "queries"):
+            ds[key] = ds[key][: args.smoke]
+        ds["qrels"] = {qq["_id"]: ds["qrels"][qq["_id"]] for qq in ds["queries"]}
     qtexts = [qq["text"] for qq in ds["queries"]]
     if args.smoke:
-        for key in ("ids", "titles", "bodies", "texts"):
-            ds[key] = ds[key][: args.smoke]
         rng = np.random.default_rng(0)
         dvecs, qvecs = (rng.normal(size=(n, 384)).astype(np.float32)
                         for n in (len(ds["ids"]), len(qtexts)))

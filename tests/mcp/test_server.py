@@ -197,7 +197,10 @@ async def test_a_database_that_is_down_is_an_error_result() -> None:
 
 async def test_a_database_that_goes_away_is_an_error_result(new_database, pg_server_url) -> None:
     url = new_database()
-    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=url).open()
+    # a search waits for a connection up to the pool's timeout (10 s by default) before its
+    # error: each of the two below would
+    kb = KnowledgeBase(Settings(pool_timeout_s=2), embedder=HashingEmbedder(256),
+                       database_url=url).open()
     kb.add_documents([{"text": "Deploys freeze on Fridays.", "id": "note-freeze"}])
     server = build_server(kb, Scope(projects=("default",)))
     try:
