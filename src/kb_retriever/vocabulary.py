@@ -92,9 +92,10 @@ FTS_LANGUAGES = ("simple", *dict.fromkeys(FTS_CONFIG_BY_LANGUAGE.values()))
 #: (PostgreSQL ships none for Romanian, Greek or Indonesian): a question is asked without them
 #: (``ranking.text.without_stop_words``), as English's configuration drops English's. Asked,
 #: they matched most chunks of their language and lent an off-topic question keyword evidence.
+#: Not words that name things in English text a scope may also hold ("ai", "ca", "ada").
 QUESTION_STOP_WORDS = {
     "romanian": frozenset(
-        "a ai al ale am ar are au avea ca că care ce cel cea cei cele cu da dacă daca dar de "
+        "a al ale am ar are au avea că care ce cel cea cei cele cu da dacă daca dar de "
         "deci din după dupa e este eu fi fie fost iar în in îi își la le lor lui mai mă ne nici "
         "nu o ori pe pentru până pana prin sau se să sa si și sunt te tu un una unei unui unor "
         "va vă voi vom vor cum unde când cand cât cine".split()),
@@ -105,7 +106,7 @@ QUESTION_STOP_WORDS = {
         "αυτα μας σας μου σου κάθε καθε πιο".split()),
     "indonesian": frozenset(
         "yang dan di ke dari ini itu dengan untuk tidak dalam akan pada adalah juga karena bisa "
-        "ada oleh atau sudah telah jika saat harus apa bagaimana kapan mengapa siapa kami kita "
+        "oleh atau sudah telah jika saat harus apa bagaimana kapan mengapa siapa kami kita "
         "kamu saya mereka ia dia agar bahwa sebagai hanya lebih masih belum".split()),
 }
 #: A language without a configuration, indexed and asked with a close one's (its document
