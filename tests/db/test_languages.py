@@ -277,6 +277,15 @@ def test_a_language_is_detected_and_its_inflections_meet(make_kb, tmp_path, file
         assert _first_by_text(kb, question) == [doc_key], question
 
 
+def test_a_question_is_asked_without_the_words_its_configuration_keeps(make_kb, tmp_path):
+    """PostgreSQL has no Romanian stop words: a question's "de", "în", "ce" would be lexemes
+    that most Romanian chunks hold (vocabulary.QUESTION_STOP_WORDS)."""
+    kb = _ingested(make_kb(), tmp_path, {"ro.md": RO_METERS})
+    hits = kb.search("Ce face operatorul de serviciu în fiecare noapte?", limit=3).primary
+    lexemes = set().union(*(set(h.scores.lexeme_tf or {}) for h in hits))
+    assert {"oper", "noapt"} <= lexemes and not lexemes & {"ce", "de", "în"}
+
+
 def test_documents_whose_slugs_are_in_another_script_are_canonical_and_linked(make_kb,
                                                                                tmp_path):
     """Slugs were ASCII alone (the reference's rule): a Ukrainian team's decision lost its
