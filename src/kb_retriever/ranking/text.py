@@ -259,7 +259,6 @@ def segment_cjk(text: str) -> str:
 PREFIX_LANGUAGES = frozenset({"cs", "pl", "sk"})
 PREFIX_CHARS = 6
 _LETTERS = re.compile(r"[^\W\d_]+")
-_EDGES = re.compile(r"^[\W_]+|[\W_]+$")  # a word's punctuation before and after it
 # A question's word of letters alone, punctuation around it aside: "wodomierzy," and
 # "(LoRaWAN)" are words; "PostgreSQL16", "e-faktura", "lis.oru.max_stari_min" and addresses
 # are identifiers, which the parser keeps whole and which a question asks by whole.
@@ -301,7 +300,8 @@ def without_stop_words(text: str, configs: Iterable[str]) -> str:
     stop = frozenset().union(*(QUESTION_STOP_WORDS.get(c, ()) for c in configs))
     if not stop:
         return text
-    kept = [t for t in text.split() if _EDGES.sub("", _fold(t)) not in stop]
+    kept = [t for t in text.split()
+            if not ((m := _PLAIN_WORD.fullmatch(_fold(t))) and m.group(2) in stop)]
     return " ".join(kept) if kept else text
 
 

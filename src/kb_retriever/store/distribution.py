@@ -77,7 +77,7 @@ def set_storage(conn: psycopg.Connection[Any], table: str, storage: Mapping[str,
     distributed = _is_distributed(conn, table)
     if distributed:
         conn.execute("SET LOCAL citus.enable_ddl_propagation TO off")
-    for stmt in _storage(table, storage):
+    for stmt in _storage(sql.Identifier(table), storage):
         conn.execute(stmt)
     if distributed:
         conn.execute("SET LOCAL citus.enable_ddl_propagation TO on")
@@ -90,18 +90,18 @@ def set_shard_storage(conn: psycopg.Connection[Any], table: str,
     wait for that transaction's locks."""
     if not _is_distributed(conn, table):
         return
-    for stmt in _storage("%s", storage):  # run_command_on_shards puts each shard's name there
+    # run_command_on_shards puts each shard's name where the command has %s
+    for stmt in _storage(sql.SQL("%s"), storage):
+        command = stmt.as_string(conn)
         failed = [ok for (ok,) in conn.execute(
-            "SELECT success FROM run_command_on_shards(%s, %s)", [table, stmt.as_string(conn)])
-            if not ok]
+            "SELECT success FROM run_command_on_shards(%s, %s)", [table, command]) if not ok]
         if failed:
-            raise SchemaError(f"{len(failed)} shards of {table} did not take {stmt.as_string(conn)!r}")
+            raise SchemaError(f"{len(failed)} shards of {table} did not take {command!r}")
 
 
-def _storage(table: str, storage: Mapping[str, str]) -> list[sql.Composed]:
-    name = sql.SQL(table) if table == "%s" else sql.Identifier(table)
+def _storage(table: sql.Composable, storage: Mapping[str, str]) -> list[sql.Composed]:
     return [sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET STORAGE {}").format(
-        name, sql.Identifier(column), sql.SQL(kind)) for column, kind in storage.items()]
+        table, sql.Identifier(column), sql.SQL(kind)) for column, kind in storage.items()]
 
 
 def _is_distributed(conn: psycopg.Connection[Any], table: str) -> bool:

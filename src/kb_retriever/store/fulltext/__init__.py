@@ -29,8 +29,9 @@ class FullText(Protocol):
 
     def ddl(self, default_language: str,
             configs: Mapping[str, str]) -> list[sql.Composed | sql.SQL]:
-        """Statements that add what the engine indexes to kb_chunks (idempotent): each chunk
-        in the configuration that ``configs`` gives its language, ``default_language`` else."""
+        """Statements that add what the engine indexes to kb_chunks (idempotent), the column
+        first and then its indexes: each chunk in the configuration that ``configs`` gives its
+        language, ``default_language`` else. Its columns' storage is :attr:`storage`'s."""
 
     def query_lexemes(self, configs: tuple[str, ...]) -> sql.Composable:
         """CTE ``ql``: the query's lexemes, stemmed by each of ``configs`` (or ``fts_lang``)."""
