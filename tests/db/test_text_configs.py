@@ -85,3 +85,25 @@ def test_a_column_built_before_gets_the_languages_it_lacked_once(make_kb, tmp_pa
     finally:
         for each in opened:
             each.close()
+
+
+def test_the_rebuild_builds_the_indexes_with_the_memory_their_graph_needs(make_kb, tmp_path):
+    """Adding the column rewrites kb_chunks, which builds every index again, the HNSW graph
+    too: with a stock server's 64 MB a million chunks' graph is built on disk (over 30 min on
+    a 2-core VM; decision 0022's rebuild). The rebuild sizes ``maintenance_work_mem`` to the
+    vectors for its own transaction (``spaces.index_memory``)."""
+    kb = make_kb()
+    (tmp_path / "ro.md").write_text(RO_METERS, encoding="utf-8")
+    kb.ingest([tmp_path])
+    url = kb.url
+    kb.close()
+    _as_built_before(url)
+    with psycopg.connect(url) as conn:
+        conn.execute("SET maintenance_work_mem = '1MB'")
+        conn.commit()
+        with conn.transaction():
+            schema._rebuild_tsv(conn, "english")
+            during = conn.execute("SHOW maintenance_work_mem").fetchone()[0]
+        after = conn.execute("SHOW maintenance_work_mem").fetchone()[0]
+    assert during == "64MB"  # the floor: one document's graph is small
+    assert after == "1MB"  # for the rebuild's transaction only

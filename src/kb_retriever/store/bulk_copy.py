@@ -21,7 +21,7 @@ from .columns import DOCUMENT_COLUMNS
 from .connection import translated
 from .distribution import is_citus
 from .session import Session
-from .spaces import bind, matching
+from .spaces import bind, index_memory, matching
 from .stats import log_document_chunks
 from .writer import chunk_rows, copy_chunks, document_values, edge_rows, insert_edges
 
@@ -91,23 +91,13 @@ class BulkSession(Session):
 
     def build_indexes(self, saved: Sequence[tuple[str, str]]) -> dict[str, float]:
         """Build the indexes :meth:`drop_search_indexes` dropped; seconds per index."""
-        self.conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(
-            sql.Literal(f"{self._maintenance_mem_mb()}MB")))
+        index_memory(self.conn, self.space.id)  # the HNSW graph built in memory
         took = {}
         for name, definition in saved:
             t = time.perf_counter()
             self.conn.execute(definition)  # the exact definition read from pg_indexes
             took[name] = round(time.perf_counter() - t, 3)
         return took
-
-    def _maintenance_mem_mb(self) -> int:
-        # The HNSW graph builds far faster when it fits (§3.2): ~2x the vector bytes, bounded.
-        row = self.conn.execute(
-            "SELECT count(*), coalesce(max(vector_dims(embedding)), 0) FROM kb_chunks "
-            "WHERE model = %s", [self.space.id]).fetchone()
-        rows, dim = (int(row[0]), int(row[1])) if row else (0, 0)
-        need = rows * (dim * 4 + 256) * 2 // (1024 * 1024)
-        return max(64, min(need, 4096))
 
     def analyze(self) -> None:
         """Fresh planner statistics for the loaded tables."""

@@ -51,6 +51,7 @@ def _rebuild_tsv(conn: psycopg.Connection, default: str) -> None:
     its document's language as the writer sets it, and the scope statistics counted again:
     searches rely on them being exact (decisions 0010, 0017)."""
     codes = sorted(FTS_CONFIG_OF_DOCUMENT)
+    spaces.index_memory(conn)  # adding the column rewrites kb_chunks and builds every index again
     conn.execute("ALTER TABLE kb_chunks DROP COLUMN IF EXISTS tsv")
     conn.execute(
         "UPDATE kb_chunks c SET fts_lang = l.fts_lang FROM kb_documents d, "
@@ -71,8 +72,8 @@ def _refresh_tsv(conn: psycopg.Connection, default: str, recorded: str | None) -
     if json.loads(recorded or "{}") == configs:
         return False
     logger.warning("building the full-text column again, for %d languages: every chunk is "
-                   "written again and kb_chunks waits for it (72 s per 100,000 chunks measured, "
-                   "docs/decisions/0022)", len(configs))
+                   "written again and kb_chunks waits for it (72 s at 100,000 chunks and 15 min "
+                   "at 1,000,000 measured, docs/decisions/0022)", len(configs))
     _rebuild_tsv(conn, default)
     return True
 
@@ -142,6 +143,7 @@ def _models(conn: psycopg.Connection) -> None:
     conn.execute("INSERT INTO kb_projects (tenant_id, project_key, model) "
                  "SELECT DISTINCT tenant_id, project_key, 1 FROM kb_documents")
     if space.index_name is not None:
+        spaces.index_memory(conn, space.id)
         conn.execute(spaces.index_ddl(space, space.index_name))
     conn.execute("DELETE FROM kb_meta WHERE key IN ('embedding_dimension', 'embedding_model')")
 

@@ -26,8 +26,8 @@ from ..errors import ConfigError, InputError, SchemaError
 from ..settings import Settings
 
 __all__ = ["HNSW_MAX_HALFVEC", "HNSW_MAX_VECTOR", "Space", "bind", "check", "ensure", "find",
-           "index_ddl", "index_type_for", "matching", "move_project", "project_space",
-           "rebuild_index"]
+           "index_ddl", "index_memory", "index_type_for", "matching", "move_project",
+           "project_space", "rebuild_index"]
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +232,25 @@ def bind(conn: psycopg.Connection[Any], tenant: str, project: str, space: Space)
 
 
 # --- maintenance ---------------------------------------------------------------------------
+_INDEX_BYTES = (
+    "SELECT coalesce(max(n * (m.dimension * 4 + 256) * 2), 0) FROM kb_models m JOIN ("
+    "SELECT model, count(*) AS n FROM kb_chunks WHERE %(model)s::int IS NULL "
+    "OR model = %(model)s GROUP BY model) c ON c.model = m.id")
+
+
+def index_memory(conn: psycopg.Connection[Any], model: int | None = None) -> int:
+    """Set ``maintenance_work_mem`` so that the HNSW graph of space ``model`` (None: of the
+    largest space) is built in memory: about twice its vectors' bytes, 64 MB to 4 GB. A graph
+    that does not fit is built on disk, many times slower (reference/postgres-performance.md
+    §3.2; decision 0022's rebuild). For the transaction when ``conn`` is in one, else for the
+    session; the megabytes set."""
+    row = conn.execute(_INDEX_BYTES, {"model": model}).fetchone()
+    mb = max(64, min(int(row[0] if row else 0) // (1024 * 1024), 4096))
+    local = conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, %s)", [f"{mb}MB", local])
+    return mb
+
+
 def rebuild_index(conn: psycopg.Connection[Any], space: Space, settings: Settings) -> Space:
     """Build the space's index again with the settings' ``m``, ``ef_construction`` and type
     (``conn`` in autocommit): the new index is built concurrently beside the old one, which
@@ -246,6 +265,7 @@ def rebuild_index(conn: psycopg.Connection[Any], space: Space, settings: Setting
     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
         sql.Identifier(building)))  # a build that failed before leaves an invalid index
     if new.index_name is not None:
+        index_memory(conn, space.id)
         conn.execute(index_ddl(new, building, concurrently=True))
     if space.index_name is not None:
         conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
