@@ -257,6 +257,14 @@ def load_kb(url: str, corpus: Any) -> dict[str, Any]:
                 rep.index_build_s.values())))}
 
 
+def index_memory(rows: int, dim: int = 384) -> str:
+    """``maintenance_work_mem`` for a peer's index build: what kb-retriever's bulk load gives
+    its own (``store.bulk_copy``: twice the vector bytes, 64 MB to 4 GB), so that at 1M chunks
+    every system's HNSW graph is built in memory, not on disk for an hour."""
+    need = rows * (dim * 4 + 256) * 2 // (1024 * 1024)
+    return f"{max(64, min(need, 4096))}MB"
+
+
 def _copy_peer(conn: Any, table: str, cols: str, types: list[str], rows: Any,
                index_sql: list[str]) -> dict[str, float]:
     """Drop the table's secondary indexes, COPY the rows, build the indexes again."""
@@ -269,13 +277,15 @@ def _copy_peer(conn: Any, table: str, cols: str, types: list[str], rows: Any,
         conn.execute(f'DROP INDEX "{name}"')
     t = time.perf_counter()
     copy_sql = f"COPY {table} ({cols}) FROM STDIN WITH (FORMAT BINARY)"
+    copied = 0
     with conn.cursor() as cur, cur.copy(copy_sql) as cp:
         cp.set_types(types)
         for r in rows:
             cp.write_row(r)
+            copied += 1
     load = time.perf_counter() - t
     t = time.perf_counter()
-    conn.execute("SET maintenance_work_mem = '512MB'")
+    conn.execute(f"SET maintenance_work_mem = '{index_memory(copied)}'")
     for d in defs + index_sql:
         conn.execute(d)
     conn.execute(f"ANALYZE {table}")
@@ -322,7 +332,7 @@ def _load_langchain(url: str, corpus: Any) -> dict[str, Any]:
                      "to_tsvector('english', content), '{}' FROM lc_stage")
         load = time.perf_counter() - t
         t = time.perf_counter()
-        conn.execute("SET maintenance_work_mem = '512MB'")
+        conn.execute(f"SET maintenance_work_mem = '{index_memory(len(corpus.texts))}'")
         conn.execute("CREATE INDEX ON lc_perf USING hnsw (embedding vector_cosine_ops)")
         conn.execute("CREATE INDEX ON lc_perf USING gin (content_tsv)")
         conn.execute("ANALYZE lc_perf")
