@@ -6,10 +6,13 @@ the column lacked are stemmed in theirs, and the scope statistics stay exact."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
 from kb_retriever.store import schema, stats
@@ -107,3 +110,36 @@ def test_the_rebuild_builds_the_indexes_with_the_memory_their_graph_needs(make_k
         after = conn.execute("SHOW maintenance_work_mem").fetchone()[0]
     assert during == "64MB"  # the floor: one document's graph is small
     assert after == "1MB"  # for the rebuild's transaction only
+
+
+def test_a_statement_timeout_does_not_cancel_the_rebuild(make_kb, tmp_path):
+    """A role's or database's ``statement_timeout`` (a managed server's default, a borrowed
+    pool's) does not cancel a migration or the rebuild, which take minutes on a large
+    knowledge base: cancelled, they would fail every open. Here the database's timeout is
+    0.3 s and a reader holds kb_chunks for 1.5 s, so the rebuild's ALTER TABLE waits longer
+    than the timeout."""
+    kb = make_kb()
+    (tmp_path / "ro.md").write_text(RO_METERS, encoding="utf-8")
+    kb.ingest([tmp_path])
+    url = kb.url
+    kb.close()
+    _as_built_before(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DATABASE {} SET statement_timeout = '300ms'").format(
+            sql.Identifier(conn.info.dbname)))
+    with psycopg.connect(url) as reader:
+        reader.execute("SELECT count(*) FROM kb_chunks")  # its lock stays until the commit
+        release = threading.Timer(1.5, reader.commit)
+        release.start()
+        started = time.monotonic()
+        opened = _open(url)
+        waited = time.monotonic() - started
+        release.join()
+    try:
+        assert waited >= 1.0  # the rebuild waited for the reader, past the timeout
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SHOW statement_timeout").fetchone()[0] == "300ms"
+            recorded = json.loads(schema.read_meta(conn)["fts_configs"])
+            assert recorded == schema.text_configs(conn)  # built again
+    finally:
+        opened.close()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from importlib import resources
 from typing import Any, NamedTuple
 
@@ -162,6 +164,18 @@ class Choices(NamedTuple):
     fts_language: str
 
 
+@contextlib.contextmanager
+def _as_migrator(conn: psycopg.Connection) -> Iterator[None]:
+    """A transaction under the migrators' lock, with no statement timeout: a migration or the
+    tsv rebuild is maintenance work, as a bulk load is (15 min at a million chunks, decision
+    0022), that a role's, database's or borrowed pool's ``statement_timeout`` must not cancel
+    on every open; the processes that wait for the lock wait for the migration."""
+    with conn.transaction():
+        conn.execute("SET LOCAL statement_timeout = 0")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+        yield
+
+
 def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings) -> spaces.Space:
     """Migrate, fix or check the full-text language (:func:`ensure_fixed_choices`), find or
     create the embedder's space, then distribute the tables on a Citus coordinator
@@ -170,8 +184,7 @@ def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings) -> s
     try:
         migrate(conn)
         ensure_fixed_choices(conn, fts_language=choices.fts_language)
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+        with _as_migrator(conn):
             space = spaces.ensure(conn, choices.model_id, choices.dimension, settings)
             distribution.distribute(conn)
     except psycopg.errors.InsufficientPrivilege as exc:
@@ -230,8 +243,7 @@ def migration_files() -> list[tuple[int, str, str]]:
 
 def migrate(conn: psycopg.Connection) -> int:
     """Apply pending migrations in one transaction each; return the schema version."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+    with _as_migrator(conn):
         try:  # only when missing: on Citus the statement goes to every worker, and a knowledge
             # base could not open while one was down, whichever worker held its tenant
             if conn.execute("SELECT FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
@@ -281,8 +293,7 @@ def ensure_fixed_choices(conn: psycopg.Connection, *, fts_language: str) -> None
     has its own, ``store/spaces.py``.)"""
     if fts_language not in FTS_LANGUAGES:  # allow-list: it becomes an SQL literal below
         raise SchemaError(f"unknown FTS language {fts_language!r}")
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+    with _as_migrator(conn):
         rebuilt = _fix_language(conn, fts_language)
     if rebuilt:  # on Citus, the storage of the shards' new column, after the commit
         distribution.set_shard_storage(conn, "kb_chunks", ENGINE.storage)
