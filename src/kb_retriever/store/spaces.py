@@ -236,6 +236,9 @@ _INDEX_BYTES = (
     "SELECT coalesce(max(n * (m.dimension * 4 + 256) * 2), 0) FROM kb_models m JOIN ("
     "SELECT model, count(*) AS n FROM kb_chunks WHERE %(model)s::int IS NULL "
     "OR model = %(model)s GROUP BY model) c ON c.model = m.id")
+# Before migration 0008 (a migration's own rebuild): one model, no kb_models.
+_INDEX_BYTES_ONE_MODEL = ("SELECT count(*) * (coalesce(max(vector_dims(embedding)), 0) * 4 + 256) "
+                          "* 2 FROM kb_chunks")
 
 
 def index_memory(conn: psycopg.Connection[Any], model: int | None = None) -> int:
@@ -244,7 +247,9 @@ def index_memory(conn: psycopg.Connection[Any], model: int | None = None) -> int
     that does not fit is built on disk, many times slower (reference/postgres-performance.md
     §3.2; decision 0022's rebuild). For the transaction when ``conn`` is in one, else for the
     session; the megabytes set."""
-    row = conn.execute(_INDEX_BYTES, {"model": model}).fetchone()
+    spaces_made = conn.execute("SELECT to_regclass('kb_models')").fetchone() != (None,)
+    row = conn.execute(_INDEX_BYTES if spaces_made else _INDEX_BYTES_ONE_MODEL,
+                       {"model": model}).fetchone()
     mb = max(64, min(int(row[0] if row else 0) // (1024 * 1024), 4096))
     local = conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     conn.execute("SELECT set_config('maintenance_work_mem', %s, %s)", [f"{mb}MB", local])
