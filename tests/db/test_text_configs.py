@@ -90,17 +90,23 @@ def test_a_column_built_before_gets_the_languages_it_lacked_once(make_kb, tmp_pa
             each.close()
 
 
-def test_the_rebuild_builds_the_indexes_with_the_memory_their_graph_needs(make_kb, tmp_path):
-    """Adding the column rewrites kb_chunks, which builds every index again, the HNSW graph
-    too: with a stock server's 64 MB a million chunks' graph is built on disk (over 30 min on
-    a 2-core VM; decision 0022's rebuild). The rebuild sizes ``maintenance_work_mem`` to the
-    vectors for its own transaction (``spaces.index_memory``)."""
+def _romanian_built_before(make_kb, tmp_path) -> str:
+    """A knowledge base of one Romanian document, left as before schema 9: its URL."""
     kb = make_kb()
     (tmp_path / "ro.md").write_text(RO_METERS, encoding="utf-8")
     kb.ingest([tmp_path])
     url = kb.url
     kb.close()
     _as_built_before(url)
+    return url
+
+
+def test_the_rebuild_builds_the_indexes_with_the_memory_their_graph_needs(make_kb, tmp_path):
+    """Adding the column rewrites kb_chunks, which builds every index again, the HNSW graph
+    too: with a stock server's 64 MB a million chunks' graph is built on disk (over 30 min on
+    a 2-core VM; decision 0022's rebuild). The rebuild sizes ``maintenance_work_mem`` to the
+    vectors for its own transaction (``spaces.index_memory``)."""
+    url = _romanian_built_before(make_kb, tmp_path)
     with psycopg.connect(url) as conn:
         conn.execute("SET maintenance_work_mem = '1MB'")
         conn.commit()
@@ -118,12 +124,7 @@ def test_a_statement_timeout_does_not_cancel_the_rebuild(make_kb, tmp_path):
     knowledge base: cancelled, they would fail every open. Here the database's timeout is
     0.3 s and a reader holds kb_chunks for 1.5 s, so the rebuild's ALTER TABLE waits longer
     than the timeout."""
-    kb = make_kb()
-    (tmp_path / "ro.md").write_text(RO_METERS, encoding="utf-8")
-    kb.ingest([tmp_path])
-    url = kb.url
-    kb.close()
-    _as_built_before(url)
+    url = _romanian_built_before(make_kb, tmp_path)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("ALTER DATABASE {} SET statement_timeout = '300ms'").format(
             sql.Identifier(conn.info.dbname)))
