@@ -259,10 +259,11 @@ def load_kb(url: str, corpus: Any) -> dict[str, Any]:
 
 def index_memory(rows: int, dim: int = 384) -> str:
     """``maintenance_work_mem`` for a peer's index build: what kb-retriever's bulk load gives
-    its own (``store.spaces.index_memory``: twice the vector bytes, 64 MB to 4 GB), so that
-    at 1M chunks every system's HNSW graph is built in memory, not on disk for an hour."""
-    need = rows * (dim * 4 + 256) * 2 // (1024 * 1024)
-    return f"{max(64, min(need, 4096))}MB"
+    its own (``store.spaces.graph_memory_mb``), so that at 1M chunks every system's HNSW graph
+    is built in memory, not on disk for an hour."""
+    from kb_retriever.store.spaces import graph_memory_mb
+
+    return f"{graph_memory_mb(rows, dim)}MB"
 
 
 def _copy_peer(conn: Any, table: str, cols: str, types: list[str], rows: Any,

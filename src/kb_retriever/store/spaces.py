@@ -26,8 +26,8 @@ from ..errors import ConfigError, InputError, SchemaError
 from ..settings import Settings
 
 __all__ = ["HNSW_MAX_HALFVEC", "HNSW_MAX_VECTOR", "Space", "bind", "check", "ensure", "find",
-           "index_ddl", "index_memory", "index_type_for", "matching", "move_project",
-           "project_space", "rebuild_index"]
+           "graph_memory_mb", "index_ddl", "index_memory", "index_type_for", "matching",
+           "move_project", "project_space", "rebuild_index"]
 
 logger = logging.getLogger(__name__)
 
@@ -232,25 +232,34 @@ def bind(conn: psycopg.Connection[Any], tenant: str, project: str, space: Space)
 
 
 # --- maintenance ---------------------------------------------------------------------------
-_INDEX_BYTES = (
-    "SELECT coalesce(max(n * (m.dimension * 4 + 256) * 2), 0) FROM kb_models m JOIN ("
-    "SELECT model, count(*) AS n FROM kb_chunks WHERE %(model)s::int IS NULL "
-    "OR model = %(model)s GROUP BY model) c ON c.model = m.id")
-# Before migration 0008 (a migration's own rebuild): one model, no kb_models.
-_INDEX_BYTES_ONE_MODEL = ("SELECT count(*) * (coalesce(max(vector_dims(embedding)), 0) * 4 + 256) "
-                          "* 2 FROM kb_chunks")
+# Each space's chunks and dimension; before migration 0008 (a migration's own rebuild) the one
+# model's, with no kb_models yet.
+_SPACE_SIZES = (
+    "SELECT c.n, m.dimension FROM kb_models m JOIN (SELECT model, count(*) AS n FROM kb_chunks "
+    "WHERE %(model)s::int IS NULL OR model = %(model)s GROUP BY model) c ON c.model = m.id")
+_ONE_MODEL_SIZE = "SELECT count(*), coalesce(max(vector_dims(embedding)), 0) FROM kb_chunks"
+
+
+def graph_memory_mb(rows: int, dimension: int) -> int:
+    """The ``maintenance_work_mem`` (MB) in which the HNSW graph of ``rows`` vectors of
+    ``dimension`` is built: about twice their bytes, 64 MB to 4 GB.
+
+    >>> graph_memory_mb(1_000_000, 384), graph_memory_mb(100, 384), graph_memory_mb(10**8, 768)
+    (3417, 64, 4096)
+    """
+    return max(64, min(rows * (dimension * 4 + 256) * 2 // (1024 * 1024), 4096))
 
 
 def index_memory(conn: psycopg.Connection[Any], model: int | None = None) -> int:
     """Set ``maintenance_work_mem`` so that the HNSW graph of space ``model`` (None: of the
-    largest space) is built in memory: about twice its vectors' bytes, 64 MB to 4 GB. A graph
-    that does not fit is built on disk, many times slower (reference/postgres-performance.md
-    §3.2; decision 0022's rebuild). For the transaction when ``conn`` is in one, else for the
-    session; the megabytes set."""
+    largest space) is built in memory (:func:`graph_memory_mb`). A graph that does not fit is
+    built on disk, many times slower (reference/postgres-performance.md §3.2; decision 0022's
+    rebuild). For the transaction when ``conn`` is in one, else for the session; the megabytes
+    set."""
     spaces_made = conn.execute("SELECT to_regclass('kb_models')").fetchone() != (None,)
-    row = conn.execute(_INDEX_BYTES if spaces_made else _INDEX_BYTES_ONE_MODEL,
-                       {"model": model}).fetchone()
-    mb = max(64, min(int(row[0] if row else 0) // (1024 * 1024), 4096))
+    sizes = conn.execute(_SPACE_SIZES, {"model": model}) if spaces_made else conn.execute(
+        _ONE_MODEL_SIZE)
+    mb = max((graph_memory_mb(int(n), int(dim)) for n, dim in sizes), default=64)
     local = conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     conn.execute("SELECT set_config('maintenance_work_mem', %s, %s)", [f"{mb}MB", local])
     return mb
