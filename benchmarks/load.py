@@ -137,24 +137,39 @@ _MAINTENANCE = ("checkpointer", "background writer", "walwriter", "autovacuum", 
                 "logical replication", "walsummarizer")
 
 
-def server_cpu(postmaster: int | None) -> dict[int, float]:
-    """CPU seconds (user + system) so far of each process the server's postmaster started,
-    its maintenance processes left out (a checkpoint or autovacuum is not a search's work;
-    the backends and I/O workers are), from /proc; empty where /proc cannot tell."""
+def server_usage(postmaster: int | None) -> dict[int, tuple[float, int, int]]:
+    """Of each process the server's postmaster started, its maintenance processes left out (a
+    checkpoint or autovacuum is not a search's work; the backends and I/O workers are): CPU
+    seconds (user + system) so far, bytes read through read calls (``rchar``: the pages it
+    read into shared buffers, from the OS cache or the disk) and bytes the disk gave it
+    (``read_bytes``), from /proc; empty where /proc cannot tell."""
     if postmaster is None:
         return {}
     tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, float] = {}
+    out: dict[int, tuple[float, int, int]] = {}
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
             title = (proc / "cmdline").read_bytes().decode(errors="replace")
-        except (OSError, IndexError):
+            io = dict(line.split(": ") for line in (proc / "io").read_text().splitlines())
+        except (OSError, IndexError, ValueError):
             continue  # a process that ended while we read
         # fields[1]: the parent's pid; 11 and 12: user and system time in clock ticks
         if int(fields[1]) == postmaster and not any(m in title for m in _MAINTENANCE):
-            out[int(proc.name)] = (int(fields[11]) + int(fields[12])) / tick
+            out[int(proc.name)] = ((int(fields[11]) + int(fields[12])) / tick,
+                                   int(io["rchar"]), int(io["read_bytes"]))
     return out
+
+
+def per_search(before: dict[int, tuple[float, int, int]],
+               after: dict[int, tuple[float, int, int]], searches: int) -> dict[str, float]:
+    """What the server's processes spent per search between two :func:`server_usage` reads:
+    CPU ms, KB read into shared buffers and KB read from the disk."""
+    spent = [sum(now[i] - before.get(pid, (0.0, 0, 0))[i] for pid, now in after.items())
+             for i in range(3)]
+    return {"server_cpu_ms": round(spent[0] * 1000 / searches, 3),
+            "server_read_kb": round(spent[1] / 1024 / searches, 1),
+            "disk_read_kb": round(spent[2] / 1024 / searches, 1)}
 
 
 def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
@@ -178,7 +193,7 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
             line = p.stdout.readline()
             if not line.startswith("READY"):
                 raise RuntimeError(f"{system} client did not start: {line!r}")
-        cpu0 = server_cpu(postmaster)
+        usage0 = server_usage(postmaster)
         t0 = time.perf_counter()
         for p in procs:
             assert p.stdin is not None
@@ -186,8 +201,8 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
             p.stdin.flush()
         outs = [json.loads(p.stdout.readline()) for p in procs if p.stdout is not None]
         wall = time.perf_counter() - t0
-        # the backends are still there (each client waits for EXIT): their CPU during the level
-        cpu1 = server_cpu(postmaster)
+        # the backends are still there (each client waits for EXIT): their work during the level
+        usage1 = server_usage(postmaster)
         for p in procs:
             p.communicate("EXIT\n", timeout=60)
     finally:
@@ -213,9 +228,8 @@ def run_level(system: str, url: str, data: Path, clients: int, per_client: int,
             "p95_with": perf.pct([x for x, h in zip(lat, hops, strict=True) if h])["p95"],
             "p95_without": perf.pct([x for x, h in zip(lat, hops, strict=True) if not h])["p95"]}
     out["p50_first_10"] = out["spread"]["p50_first_10"]  # each client's first ten searches
-    if cpu1:  # the server's CPU per search: its backends and I/O workers
-        spent = sum(t - cpu0.get(pid, 0.0) for pid, t in cpu1.items())
-        out["server_cpu_ms"] = round(spent * 1000 / len(lat), 3)
+    if usage1:  # the server's CPU and reads per search: its backends and I/O workers
+        out.update(per_search(usage0, usage1, len(lat)))
     if stages:  # p50 / p95 of each stage, over the searches that ran it
         out["stages_ms"] = {stage: perf.pct(ms) for stage, ms in stages.items()}
     return out
@@ -243,7 +257,8 @@ def spread(outs: list[dict[str, Any]]) -> dict[str, Any]:
 def _median(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """One level's rounds as one: the median of each figure, and every round's figures."""
     figures = [k for k in ("throughput_per_s", "p50", "p95", "client_cpu_ms", "server_cpu_ms",
-                           "p50_first_10") if all(o.get(k) is not None for o in outs)]
+                           "server_read_kb", "disk_read_kb", "p50_first_10")
+               if all(o.get(k) is not None for o in outs)]
     med = {k: round(float(np.median([o[k] for o in outs])), 3) for k in figures}
     return {**outs[0], **med, "rounds": [{k: o[k] for k in figures} for o in outs]}
 
@@ -335,7 +350,9 @@ def main() -> int:
                         print(f"[{args.size}] {clients:>2} clients {system:<18} "
                               f"{out['throughput_per_s']:>7.1f}/s  p50 {out['p50']:.2f}  "
                               f"p95 {out['p95']:.2f} ms  client CPU {out['client_cpu_ms']:.3f} ms  "
-                              f"server CPU {out.get('server_cpu_ms', float('nan')):.3f} ms",
+                              f"server CPU {out.get('server_cpu_ms', float('nan')):.3f} ms  "
+                              f"read {out.get('server_read_kb', float('nan')):.0f} KB "
+                              f"(disk {out.get('disk_read_kb', float('nan')):.0f})",
                               file=sys.stderr)
                         for stage, st in out.get("stages_ms", {}).items():
                             print(f"    {stage:<12} p50 {st['p50']:.2f}  p95 {st['p95']:.2f} ms"
