@@ -118,6 +118,18 @@ def test_the_rebuild_builds_the_indexes_with_the_memory_their_graph_needs(make_k
     assert after == "1MB"  # for the rebuild's transaction only
 
 
+def test_the_rebuilt_column_has_statistics(make_kb, tmp_path):
+    """The rewrite leaves kb_chunks without statistics on the new tsv column, and autovacuum
+    does not count rewritten rows as changes: the rebuild analyzes the table itself, so the
+    planner does not guess the full-text leg's matches after an upgrade."""
+    url = _romanian_built_before(make_kb, tmp_path)
+    _open(url).close()
+    with psycopg.connect(url) as conn:
+        analyzed = conn.execute("SELECT count(*) FROM pg_stats WHERE tablename = 'kb_chunks' "
+                                "AND attname = 'tsv'").fetchone()[0]
+    assert analyzed == 1
+
+
 def test_a_statement_timeout_does_not_cancel_the_rebuild(make_kb, tmp_path):
     """A role's or database's ``statement_timeout`` (a managed server's default, a borrowed
     pool's) does not cancel a migration or the rebuild, which take minutes on a large
