@@ -46,7 +46,7 @@ def _legs_and_checkouts(kb: KnowledgeBase, q: str, monkeypatch
     before = pool.get_stats().get("requests_num", 0)
     result = kb.search(q)
     monkeypatch.undo()
-    assert {"candidates", "graph", "rejected"} <= set(result.meta["timings_ms"])
+    assert {"catalog", "candidates", "graph", "rejected"} <= set(result.meta["timings_ms"])
     assert result.expanded and result.rejected  # the graph and rejected reads really ran
     return pids, pool.get_stats().get("requests_num", 0) - before
 

@@ -118,7 +118,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         qvec = req.query_embedding
         if qvec is None:
             qvec = yield Embed(expand_query_text(req.query, groups) if groups else req.query)
-    catalog = yield from scope_catalog(req, settings)
+    with watch.lap("catalog"):  # read again only after its TTL: rarely a search's own cost
+        catalog = yield from scope_catalog(req, settings)
     with watch.lap("candidates"):
         found = yield from candidates(req, settings, catalog, groups, qvec)
     with watch.lap("rerank"):
