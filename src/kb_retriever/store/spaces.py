@@ -259,7 +259,8 @@ def index_memory(conn: psycopg.Connection[Any], model: int | None = None) -> int
     spaces_made = conn.execute("SELECT to_regclass('kb_models')").fetchone() != (None,)
     sizes = conn.execute(_SPACE_SIZES, {"model": model}) if spaces_made else conn.execute(
         _ONE_MODEL_SIZE)
-    mb = max((graph_memory_mb(int(n), int(dim)) for n, dim in sizes), default=64)
+    # no chunks yet: the floor, as graph_memory_mb gives it
+    mb = max((graph_memory_mb(int(n), int(dim)) for n, dim in sizes), default=graph_memory_mb(0, 0))
     local = conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     conn.execute("SELECT set_config('maintenance_work_mem', %s, %s)", [f"{mb}MB", local])
     return mb
