@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -29,6 +30,29 @@ EXAMPLE_KB = ROOT / "examples" / "kb"
 # Tests never read the developer's environment: only explicit settings.
 for _key in [k for k in os.environ if k.startswith("KB_") and k != "KB_TEST_DATABASE_URL"]:
     del os.environ[_key]
+
+_citus_build: subprocess.Popen[bytes] | None = None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that need a Citus cluster run last, and its build starts now in the
+    background at the lowest CPU priority (tests/citus/cluster.py): on a new machine (CI) its
+    four minutes then fill the cores that the rest of the suite leaves idle."""
+    global _citus_build
+    citus = [item for item in items if item.get_closest_marker("citus")]
+    if not citus:
+        return
+    items[:] = [item for item in items if not item.get_closest_marker("citus")] + citus
+    from tests.citus.cluster import start_build
+
+    _citus_build = start_build()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _citus_build is not None:
+        from tests.citus.cluster import stop_build
+
+        stop_build(_citus_build)
 
 
 @pytest.fixture(scope="session")

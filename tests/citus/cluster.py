@@ -1,6 +1,8 @@
 """A real Citus cluster for the tests: Citus 14 built into the embedded server's PostgreSQL by
 ``shared/tools/citus/build.sh`` (beside the repository; cached, about 4 minutes the first time),
-a coordinator and two workers on 127.0.0.1 started by ``cluster.sh``.
+a coordinator and two workers on 127.0.0.1 started by ``cluster.sh``. A session that will run
+the Citus tier starts the build at once, at the lowest CPU priority (:func:`start_build`, from
+the root conftest), so that it uses the cores the tests before it leave idle.
 
 Each test database is created on every node with the ``citus`` and ``vector`` extensions and
 the workers added, as an operator would set one up.
@@ -8,7 +10,9 @@ the workers added, as an operator would set one up.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT.parent / "shared" / "tools" / "citus"
 BASE_PORT = 9850  # coordinator; the workers take the next ports
 WORKERS = 2
+# where build.sh builds (its default unless KB_CITUS_HOME says otherwise)
+CITUS_HOME = Path(os.environ.get("KB_CITUS_HOME") or "/var/tmp/kb-citus")
 
 
 def tools_present() -> bool:
@@ -30,10 +36,36 @@ def tools_present() -> bool:
 
 
 def build() -> str:
-    """The bin directory of the Citus-enabled PostgreSQL (built once, then reused)."""
-    done = subprocess.run(["bash", str(TOOLS / "build.sh"), sys.executable], check=True,
-                          capture_output=True, text=True, timeout=1800)
+    """The bin directory of the Citus-enabled PostgreSQL (built once, then reused).
+
+    One build at a time: build.sh starts an unfinished build over (``rm -rf``), so a second
+    caller (the tier's fixture, scale.py's process) waits for the lock of the one under way,
+    then finds the build done."""
+    CITUS_HOME.mkdir(parents=True, exist_ok=True)
+    with open(CITUS_HOME / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(["bash", str(TOOLS / "build.sh"), sys.executable], check=True,
+                              capture_output=True, text=True, timeout=1800)
     return done.stdout.strip().splitlines()[-1]
+
+
+def start_build() -> subprocess.Popen[bytes] | None:
+    """:func:`build` in a process of its own at nice 19 (make and the compilers inherit it):
+    on a new machine the build's four minutes on two cores otherwise come on top of the suite.
+    None when the tools are not beside the repository. :func:`stop_build` ends it."""
+    if not tools_present():
+        return None
+    return subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "tests.citus.cluster"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def stop_build(proc: subprocess.Popen[bytes] | None) -> None:
+    """End a build that :func:`start_build` started and the session no longer waits for (a
+    session that stopped early); an unfinished build is started over by the next one."""
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
 
 
 def _free_ports(n: int) -> list[int]:
@@ -110,3 +142,7 @@ def counters(url: str) -> tuple[int, int]:
         row = conn.execute("SELECT query_execution_single_shard, query_execution_multi_shard "
                            "FROM citus_stat_counters WHERE name = current_database()").fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+if __name__ == "__main__":  # start_build's process
+    print(build())
