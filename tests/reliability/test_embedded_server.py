@@ -241,18 +241,26 @@ def test_a_search_starts_a_stopped_server_again(base: Path) -> None:
     async def twice(kb: KnowledgeBase, pgdata: Path) -> list[str]:
         assert (await kb.asearch("cache layer")).primary  # the loop's pool is open
         pid = stop(pgdata)
+        started = time.monotonic()
         found = [h.document.source_path for h in (await kb.asearch("cache layer")).primary]
+        assert time.monotonic() - started < timeout_s / 2  # not after the pool's timeout
         assert lifecycle.postmaster_pid(pgdata) not in (None, pid)
         # the loop's pool closed in its loop: left to asyncio.run's end, its tasks were
         # cancelled there, and once (in a full run) that wait did not end
         await kb.aclose()
         return found
 
-    with KnowledgeBase(Settings(home=base / "home"), embedder=HashingEmbedder(64)) as kb:
+    # The search that finds the server stopped starts it at once: it used to wait out the
+    # pool's timeout for a connection first (10 s by default, sync and async alike).
+    timeout_s = 120
+    with KnowledgeBase(Settings(home=base / "home", pool_timeout_s=timeout_s),
+                       embedder=HashingEmbedder(64)) as kb:
         kb.add_documents([{"text": "Redis is the cache layer.", "id": "cache"}])
         pgdata = _pgdata(kb.url)
         pid = stop(pgdata)
+        started = time.monotonic()
         assert [h.document.source_path for h in kb.search("cache layer").primary] == ["cache"]
+        assert time.monotonic() - started < timeout_s / 2
         assert lifecycle.postmaster_pid(pgdata) not in (None, pid)
         assert asyncio.run(twice(kb, pgdata)) == ["cache"]
         assert kb.open().search("cache layer").primary

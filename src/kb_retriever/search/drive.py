@@ -45,7 +45,8 @@ def _once(target: Target, pools: Pools, cache: ReadCache, settings: Settings,
     """One run of ``req``'s plan on ``target``: the result, and the statements it recorded
     (with ``record``)."""
     session = SearchSession(target.pool, cache, settings, pools.executor, record=record,
-                            distributed=pools.distributed)
+                            distributed=pools.distributed,
+                            revive=pools.revived if target.replica is None else None)
 
     def embedded(text: str) -> Any:
         session.release()  # no connection sits idle while the model runs
@@ -61,7 +62,8 @@ def _once(target: Target, pools: Pools, cache: ReadCache, settings: Settings,
 
 async def _aonce(target: Target, pools: Pools, cache: ReadCache, settings: Settings,
                  req: SearchRequest, embed: Callable[[str], Awaitable[Any]]) -> SearchResult:
-    session = AsyncSearchSession(target.pool, cache, settings, distributed=pools.distributed)
+    session = AsyncSearchSession(target.pool, cache, settings, distributed=pools.distributed,
+                                 revive=pools.arevived if target.replica is None else None)
 
     async def embedded(text: str) -> Any:
         await session.release()

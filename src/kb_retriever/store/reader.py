@@ -11,7 +11,9 @@ Policy, in both twins:
 * one checkout per search: the first read takes a connection and the later ones reuse it;
   :meth:`release` gives it back (before the query is embedded, and at the end);
 * a read whose connection the server dropped is retried once on a fresh one (reads are
-  idempotent; a query error or the pool's own timeout is not retried);
+  idempotent; a query error or the pool's own timeout is not retried). With ``revive`` (the
+  embedded server's) a server found stopped is started again first: the retry would otherwise
+  wait out the pool's timeout for a connection that no one can open;
 * independent reads (the two candidate legs) run in one statement when the plan offers one
   (``Parallel.together``: one backend and one round trip, decision 0015). With
   ``KB_PARALLEL_LEGS=true`` they run at once when the pool has idle connections right now,
@@ -26,7 +28,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
@@ -108,9 +110,11 @@ class SearchSession:
 
     def __init__(self, pool: Any, cache: ReadCache, settings: Settings,
                  executor: Callable[[], ThreadPoolExecutor], *,
-                 record: list[Fetch] | None = None, distributed: bool = False) -> None:
+                 record: list[Fetch] | None = None, distributed: bool = False,
+                 revive: Callable[[], bool] | None = None) -> None:
         self._pool, self._cache, self._settings, self._executor = pool, cache, settings, executor
         self._local = _local(settings, distributed)
+        self._revive = revive  # Pools.revived: True when it started the server (pool checked)
         self._held: list[Any] = []  # the search's own connection first, then the extra ones
         # With ``record`` the reads that go to the database are kept there, in plan order
         # (``KnowledgeBase.search_sql``).
@@ -153,7 +157,8 @@ class SearchSession:
                 _release(self._pool, held)  # the pool discards it if it is broken
                 if attempt == 1 and is_retryable(exc):
                     logger.warning("retrying %s after a dropped connection", req.stage)
-                    self._pool.check()
+                    if self._revive is None or not self._revive():
+                        self._pool.check()
                     continue
                 raise translate(exc) from None
         raise AssertionError("unreachable")
@@ -207,9 +212,11 @@ class AsyncSearchSession:
     """The async twin of :class:`SearchSession` (parallel reads run as concurrent tasks)."""
 
     def __init__(self, pool: Any, cache: ReadCache, settings: Settings, *,
-                 distributed: bool = False) -> None:
+                 distributed: bool = False,
+                 revive: Callable[[], Awaitable[bool]] | None = None) -> None:
         self._pool, self._cache, self._settings = pool, cache, settings
         self._local = _local(settings, distributed)
+        self._revive = revive
         self._held: list[Any] = []
 
     async def fetch(self, req: Fetch) -> Any:
@@ -238,7 +245,8 @@ class AsyncSearchSession:
                 await _arelease(self._pool, held)
                 if attempt == 1 and is_retryable(exc):
                     logger.warning("retrying %s after a dropped connection", req.stage)
-                    await self._pool.check()
+                    if self._revive is None or not await self._revive():
+                        await self._pool.check()
                     continue
                 raise translate(exc) from None
         raise AssertionError("unreachable")
