@@ -36,8 +36,8 @@ _citus_build: subprocess.Popen[bytes] | None = None
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests that need a Citus cluster run last, and its build starts now in the
-    background at the lowest CPU priority (tests/citus/cluster.py): on a new machine (CI) its
-    four minutes then fill the cores that the rest of the suite leaves idle."""
+    background at the lowest CPU priority (tests/citus/cluster.py): on a new machine (CI) it
+    then fills the cores that the rest of the suite leaves idle."""
     global _citus_build
     citus = [item for item in items if item.get_closest_marker("citus")]
     if not citus:

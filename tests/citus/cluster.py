@@ -51,7 +51,8 @@ def build() -> str:
 
 def start_build() -> subprocess.Popen[bytes] | None:
     """:func:`build` in a process of its own at nice 19 (make and the compilers inherit it):
-    on a new machine the build's four minutes on two cores otherwise come on top of the suite.
+    on a new machine the build (45 s alone on two cores here) otherwise comes on top of the
+    suite.
     None when the tools are not beside the repository. :func:`stop_build` ends it."""
     if not tools_present():
         return None
