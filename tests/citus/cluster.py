@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT.parent / "shared" / "tools" / "citus"
 BASE_PORT = 9850  # coordinator; the workers take the next ports
 WORKERS = 2
-# where build.sh builds (its default unless KB_CITUS_HOME says otherwise)
-CITUS_HOME = Path(os.environ.get("KB_CITUS_HOME") or "/var/tmp/kb-citus")
+# one build on this machine at a time, wherever build.sh builds (KB_CITUS_HOME)
+BUILD_LOCK = Path(tempfile.gettempdir()) / "kb-citus-build.lock"
 
 
 def tools_present() -> bool:
@@ -41,8 +41,7 @@ def build() -> str:
     One build at a time: build.sh starts an unfinished build over (``rm -rf``), so a second
     caller (the tier's fixture, scale.py's process) waits for the lock of the one under way,
     then finds the build done."""
-    CITUS_HOME.mkdir(parents=True, exist_ok=True)
-    with open(CITUS_HOME / ".build.lock", "w") as lock:
+    with open(BUILD_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = subprocess.run(["bash", str(TOOLS / "build.sh"), sys.executable], check=True,
                               capture_output=True, text=True, timeout=1800)
