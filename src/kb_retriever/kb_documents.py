@@ -149,28 +149,29 @@ class DocumentMethods:
         return await self._pools.thread_writes.run(self.add_documents, items, project=project,
                                                    tenant=tenant)
 
-    def _read(self, stmts: list[records.Statement],
-              consistent: bool = False) -> list[list[dict[str, Any]]]:
+    def _read(self, stmts: list[records.Statement], consistent: bool = False, *,
+              vectors: bool = False) -> list[list[dict[str, Any]]]:
         """The rows of each statement, all read in one snapshot, on a read server (a replica
-        that is lost meanwhile gives way to the next)."""
+        that is lost meanwhile gives way to the next); with ``vectors`` (statements that read
+        embeddings) in the binary format."""
         for _ in range(len(self._pools.replicas) + 1):
             target = self._pools.read_target(consistent)
             try:
                 with self._pools.session(target) as session:
-                    return session.read(stmts)
+                    return session.read(stmts, binary=vectors)
             except UnavailableError:
                 if target.replica is None:
                     raise
                 self._pools.replicas.mark_down(target.replica)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _aread(self, stmts: list[records.Statement],
-                     consistent: bool = False) -> list[list[dict[str, Any]]]:
+    async def _aread(self, stmts: list[records.Statement], consistent: bool = False, *,
+                     vectors: bool = False) -> list[list[dict[str, Any]]]:
         for _ in range(len(self._pools.replicas) + 1):
             target = await self._pools.aread_target(consistent)
             try:
                 async with self._pools.asession(target) as session:
-                    return await session.read(stmts)
+                    return await session.read(stmts, binary=vectors)
             except UnavailableError:
                 if target.replica is None:
                     raise
@@ -207,7 +208,7 @@ class DocumentMethods:
         wanted = docs.validate_ids(ids)
         found = records.documents_from_rows(*self._read(records.get_documents_sql(
             *self._scope(project, tenant), wanted, with_embeddings=with_embeddings),
-            bool(consistent)))
+            bool(consistent), vectors=with_embeddings))
         return _in_order(found, wanted)
 
     async def aget_by_ids(self, ids: Iterable[str], *, project: str | None = None,
@@ -216,7 +217,7 @@ class DocumentMethods:
         wanted = docs.validate_ids(ids)
         found = records.documents_from_rows(*await self._aread(records.get_documents_sql(
             *self._scope(project, tenant), wanted, with_embeddings=with_embeddings),
-            bool(consistent)))
+            bool(consistent), vectors=with_embeddings))
         return _in_order(found, wanted)
 
     def get_chunks(self, ids: Iterable[str] | None = None, *,
@@ -230,7 +231,8 @@ class DocumentMethods:
         wanted, parsed = _selection(ids, filters)
         found = records.chunks_from_rows(self._read(
             [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed,
-                                    with_embeddings=with_embeddings)], bool(consistent))[0])
+                                    with_embeddings=with_embeddings)], bool(consistent),
+            vectors=with_embeddings)[0])
         return found if wanted is None else _in_order(found, wanted)
 
     async def aget_chunks(self, ids: Iterable[str] | None = None, *,
@@ -241,7 +243,8 @@ class DocumentMethods:
         wanted, parsed = _selection(ids, filters)
         found = records.chunks_from_rows((await self._aread(
             [records.get_chunks_sql(*self._scope(project, tenant), wanted, parsed,
-                                    with_embeddings=with_embeddings)], bool(consistent)))[0])
+                                    with_embeddings=with_embeddings)], bool(consistent),
+            vectors=with_embeddings))[0])
         return found if wanted is None else _in_order(found, wanted)
 
     def delete(self, ids: Iterable[str], *, project: str | None = None,

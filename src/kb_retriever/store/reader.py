@@ -148,10 +148,12 @@ class SearchSession:
                             conn.cursor(row_factory=dict_row) as cur:
                         for stmt in self._local:
                             cur.execute(stmt)
-                        cur.execute(req.query, req.params, prepare=prepared(req))
+                        cur.execute(req.query, req.params, prepare=prepared(req),
+                                    binary=req.binary)
                         return self._cache.answer(req, cur.fetchall())
                 with conn.cursor(row_factory=dict_row) as cur:
-                    cur.execute(req.query, req.params, prepare=prepared(req))
+                    cur.execute(req.query, req.params, prepare=prepared(req),
+                                binary=req.binary)
                     return self._cache.answer(req, cur.fetchall())
             except psycopg.Error as exc:
                 _release(self._pool, held)  # the pool discards it if it is broken
@@ -236,10 +238,12 @@ class AsyncSearchSession:
                             conn.cursor(row_factory=dict_row) as cur:
                         for stmt in self._local:
                             await cur.execute(stmt)
-                        await cur.execute(req.query, req.params, prepare=prepared(req))
+                        await cur.execute(req.query, req.params, prepare=prepared(req),
+                                          binary=req.binary)
                         return self._cache.answer(req, await cur.fetchall())
                 async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(req.query, req.params, prepare=prepared(req))
+                    await cur.execute(req.query, req.params, prepare=prepared(req),
+                                      binary=req.binary)
                     return self._cache.answer(req, await cur.fetchall())
             except psycopg.Error as exc:
                 await _arelease(self._pool, held)

@@ -255,9 +255,11 @@ class Session:
 
     # --- statements of store.by_id -------------------------------------------------------
     @_typed_errors
-    def read(self, stmts: Sequence[by_id.Statement]) -> list[Rows]:
-        """The rows of each statement, read in one snapshot when they are several."""
-        with self.conn.cursor(row_factory=dict_row) as cur:
+    def read(self, stmts: Sequence[by_id.Statement], *, binary: bool = False) -> list[Rows]:
+        """The rows of each statement, read in one snapshot when they are several; in
+        PostgreSQL's binary format with ``binary`` (for vectors: 100 chunks' took 21 ms as text
+        and 4 as binary; without vectors text is the cheaper)."""
+        with self.conn.cursor(row_factory=dict_row, binary=binary) as cur:
             if len(stmts) < 2:
                 return [cur.execute(*s).fetchall() for s in stmts]
             with self.conn.transaction():
@@ -346,8 +348,8 @@ class AsyncSession:
         self.distributed = distributed
 
     @_atyped_errors
-    async def read(self, stmts: Sequence[by_id.Statement]) -> list[Rows]:
-        async with self.conn.cursor(row_factory=dict_row) as cur:
+    async def read(self, stmts: Sequence[by_id.Statement], *, binary: bool = False) -> list[Rows]:
+        async with self.conn.cursor(row_factory=dict_row, binary=binary) as cur:
             if len(stmts) < 2:
                 return [await (await cur.execute(*s)).fetchall() for s in stmts]
             async with self.conn.transaction():

@@ -115,7 +115,7 @@ def existing_version(conn: psycopg.Connection, tenant: str, project: str,
 
 def cached_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,
                       hashes: Sequence[str]) -> dict[str, Any]:
-    rows = conn.execute(
+    rows = conn.cursor(binary=True).execute(  # vectors: binary costs both ends far less
         "SELECT text_hash, embedding FROM kb_embedding_cache WHERE tenant_id = %s "
         "AND model_id = %s AND text_hash = ANY(%s)",
         [tenant, model_id, list(hashes)],
