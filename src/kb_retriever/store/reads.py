@@ -10,7 +10,7 @@ for how long, each request says itself (:attr:`Fetch.cache_key`, :attr:`Fetch.ca
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from ..filters import SearchFilters
@@ -59,11 +59,12 @@ class Parallel:
 
 
 def _scoped(query: Any, scope: q.Scope, stage: str, ttl: float,
-            parse: Callable[[Rows], Any] | None, **params: Any) -> Fetch:
+            parse: Callable[[Rows], Any] | None, *, binary: bool = False,
+            **params: Any) -> Fetch:
     """A read of one scope, cached for ``ttl`` seconds per (stage, tenant, projects)."""
     return Fetch(query, {**q.scope_params(scope), **params}, stage, parse,
                  cache_key=(stage, scope.tenant, scope.projects, scope.space.id),
-                 cache_ttl=ttl)
+                 cache_ttl=ttl, binary=binary)
 
 
 def _synonym_groups(rows: Rows) -> list[list[str]]:
@@ -121,8 +122,8 @@ def supersessions(scope: q.Scope, ttl: float) -> Fetch:
 def rejected_chunks(scope: q.Scope, ttl: float, parse: Callable[[Rows], Any]) -> Fetch:
     """The chunks of the scope's accepted rejected-approach documents with their embeddings,
     answered by ``parse``."""
-    return replace(_scoped(catalog.rejected_chunks_sql(), scope, "rejected_vectors", ttl, parse,
-                           rejected=REJECTED_APPROACH, accepted=ACCEPTED), binary=True)
+    return _scoped(catalog.rejected_chunks_sql(), scope, "rejected_vectors", ttl, parse,
+                   binary=True, rejected=REJECTED_APPROACH, accepted=ACCEPTED)
 
 
 class LegQuery(NamedTuple):

@@ -257,8 +257,8 @@ class Session:
     @_typed_errors
     def read(self, stmts: Sequence[by_id.Statement], *, binary: bool = False) -> list[Rows]:
         """The rows of each statement, read in one snapshot when they are several; in
-        PostgreSQL's binary format with ``binary`` (for vectors: 100 chunks' took 21 ms as text
-        and 4 as binary; without vectors text is the cheaper)."""
+        PostgreSQL's binary format with ``binary`` (for vectors: 100 chunks with theirs took
+        21 ms as text and 4 as binary; without vectors text is the cheaper)."""
         with self.conn.cursor(row_factory=dict_row, binary=binary) as cur:
             if len(stmts) < 2:
                 return [cur.execute(*s).fetchall() for s in stmts]
