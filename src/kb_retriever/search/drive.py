@@ -46,7 +46,7 @@ def _once(target: Target, pools: Pools, cache: ReadCache, settings: Settings,
     (with ``record``)."""
     session = SearchSession(target.pool, cache, settings, pools.executor, record=record,
                             distributed=pools.distributed,
-                            revive=pools.revived if target.replica is None else None)
+                            revive=pools.revived if pools.revives(target) else None)
 
     def embedded(text: str) -> Any:
         session.release()  # no connection sits idle while the model runs
@@ -63,7 +63,7 @@ def _once(target: Target, pools: Pools, cache: ReadCache, settings: Settings,
 async def _aonce(target: Target, pools: Pools, cache: ReadCache, settings: Settings,
                  req: SearchRequest, embed: Callable[[str], Awaitable[Any]]) -> SearchResult:
     session = AsyncSearchSession(target.pool, cache, settings, distributed=pools.distributed,
-                                 revive=pools.arevived if target.replica is None else None)
+                                 revive=pools.arevived if pools.revives(target) else None)
 
     async def embedded(text: str) -> Any:
         await session.release()

@@ -84,6 +84,10 @@ def make_pool(url: str, settings: Settings, *, vector_ready: bool,
         # connection when the server dropped theirs (store/reader.py), and writes check the
         # pool first (store.pools.Pools.checked).
         timeout=settings.pool_timeout_s,  # how long a caller waits for a connection
+        # A lost connection is replaced for as long, then on a caller's demand: psycopg_pool
+        # tries for five minutes by default, its attempts ever further apart, and a server
+        # back (or started again) waited up to a minute for the next one.
+        reconnect_timeout=settings.pool_timeout_s,
         kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, **(conn_kwargs or {})},
         open=False,
         name="kb-retriever",
@@ -113,6 +117,7 @@ def make_async_pool(url: str, settings: Settings,
         max_size=settings.pool_max_size,
         configure=configure,
         timeout=settings.pool_timeout_s,
+        reconnect_timeout=settings.pool_timeout_s,  # as make_pool's
         kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, **(conn_kwargs or {})},
         open=False,
         name="kb-retriever-async",

@@ -181,6 +181,11 @@ class Pools:
         if row:
             WRITTEN.advance(self.url, str(row[0]))
 
+    def revives(self, target: Target) -> bool:
+        """Whether a read of ``target`` may start its server again: the primary, when it is
+        the embedded server (``restart``)."""
+        return target.replica is None and self.restart is not None
+
     def revived(self) -> bool:
         """After the primary could not be reached: start the embedded server again if it
         stopped, and replace the pool's dead connections; True when it was started (a search

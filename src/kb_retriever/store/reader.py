@@ -13,7 +13,8 @@ Policy, in both twins:
 * a read whose connection the server dropped is retried once on a fresh one (reads are
   idempotent; a query error or the pool's own timeout is not retried). With ``revive`` (the
   embedded server's) a server found stopped is started again first: the retry would otherwise
-  wait out the pool's timeout for a connection that no one can open;
+  wait out the pool's timeout for a connection that no one can open. A search that waited a
+  second for a connection asks too: the pool had lost every connection to the stopped server;
 * independent reads (the two candidate legs) run in one statement when the plan offers one
   (``Parallel.together``: one backend and one round trip, decision 0015). With
   ``KB_PARALLEL_LEGS=true`` they run at once when the pool has idle connections right now,
@@ -49,6 +50,9 @@ __all__ = ["AsyncSearchSession", "ReadCache", "SearchSession"]
 # How long a search waits for an idle connection it saw in the pool for its second leg (a
 # timeout of 0 would fail at once even with connections idle: psycopg_pool checks it first).
 _IDLE_WAIT_S = 0.005
+# How long a search with ``revive`` waits for a connection before it asks whether the embedded
+# server stopped (a pid file read when it runs), rather than wait out the pool's timeout.
+_REVIVE_AFTER_S = 1.0
 
 
 def prepared(req: Fetch) -> bool | None:
@@ -141,7 +145,7 @@ class SearchSession:
         for attempt in (1, 2):
             try:
                 if not held:
-                    held.append(self._pool.getconn())
+                    held.append(self._connection())
                 conn = held[0]
                 if self._local is not None and (req.ann or self._settings.transaction_pooler):
                     with conn.pipeline(), conn.transaction(), \
@@ -175,7 +179,7 @@ class SearchSession:
         if self._settings.parallel_legs and len(reqs) > 1:
             if not self._held:  # the search's own connection first: a pool of one must not
                 with translated():  # deadlock
-                    self._held.append(self._pool.getconn())
+                    self._held.append(self._connection())
             extra = self._idle(len(reqs) - 1)
         if not extra and request.together is not None:
             return self.fetch(request.together)  # type: ignore[no-any-return]
@@ -194,6 +198,23 @@ class SearchSession:
         finally:
             for h in helds:  # kept to the end of the search, returned after its own
                 self._held.extend(h)
+
+    def _connection(self) -> Any:
+        """A connection of the pool. With ``revive``, a search that waited
+        :data:`_REVIVE_AFTER_S` for one asks first whether the embedded server stopped: the
+        pool lost its connections then, and waiting out its timeout would not bring one."""
+        if self._revive is None:
+            return self._pool.getconn()
+        first = min(_REVIVE_AFTER_S, self._settings.pool_timeout_s)
+        try:
+            return self._pool.getconn(timeout=first)
+        except PoolTimeout:
+            self._revive()  # True when it started the server (and checked the pool)
+        try:
+            return self._pool.getconn(timeout=max(self._settings.pool_timeout_s - first,
+                                                  _IDLE_WAIT_S))
+        except PoolTimeout:
+            raise _timed_out(self._settings) from None
 
     def _idle(self, n: int) -> list[Any]:
         """Up to ``n`` connections that are idle in the pool right now (never waits for one)."""
@@ -231,7 +252,7 @@ class AsyncSearchSession:
         for attempt in (1, 2):
             try:
                 if not held:
-                    held.append(await self._pool.getconn())
+                    held.append(await self._connection())
                 conn = held[0]
                 if self._local is not None and (req.ann or self._settings.transaction_pooler):
                     async with conn.pipeline(), conn.transaction(), \
@@ -261,7 +282,7 @@ class AsyncSearchSession:
         if self._settings.parallel_legs and len(reqs) > 1:
             if not self._held:
                 async with atranslated():
-                    self._held.append(await self._pool.getconn())
+                    self._held.append(await self._connection())
             extra = await self._idle(len(reqs) - 1)
         if not extra:
             if request.together is not None:
@@ -281,6 +302,20 @@ class AsyncSearchSession:
             for h in helds[1:]:  # kept to the end of the search
                 self._held.extend(h)
 
+    async def _connection(self) -> Any:
+        if self._revive is None:
+            return await self._pool.getconn()
+        first = min(_REVIVE_AFTER_S, self._settings.pool_timeout_s)
+        try:
+            return await self._pool.getconn(timeout=first)
+        except PoolTimeout:
+            await self._revive()
+        try:
+            return await self._pool.getconn(timeout=max(self._settings.pool_timeout_s - first,
+                                                        _IDLE_WAIT_S))
+        except PoolTimeout:
+            raise _timed_out(self._settings) from None
+
     async def _idle(self, n: int) -> list[Any]:
         out = []
         for _ in range(min(n, self._pool.get_stats().get("pool_available", 0))):
@@ -299,6 +334,11 @@ def render(req: Fetch, conn: Any) -> str:
     values it binds (values are never spliced into the text)."""
     names = ", ".join(sorted(req.params)) or "none"
     return f"-- {req.stage} (binds: {names})\n{req.query.as_string(conn)};"
+
+
+def _timed_out(settings: Settings) -> PoolTimeout:
+    """The pool's timeout error for a search's whole wait (``_connection`` waits twice)."""
+    return PoolTimeout(f"couldn't get a connection after {settings.pool_timeout_s:.2f} sec")
 
 
 def _release(pool: Any, held: list[Any]) -> None:
