@@ -205,14 +205,13 @@ class SearchSession:
         pool lost its connections then, and waiting out its timeout would not bring one."""
         if self._revive is None:
             return self._pool.getconn()
-        first = min(_REVIVE_AFTER_S, self._settings.pool_timeout_s)
+        first, rest = _waits(self._settings)
         try:
             return self._pool.getconn(timeout=first)
         except PoolTimeout:
             self._revive()  # True when it started the server (and checked the pool)
         try:
-            return self._pool.getconn(timeout=max(self._settings.pool_timeout_s - first,
-                                                  _IDLE_WAIT_S))
+            return self._pool.getconn(timeout=rest)
         except PoolTimeout:
             raise _timed_out(self._settings) from None
 
@@ -305,14 +304,13 @@ class AsyncSearchSession:
     async def _connection(self) -> Any:
         if self._revive is None:
             return await self._pool.getconn()
-        first = min(_REVIVE_AFTER_S, self._settings.pool_timeout_s)
+        first, rest = _waits(self._settings)
         try:
             return await self._pool.getconn(timeout=first)
         except PoolTimeout:
             await self._revive()
         try:
-            return await self._pool.getconn(timeout=max(self._settings.pool_timeout_s - first,
-                                                        _IDLE_WAIT_S))
+            return await self._pool.getconn(timeout=rest)
         except PoolTimeout:
             raise _timed_out(self._settings) from None
 
@@ -334,6 +332,13 @@ def render(req: Fetch, conn: Any) -> str:
     values it binds (values are never spliced into the text)."""
     names = ", ".join(sorted(req.params)) or "none"
     return f"-- {req.stage} (binds: {names})\n{req.query.as_string(conn)};"
+
+
+def _waits(settings: Settings) -> tuple[float, float]:
+    """``_connection``'s two waits: before it asks whether the server stopped, then the rest
+    of the pool's timeout (at least a moment: a timeout of 0 fails at once)."""
+    first = min(_REVIVE_AFTER_S, settings.pool_timeout_s)
+    return first, max(settings.pool_timeout_s - first, _IDLE_WAIT_S)
 
 
 def _timed_out(settings: Settings) -> PoolTimeout:
