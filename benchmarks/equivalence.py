@@ -4,6 +4,9 @@
     .venv/bin/python benchmarks/equivalence.py dump after.json    # on the new code
     .venv/bin/python benchmarks/equivalence.py compare before.json after.json
 
+``dump FILE --queries N`` searches only each set's first N queries (CI's smoke run of the
+script); a refactoring is checked on all of them.
+
 The searches are the queries of ``examples/benchmark`` and both held-out sets (99 queries),
 each under eight configurations: the defaults, a tag filter, the AND full-text mode, ``limit``
 10, semantic only, without reranking, without graph expansion, and with an @mention. A dump
@@ -46,11 +49,11 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-def _searches(home: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+def _searches(home: Path, limit: int | None) -> Iterator[tuple[str, dict[str, Any]]]:
     from kb_retriever import KnowledgeBase, Settings, compose_prompt
 
     for name, path in SETS.items():
-        queries = yaml.safe_load((path / "queries.yaml").read_text())["queries"]
+        queries = yaml.safe_load((path / "queries.yaml").read_text())["queries"][:limit]
         with KnowledgeBase(Settings(), home=home, project=name) as kb:
             kb.ingest([path / "corpus"])
             first = kb.search(queries[0]["query"], now=NOW).primary
@@ -71,12 +74,12 @@ def _searches(home: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                     yield f"{name}/{variant}/{q['id']}", out
 
 
-def dump(target: Path) -> int:
+def dump(target: Path, limit: int | None = None) -> int:
     # The server may still be writing when the directory goes: that is no failure of the run.
     with tempfile.TemporaryDirectory(prefix="kb-eq-", ignore_cleanup_errors=True) as tmp:
         home = Path(tmp)
         home.chmod(0o755)  # as root the server's user must reach it
-        results = dict(_searches(home))
+        results = dict(_searches(home, limit))
     target.write_text(json.dumps(results, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     print(f"{len(results)} searches -> {target}")
     return 0
@@ -94,6 +97,8 @@ def compare(before: Path, after: Path) -> int:
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "dump":
         return dump(Path(argv[1]))
+    if len(argv) == 4 and argv[0] == "dump" and argv[2] == "--queries" and argv[3].isdigit():
+        return dump(Path(argv[1]), int(argv[3]))
     if len(argv) == 3 and argv[0] == "compare":
         return compare(Path(argv[1]), Path(argv[2]))
     print(__doc__, file=sys.stderr)
