@@ -97,7 +97,8 @@ def compare(before: Path, after: Path) -> int:
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "dump":
         return dump(Path(argv[1]))
-    if len(argv) == 4 and argv[0] == "dump" and argv[2] == "--queries" and argv[3].isdigit():
+    if (len(argv) == 4 and argv[0] == "dump" and argv[2] == "--queries" and argv[3].isdigit()
+            and int(argv[3]) > 0):
         return dump(Path(argv[1]), int(argv[3]))
     if len(argv) == 3 and argv[0] == "compare":
         return compare(Path(argv[1]), Path(argv[2]))
