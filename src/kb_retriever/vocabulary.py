@@ -89,9 +89,10 @@ FTS_CONFIG_BY_LANGUAGE = {
 #: The configurations ``KB_FTS_LANGUAGE`` may name: ``simple`` and every language's above.
 FTS_LANGUAGES = ("simple", *dict.fromkeys(FTS_CONFIG_BY_LANGUAGE.values()))
 #: The commonest words of a question in a language whose configuration has no stop words
-#: (PostgreSQL ships none for Romanian, Greek or Indonesian): a question is asked without them
-#: (``ranking.text.without_stop_words``), as English's configuration drops English's. Asked,
-#: they matched most chunks of their language and lent an off-topic question keyword evidence.
+#: (PostgreSQL ships none for Romanian, Greek, Indonesian or Catalan): a question is asked
+#: without them (``ranking.text.without_stop_words``), as English's configuration drops
+#: English's. Asked, they matched most chunks of their language and lent an off-topic question
+#: keyword evidence.
 #: Not words that name things in English text a scope may also hold ("ai", "ca", "ada").
 QUESTION_STOP_WORDS = {
     "romanian": frozenset(
@@ -104,6 +105,11 @@ QUESTION_STOP_WORDS = {
         "για με από απο και κι να θα δεν μη μην ή ότι οτι που πού πως πώς τι τί ένα ενα μια μία "
         "ένας ενας ενός είναι ειναι ήταν ηταν αν αλλά αλλα ως όπως οπως αυτό αυτο αυτή αυτη αυτά "
         "αυτα μας σας μου σου κάθε καθε πιο".split()),
+    "catalan": frozenset(
+        "a al als amb de del dels el els en es és ha han hem hi ho i la les li o on pel pels per "
+        "perquè que què qui quin quina quins quines quan com un una uns unes us ens ja més no sí "
+        "si se seu seva seus seves nostre nostra aquest aquesta aquests aquestes això ara molt "
+        "va vam van vaig fa".split()),
     "indonesian": frozenset(
         "yang dan di ke dari ini itu dengan untuk tidak dalam akan pada adalah juga karena bisa "
         "oleh atau sudah telah jika saat harus apa bagaimana kapan mengapa siapa kami kita "

@@ -226,6 +226,13 @@ SR_METERS = ("# Бројила\n\nСервери сваке ноћи шаљу м
              "дежурни оператер треба да провери дневник и поново покрене мрежни пролаз. Ова "
              "процедура важи за све станице које су повезане.\n")
 
+CA_METERS = ("# Comptadors\n\nEls servidors envien les lectures al sistema cada nit, i si un "
+             "comptador no respon, l'operador de guàrdia ha de revisar el registre i tornar a "
+             "engegar la passarel·la. Aquest procediment és vàlid per a totes les estacions.\n")
+ES_METERS = ("# Contadores\n\nLos servidores envían las lecturas al sistema cada noche, y si un "
+             "contador no responde, el operador de guardia debe revisar el registro. Este "
+             "procedimiento es válido para todas las estaciones.\n")
+
 
 @pytest.mark.parametrize(("files", "languages", "configs", "questions"), [
     # Neither has a PostgreSQL stemmer. A Ukrainian document was read as Russian (they share
@@ -265,7 +272,14 @@ SR_METERS = ("# Бројила\n\nСервери сваке ноћи шаљу м
                  {"μέτρηση χειριστή": "el", "contorul jurnalului": "ro",
                   "mengukur pemeriksaan": "id", "عداد المحطة": "ar", "स्टेशन भेजना": "hi",
                   "skaitiklio matavimai": "lt", "merenje brojila": "sr"},
-                 id="greek-romanian-indonesian-arabic-hindi-lithuanian-serbian")])
+                 id="greek-romanian-indonesian-arabic-hindi-lithuanian-serbian"),
+    # Catalan writes Spanish's commonest words ("de", "la", "el", "que"): it was read as
+    # Spanish and stemmed so, which leaves "comptadors" apart from "comptador".
+    pytest.param({"comptadors.md": CA_METERS, "contadores.md": ES_METERS},
+                 {"comptadors": "ca", "contadores": "es"},
+                 {("comptadors", "ca"), ("contadores", "es")},
+                 {"comptadors lectura": "comptadors", "lectura contadores": "contadores"},
+                 id="catalan-spanish")])
 def test_a_language_is_detected_and_its_inflections_meet(make_kb, tmp_path, files, languages,
                                                         configs, questions):
     """Each document gets its language (decision 0022) and the configuration it is indexed
@@ -277,13 +291,19 @@ def test_a_language_is_detected_and_its_inflections_meet(make_kb, tmp_path, file
         assert _first_by_text(kb, question) == [doc_key], question
 
 
-def test_a_question_is_asked_without_the_words_its_configuration_keeps(make_kb, tmp_path):
-    """PostgreSQL has no Romanian stop words: a question's "de", "în", "ce" would be lexemes
-    that most Romanian chunks hold (vocabulary.QUESTION_STOP_WORDS)."""
-    kb = _ingested(make_kb(), tmp_path, {"ro.md": RO_METERS})
-    hits = kb.search("Ce face operatorul de serviciu în fiecare noapte?", limit=3).primary
+@pytest.mark.parametrize(("text", "question", "found", "dropped"), [
+    (RO_METERS, "Ce face operatorul de serviciu în fiecare noapte?", {"oper", "noapt"},
+     {"ce", "de", "în"}),
+    (CA_METERS, "Què fa l'operador de guàrdia a la nit?", {"oper", "guard"},
+     {"què", "fa", "de", "a", "la"})], ids=["romanian", "catalan"])
+def test_a_question_is_asked_without_the_words_its_configuration_keeps(make_kb, tmp_path, text,
+                                                                       question, found, dropped):
+    """PostgreSQL has no Romanian or Catalan stop words: a question's "de", "în", "ce" would be
+    lexemes that most of their chunks hold (vocabulary.QUESTION_STOP_WORDS)."""
+    kb = _ingested(make_kb(), tmp_path, {"doc.md": text})
+    hits = kb.search(question, limit=3).primary
     lexemes = set().union(*(set(h.scores.lexeme_tf or {}) for h in hits))
-    assert {"oper", "noapt"} <= lexemes and not lexemes & {"ce", "de", "în"}
+    assert found <= lexemes and not lexemes & dropped
 
 
 def test_documents_whose_slugs_are_in_another_script_are_canonical_and_linked(make_kb,

@@ -29,6 +29,11 @@ METERS = {
           "பதிலளிக்கவில்லை என்றால், பணியில் உள்ள இயக்குநர் பதிவைச் சரிபார்க்க வேண்டும்.",
     "hy": "Սերվերները ամեն գիշեր չափումները ուղարկում են համակարգ, և եթե հաշվիչը չի "
           "պատասխանում, հերթապահ օպերատորը պետք է ստուգի մատյանը։",
+    # Catalan writes Spanish's commonest words ("de", "la", "el", "que", "en"): it was read as
+    # Spanish, or as none.
+    "ca": "Els servidors envien les mesures al sistema cada nit, i si un comptador no respon, "
+          "l'operador de guàrdia ha de revisar el registre i tornar a engegar la passarel·la. "
+          "Aquest procediment és vàlid per a totes les estacions.",
     "sr": "Сервери сваке ноћи шаљу мерења у систем, а ако бројило не одговара, дежурни "
           "оператер треба да провери дневник и поново покрене мрежни пролаз. Ова процедура "
           "важи за све станице које су повезане.",
@@ -62,6 +67,20 @@ NEIGHBOURS = {
     "las estaciones, y este equipo lo revisa.": "es",
     "Các máy chủ gửi số đo về hệ thống mỗi đêm, và nếu một đồng hồ không phản hồi, người vận "
     "hành trực ca phải kiểm tra nhật ký và khởi động lại cổng.": "vi",
+    # Spanish that names Catalan bodies stays Spanish; Italian, which writes Catalan's "però",
+    # stays Italian; Galician and Occitan stay as they were read (Portuguese, Spanish).
+    "El equipo de Barcelona revisa cada noche el registro del servidor de la Generalitat, y si "
+    "la Agència Catalana de Ciberseguretat o els Mossos piden datos, se los envía el "
+    "responsable.": "es",
+    "I server inviano le misure al sistema ogni notte, e se un contatore non risponde, "
+    "l'operatore di turno deve controllare il registro; però la procedura vale per tutte le "
+    "stazioni.": "it",
+    "Os servidores envían as medicións ao sistema cada noite, e se un contador non responde, o "
+    "operador de garda debe revisar o rexistro. Este procedemento é válido para todas as "
+    "estacións.": "pt",
+    "Los servidors mandan las mesuras al sistèma cada nuèch, e se un comptador respond pas, "
+    "l'operator de garda deu verificar lo registre. Aqueste procediment es valid per totas "
+    "las estacions.": "es",
 }
 
 
@@ -71,6 +90,7 @@ def test_a_language_postgresql_stems_is_detected(code: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "code"), list(NEIGHBOURS.items()),
-                         ids=["bg", "fa", "ur", "mr", "mk", "hr", "en-formulas", "tr", "es", "vi"])
+                         ids=["bg", "fa", "ur", "mr", "mk", "hr", "en-formulas", "tr", "es", "vi",
+                              "es-naming-catalan", "it", "gl", "oc"])
 def test_a_neighbour_keeps_what_it_was_read_as(text: str, code: str | None) -> None:
     assert detect_language(text) == code

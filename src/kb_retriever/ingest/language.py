@@ -1,7 +1,7 @@
 """Detecting a document's language from its words, for its full-text configuration.
 
 A stop-word count per language: enough to tell apart, on a paragraph or more, the languages
-PostgreSQL stems (Danish and Norwegian among them; not Catalan, Basque, Irish, Yiddish or
+PostgreSQL stems (Danish, Norwegian and Catalan among them; not Basque, Irish, Yiddish or
 Estonian, which only frontmatter names) and Polish, Czech, Slovak and Ukrainian, with no model
 and no dependency. Greek, Armenian and Tamil are told by their scripts.
 Frontmatter ``language`` wins; a text too short or too mixed to tell gets None (the database's
@@ -74,13 +74,17 @@ _STOP: dict[str, frozenset[str]] = {
                     "môže bol bola bolo boli sme medzi táto tejto iba".split()),
     # Languages PostgreSQL stems, each by forms no other list holds: not Spanish's and
     # Portuguese's "este" for Romanian, nor Danish's "din"; not Italian's "di", nor "ke", for
-    # Indonesian; not "su", "per", "tai" for Lithuanian. (Catalan is not detected: the words
-    # it shares with Spanish, "de", "la", "el", "que", outnumber its own.)
+    # Indonesian; not "su", "per", "tai" for Lithuanian; not Hungarian's "és", Italian's "per"
+    # or German's "als", nor "però", which Italian writes too, for Catalan (the words it shares
+    # with Spanish are in _CLOSE).
     # Romanian writes "de", "la", "se", "un", "o" and "e" as Spanish and Portuguese do: its own
     # forms must outnumber them ("care", "mai", "nu", "pe" are no other list's).
     "ro": frozenset("și în să că cu pe nu care mai pentru sunt sau fost dacă această acest "
                     "către după fiecare trebuie când unde prin iar doar între până fără astfel "
                     "acum toate".split()),
+    "ca": frozenset("amb els dels pel pels aquest aquesta aquests aquestes també són "
+                    "perquè seva seves molt quan mitjançant només després mateix mateixa això "
+                    "està".split()),
     "id": frozenset("yang dan ini itu dengan untuk tidak dari dalam akan pada adalah juga "
                     "karena bisa ada oleh atau sudah telah jika saat harus".split()),
     "lt": frozenset("ir kad yra iš į kaip bet arba buvo jis ji jie nuo apie kuris kuri kai "
@@ -146,6 +150,13 @@ _POOLS: tuple[tuple[tuple[str, ...], frozenset[str]], ...] = (
     (("sv", "da", "no"), frozenset("det som på med den har om men var eller".split())),
     (("pt", "hu", "cs", "sk"), frozenset(["a"])),
 )
+# A language and a close one that writes its commonest words too: those words (in the first's
+# list) count for the close one instead when its own forms outnumber the first's other words.
+# Catalan writes Spanish's "de", "la", "el", "que", "en", which outnumbered its own forms in
+# every Catalan document; in Spanish text Catalan's forms are rare, and it counts as before.
+_CLOSE: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("es", "ca", frozenset("el la de que en un una es del al".split())),
+)
 # At least this many stop words, and the winner this many times the runner-up: short or
 # mixed text stays undetected.
 _MIN_HITS = 5
@@ -198,12 +209,27 @@ def detect_language(text: str) -> str | None:
     >>> detect_language("Sustav za naplatu šalje račune svaki dan, a što je važno, računi su "
     ...                 "u PDF-u i šalju se e-poštom kupcima čim je narudžba plaćena.") is None
     True
+    >>> detect_language("Els servidors envien les lectures al sistema cada nit, i si un comptador "
+    ...                 "no respon, l'operador de guàrdia revisa el registre amb el procediment.")
+    'ca'
     >>> detect_language("OK") is None
     True
     """
+    counts = _counts(text)
+    if not counts:
+        return None
+    (best, n), *rest = counts.most_common(2) + [("", 0)]
+    second = rest[0][1]
+    return best if n >= _MIN_HITS and n >= _MIN_LEAD * second else None
+
+
+def _counts(text: str) -> Counter[str]:
+    """Each language's stop words and letters of its own in ``text``, with the words that close
+    languages share counted for the one the rest favours (_POOLS, _CLOSE)."""
     counts: Counter[str] = Counter()
     own_forms: Counter[str] = Counter()  # the words of each language's own list
     pooled: Counter[int] = Counter()  # the words of each of _POOLS
+    shared: Counter[int] = Counter()  # the words of each of _CLOSE
     czech_or_slovak, czech_or_slovak_own, danish_or_norwegian = 0, 0, 0  # words with the letters
     for word in _WORD.findall(text.lower()):
         for lang, stop in _STOP.items():
@@ -216,6 +242,7 @@ def detect_language(text: str) -> str | None:
         czech_or_slovak += bool(_CZECH_OR_SLOVAK.search(word))
         danish_or_norwegian += bool(_DANISH_OR_NORWEGIAN.search(word))
         pooled.update(i for i, (_, words) in enumerate(_POOLS) if word in words)
+        shared.update(i for i, (*_, words) in enumerate(_CLOSE) if word in words)
     counts.update(own_forms)
     if czech_or_slovak and czech_or_slovak_own:
         counts["sk" if counts["sk"] > counts["cs"] else "cs"] += czech_or_slovak
@@ -227,11 +254,11 @@ def detect_language(text: str) -> str | None:
         favoured = max(langs, key=counts.__getitem__)
         if pooled[i] and own_forms[favoured]:
             counts[favoured] += pooled[i]
-    if not counts:
-        return None
-    (best, n), *rest = counts.most_common(2) + [("", 0)]
-    second = rest[0][1]
-    return best if n >= _MIN_HITS and n >= _MIN_LEAD * second else None
+    for i, (first, close, _) in enumerate(_CLOSE):
+        if counts[close] > counts[first] - shared[i]:
+            counts[first] -= shared[i]
+            counts[close] += shared[i]
+    return counts
 
 
 # Enough text to tell the language by its stop words.

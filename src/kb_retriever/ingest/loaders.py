@@ -46,9 +46,9 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # and indexed so too, Ukrainian detected (it was read as Russian), slugs in any script; 6: Danish
 # and Norwegian detected (they were read as Swedish); 7: Hungarian detected (it was read as
 # Portuguese); 8: slugs whose letters carry combining marks (Devanagari, Thai, Tamil); 9:
-# Romanian, Indonesian, Lithuanian, Greek, Arabic, Hindi, Nepali, Tamil, Armenian and Serbian
-# detected (none was, Serbian was read as Russian)
-PARSER_VERSION = "kb-retriever-ingest/9"
+# Romanian, Indonesian, Lithuanian, Greek, Arabic, Hindi, Nepali, Tamil, Armenian, Serbian
+# detected (none was, Serbian was read as Russian); 10: Catalan detected (Spanish or none before)
+PARSER_VERSION = "kb-retriever-ingest/10"
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
 MAX_FILE_BYTES = 20 * 1024 * 1024
