@@ -286,3 +286,29 @@ def test_a_database_built_before_gets_its_languages_on_citus(citus: Cluster, tmp
         truth = dict(conn.execute("SELECT u.lexeme, count(*) FROM kb_chunks c, unnest(c.tsv) u "
                                   "GROUP BY u.lexeme").fetchall())
         assert counted == truth
+
+
+def _shards_storage(conn: psycopg.Connection, column: str) -> set[str]:
+    """The storage of ``column`` of kb_chunks on each shard."""
+    return {r for (r,) in conn.execute(
+        "SELECT result FROM run_command_on_shards('kb_chunks', $$SELECT attstorage FROM "
+        f"pg_attribute WHERE attrelid = '%s'::regclass AND attname = '{column}'$$)")}
+
+
+def test_the_shards_keep_a_chunks_embedding_in_its_row_new_and_migrated(citus: Cluster) -> None:
+    """Migration 0010 keeps a chunk's embedding in its heap row (it was read from TOAST for
+    each hit's distance). A new distributed database's shards copy the storage; a database
+    distributed before gets it on each shard, as Citus propagates no SET STORAGE."""
+    url = citus.new_database()
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url):
+        pass
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert _shards_storage(conn, "embedding") == {"m"}
+        conn.execute("SELECT run_command_on_shards('kb_chunks', "
+                     "$$ALTER TABLE %s ALTER COLUMN embedding SET STORAGE EXTERNAL$$)")
+        assert _shards_storage(conn, "embedding") == {"e"}
+        conn.execute("UPDATE kb_meta SET value = '9' WHERE key = 'schema_version'")
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url):
+        pass
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert _shards_storage(conn, "embedding") == {"m"}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from kb_retriever import KnowledgeBase, SchemaError
 from kb_retriever.store import diagnostics, schema
@@ -187,6 +188,44 @@ def test_chunk_storage_keeps_tsvectors_inline_new_and_migrated(make_kb):
         assert schema.migrate(conn) >= 2
         storage, indexes = _storage_and_indexes(conn)
         assert storage == "m" and "kb_chunks_doc_ix" not in indexes
+
+
+def _out_of_line(conn: psycopg.Connection) -> dict[str, int]:
+    """How many chunks hold each column out of line (in TOAST)."""
+    columns = ("embedding", "chunk_uid", "heading_path", "metadata", "text")
+    counts = conn.execute(sql.SQL("SELECT {} FROM kb_chunks").format(sql.SQL(", ").join(
+        sql.SQL("count(pg_column_toast_chunk_id({}))").format(sql.Identifier(c))
+        for c in columns))).fetchone()
+    return dict(zip(columns, counts, strict=True))
+
+
+def test_a_chunk_keeps_all_but_its_long_texts_in_its_row_new_and_migrated(make_kb, tmp_path):
+    """The embedding was stored out of line (pgvector's default) and, in a row past 2 kB, the
+    chunk's uid, heading path and metadata too: the vector leg read each hit's embedding from
+    TOAST, and each candidate's columns. Now only the text leaves the row, in new databases
+    and in rows written after a version-9 database is migrated (migration 0010)."""
+    words = " ".join(f"word{i} lexeme{i * 7}" for i in range(150))
+    _write(tmp_path / "long.md", f"# Long\n\n## A section with a long heading path\n\n{words}\n")
+    kb = make_kb()
+    kb.ingest([tmp_path])
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        stored = dict(conn.execute("SELECT attname, attstorage FROM pg_attribute WHERE attrelid "
+                                   "= 'kb_chunks'::regclass AND attnum > 0 AND NOT attisdropped"))
+        assert {c for c, kind in stored.items() if kind not in "pm"} == {"text", "search_prefix"}
+        assert _out_of_line(conn) == {"embedding": 0, "chunk_uid": 0, "heading_path": 0,
+                                      "metadata": 0, "text": 1}
+        # back to version 9's storage, the chunk written again so, then migrate
+        for column in schema.ROW_STORAGE:
+            kind = "EXTERNAL" if column == "embedding" else "EXTENDED"
+            conn.execute(sql.SQL("ALTER TABLE kb_chunks ALTER COLUMN {} SET STORAGE {}").format(
+                sql.Identifier(column), sql.SQL(kind)))
+        conn.execute("VACUUM FULL kb_chunks")
+        assert _out_of_line(conn)["embedding"] == 1
+        conn.execute("UPDATE kb_meta SET value = '9' WHERE key = 'schema_version'")
+        assert schema.migrate(conn) >= 10
+        conn.execute("VACUUM FULL kb_chunks")
+        assert _out_of_line(conn) == {"embedding": 0, "chunk_uid": 0, "heading_path": 0,
+                                      "metadata": 0, "text": 1}
 
 
 def test_a_schema_newer_than_the_library_is_refused(make_kb):

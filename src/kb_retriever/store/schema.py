@@ -155,8 +155,23 @@ def _models(conn: psycopg.Connection) -> None:
     conn.execute("DELETE FROM kb_meta WHERE key IN ('embedding_dimension', 'embedding_model')")
 
 
+#: kb_chunks' storage (migration 0010): every column that a search or a write reads by row
+#: stays in the heap row (tsv too: ``store.fulltext``), only the two long texts (``text``,
+#: ``search_prefix``) leave it when a row passes 2 kB. A column stored MAIN still goes out of
+#: line when the row would not fit a page (a large embedding), never before.
+ROW_STORAGE = {column: "MAIN" for column in (
+    "tenant_id", "project_key", "heading_path", "text_hash", "metadata", "embedding",
+    "chunk_uid", "fts_lang")}
+
+
+def _row_storage(conn: psycopg.Connection) -> None:
+    """After 0010: :data:`ROW_STORAGE` (on Citus, the coordinator's table; :func:`migrate` sets
+    the shards' after the commit)."""
+    distribution.set_storage(conn, "kb_chunks", ROW_STORAGE)
+
+
 #: Steps in Python that follow a migration's SQL, in its transaction.
-_AFTER: dict[int, Any] = {7: _tsv_by_language, 8: _models}
+_AFTER: dict[int, Any] = {7: _tsv_by_language, 8: _models, 10: _row_storage}
 
 
 class Choices(NamedTuple):
@@ -262,7 +277,7 @@ def migrate(conn: psycopg.Connection) -> int:
         # role granted only reads and writes on a migrated database could not open it.
         if conn.execute("SELECT to_regclass('kb_meta')").fetchone() == (None,):
             conn.execute("CREATE TABLE kb_meta (key text PRIMARY KEY, value text NOT NULL)")
-        current = stored_version(conn)
+        current = before = stored_version(conn)
         refuse_newer(current)
         for version, name, body in migration_files():
             if version <= current:
@@ -277,6 +292,8 @@ def migrate(conn: psycopg.Connection) -> int:
                 [str(version)],
             )
             current = version
+    if before < 10 <= current:  # Citus propagates no SET STORAGE: each shard's, after the commit
+        distribution.set_shard_storage(conn, "kb_chunks", ROW_STORAGE)
     return current
 
 

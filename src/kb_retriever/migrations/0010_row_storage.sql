@@ -1,0 +1,8 @@
+-- kb-retriever schema v10: a chunk's columns stay in its heap row, all but its two long texts
+-- (text, search_prefix). The embedding was stored out of line (pgvector's vector type is
+-- EXTERNAL by default): the vector leg read it from TOAST for each hit's distance, one B-tree
+-- lookup and one more page per hit; the candidate columns (chunk_uid, heading_path, metadata)
+-- went out of line too once a row passed 2 kB. store/schema.py sets the storage
+-- (ROW_STORAGE; on Citus on the coordinator's table and then on each shard, as SET STORAGE is
+-- not propagated). Rows written from now on are stored this way; VACUUM FULL kb_chunks writes
+-- the older ones again (decision 0004, "Re-measured under load").
