@@ -107,9 +107,10 @@ QUESTION_STOP_WORDS = {
         "αυτα μας σας μου σου κάθε καθε πιο".split()),
     "catalan": frozenset(
         "a al als amb de del dels el els en es és ha han hem hi ho i la les li o on pel pels per "
-        "perquè que què qui quin quina quins quines quan com un una uns unes us ens ja més no sí "
-        "si se seu seva seus seves nostre nostra aquest aquesta aquests aquestes això ara molt "
-        "va vam van vaig fa".split()),
+        "perquè que què qui quin quina quins quines quan quant quanta quants quantes com un una "
+        "uns unes us ens ja més no sí si se seu seva seus seves nostre nostra aquest aquesta "
+        "aquests aquestes això ara molt tot tota tots totes tan tant també però sobre entre fins "
+        "cada ser està estan va vam van vaig fa".split()),
     "indonesian": frozenset(
         "yang dan di ke dari ini itu dengan untuk tidak dalam akan pada adalah juga karena bisa "
         "oleh atau sudah telah jika saat harus apa bagaimana kapan mengapa siapa kami kita "

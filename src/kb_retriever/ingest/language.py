@@ -152,10 +152,12 @@ _POOLS: tuple[tuple[tuple[str, ...], frozenset[str]], ...] = (
 )
 # A language and a close one that writes its commonest words too: those words (in the first's
 # list) count for the close one instead when its own forms outnumber the first's other words.
-# Catalan writes Spanish's "de", "la", "el", "que", "en", which outnumbered its own forms in
-# every Catalan document; in Spanish text Catalan's forms are rare, and it counts as before.
+# Catalan writes Spanish's "de", "la", "el", "que", "en", which outnumbered its own forms: its
+# documents were read as Spanish, or as none when Portuguese's "de", "que", "no", "com" came
+# close. In Spanish and Portuguese text Catalan's forms are rare, and they count as before.
 _CLOSE: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("es", "ca", frozenset("el la de que en un una es del al".split())),
+    ("pt", "ca", frozenset("de que no com em se".split())),
 )
 # At least this many stop words, and the winner this many times the runner-up: short or
 # mixed text stays undetected.
