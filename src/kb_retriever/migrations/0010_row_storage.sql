@@ -5,4 +5,4 @@
 -- went out of line too once a row passed 2 kB. store/schema.py sets the storage
 -- (ROW_STORAGE; on Citus on the coordinator's table and then on each shard, as SET STORAGE is
 -- not propagated). Rows written from now on are stored this way; VACUUM FULL kb_chunks writes
--- the older ones again (decision 0004, "Re-measured under load").
+-- the older ones again (decision 0004, "A chunk's row holds all but its text").
