@@ -147,10 +147,11 @@ class Diagnostics(Session):
     def sample(self, tenant: str, project: str, n: int) -> list[tuple[int, Any]]:
         """(chunk id, embedding) of ``n`` chunks of the scope, the same on every run."""
         self.conn.execute("SELECT setseed(0.42)")
-        return [(int(i), v) for i, v in self.conn.cursor(binary=True).execute(  # vectors
-            "SELECT id, embedding FROM kb_chunks WHERE tenant_id = %(tenant)s "
-            "AND project_key = %(project)s ORDER BY random() LIMIT %(n)s",
-            {"tenant": tenant, "project": project, "n": n}).fetchall()]
+        with self.conn.cursor(binary=True) as cur:  # vectors
+            return [(int(i), v) for i, v in cur.execute(
+                "SELECT id, embedding FROM kb_chunks WHERE tenant_id = %(tenant)s "
+                "AND project_key = %(project)s ORDER BY random() LIMIT %(n)s",
+                {"tenant": tenant, "project": project, "n": n}).fetchall()]
 
     def nearest(self, tenant: str, project: str, space: Space, vector: Any, k: int, *,
                 exact: bool, ef_search: int) -> tuple[list[int], float]:

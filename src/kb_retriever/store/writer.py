@@ -115,11 +115,11 @@ def existing_version(conn: psycopg.Connection, tenant: str, project: str,
 
 def cached_embeddings(conn: psycopg.Connection, tenant: str, model_id: str,
                       hashes: Sequence[str]) -> dict[str, Any]:
-    rows = conn.cursor(binary=True).execute(  # vectors: binary costs both ends far less
-        "SELECT text_hash, embedding FROM kb_embedding_cache WHERE tenant_id = %s "
-        "AND model_id = %s AND text_hash = ANY(%s)",
-        [tenant, model_id, list(hashes)],
-    ).fetchall()
+    with conn.cursor(binary=True) as cur:  # vectors: binary costs both ends far less
+        rows = cur.execute(
+            "SELECT text_hash, embedding FROM kb_embedding_cache WHERE tenant_id = %s "
+            "AND model_id = %s AND text_hash = ANY(%s)", [tenant, model_id, list(hashes)],
+        ).fetchall()
     return {h: vector_array(e) for h, e in rows}
 
 
