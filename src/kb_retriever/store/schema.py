@@ -155,6 +155,8 @@ def _models(conn: psycopg.Connection) -> None:
     conn.execute("DELETE FROM kb_meta WHERE key IN ('embedding_dimension', 'embedding_model')")
 
 
+#: The migration after which kb_chunks' storage is :data:`ROW_STORAGE`.
+_ROW_STORAGE_VERSION = 10
 #: kb_chunks' storage (migration 0010): every column that a search or a write reads by row
 #: stays in the heap row (tsv too: ``store.fulltext``), only the two long texts (``text``,
 #: ``search_prefix``) leave it when a row passes 2 kB. A column stored MAIN still goes out of
@@ -171,7 +173,8 @@ def _row_storage(conn: psycopg.Connection) -> None:
 
 
 #: Steps in Python that follow a migration's SQL, in its transaction.
-_AFTER: dict[int, Any] = {7: _tsv_by_language, 8: _models, 10: _row_storage}
+_AFTER: dict[int, Any] = {7: _tsv_by_language, 8: _models,
+                          _ROW_STORAGE_VERSION: _row_storage}
 
 
 class Choices(NamedTuple):
@@ -292,7 +295,8 @@ def migrate(conn: psycopg.Connection) -> int:
                 [str(version)],
             )
             current = version
-    if before < 10 <= current:  # Citus propagates no SET STORAGE: each shard's, after the commit
+    # Citus propagates no SET STORAGE: each shard's, after the commit
+    if before < _ROW_STORAGE_VERSION <= current:
         distribution.set_shard_storage(conn, "kb_chunks", ROW_STORAGE)
     return current
 
