@@ -261,6 +261,14 @@ def test_two_models_and_a_reembed_on_citus(citus: Cluster, tmp_path: Path) -> No
     assert {r[0] for r in per_shard} == {"2"}
 
 
+def _shards_storage(conn: psycopg.Connection, column: str) -> set[str]:
+    """The storage of ``column`` of kb_chunks on each shard."""
+    return {r for (r,) in conn.execute(
+        "SELECT result FROM run_command_on_shards('kb_chunks', $$SELECT attstorage FROM "
+        f"pg_attribute WHERE attrelid = '%s'::regclass AND attname = '{column}' "
+        "AND NOT attisdropped$$)")}
+
+
 def test_a_database_built_before_gets_its_languages_on_citus(citus: Cluster, tmp_path: Path) -> None:
     """The tsv column of a database an older kb-retriever built is built again on a distributed
     kb_chunks too: its shards keep the column in the row (SET STORAGE, which Citus does not
@@ -277,22 +285,11 @@ def test_a_database_built_before_gets_its_languages_on_citus(citus: Cluster, tmp
         assert _first_by_text(kb, "contorul jurnalului") == ["ro"]
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT fts_lang FROM kb_chunks").fetchall() == [("ro",)]
-        storage = conn.execute(
-            "SELECT result FROM run_command_on_shards('kb_chunks', $$SELECT attstorage FROM "
-            "pg_attribute WHERE attrelid = '%s'::regclass AND attname = 'tsv' "
-            "AND NOT attisdropped$$)").fetchall()
-        assert {r for (r,) in storage} == {"m"}
+        assert _shards_storage(conn, "tsv") == {"m"}
         counted = dict(conn.execute("SELECT lexeme, chunks FROM kb_lexemes").fetchall())
         truth = dict(conn.execute("SELECT u.lexeme, count(*) FROM kb_chunks c, unnest(c.tsv) u "
                                   "GROUP BY u.lexeme").fetchall())
         assert counted == truth
-
-
-def _shards_storage(conn: psycopg.Connection, column: str) -> set[str]:
-    """The storage of ``column`` of kb_chunks on each shard."""
-    return {r for (r,) in conn.execute(
-        "SELECT result FROM run_command_on_shards('kb_chunks', $$SELECT attstorage FROM "
-        f"pg_attribute WHERE attrelid = '%s'::regclass AND attname = '{column}'$$)")}
 
 
 def test_the_shards_keep_a_chunks_embedding_in_its_row_new_and_migrated(citus: Cluster) -> None:
