@@ -9,6 +9,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
@@ -16,8 +17,10 @@ from psycopg.conninfo import conninfo_to_dict
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
 from kb_retriever.store.reader import ReadCache, SearchSession
 from kb_retriever.store.reads import Fetch
+from kb_retriever.write.bulk import bulk_load
 
 from ..db.test_close import returns_within
+from ..db.test_doctor import DIM, _items
 from .bouncer import Bouncer
 
 pytestmark = [pytest.mark.db, pytest.mark.pooler]
@@ -109,3 +112,39 @@ def test_no_session_setting_outlives_a_transaction(bouncer: Bouncer,
                 ef, timeout = conn.execute("SELECT current_setting('hnsw.ef_search', true), "
                                            "current_setting('statement_timeout')").fetchone()
                 assert ef != "77" and timeout != "4321ms"
+
+
+@pytest.mark.parametrize("defer_indexes", [False, True])
+def test_a_bulk_load_through_the_pooler_loads_everything_and_leaves_no_setting(
+        bouncer: Bouncer, new_database: Callable[[], str], defer_indexes: bool) -> None:
+    """Three connections of the load (two COPY streams) share the pooler's two server
+    connections, whose sessions time statements out after a second. Before each step set what it
+    needs for its own transaction and nothing was prepared, the load failed ("bind message
+    supplies 3 parameters, but prepared statement "_pg3_0" requires 8", reported as an
+    unreachable database), and its session's ``SET statement_timeout = 0`` stayed on one server
+    connection, for the pooler's other clients."""
+    direct = new_database()
+    dbname = conninfo_to_dict(direct)["dbname"]
+    with KnowledgeBase(embedder=HashingEmbedder(DIM), database_url=direct) as kb:
+        kb.add_documents(DOCS[:2])
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DATABASE {} SET statement_timeout = '1s'").format(
+            sql.Identifier(dbname)))
+    report = None
+
+    def load() -> None:
+        nonlocal report
+        report = bulk_load(bouncer.url(dbname), _items(400), tenant="default", batch_docs=10,
+                           defer_indexes=defer_indexes)
+
+    returns_within(180, load)
+    assert report is not None and (report.documents, report.chunks) == (400, 2000)
+    with bouncer.raw(dbname) as conn:
+        assert conn.execute("SELECT count(*) FROM kb_documents").fetchone() == (402,)
+        assert conn.execute("SELECT count(*) FROM kb_chunks").fetchone() == (2000 + 2,)
+        indexes = {r[0] for r in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'kb_chunks'")}
+        assert {"kb_chunks_tsv_ix", "kb_chunks_hnsw_1"} <= indexes
+        for _ in range(8):  # whichever of the pooler's server connections answers
+            assert conn.execute("SELECT current_setting('statement_timeout')").fetchone() == (
+                "1s",)

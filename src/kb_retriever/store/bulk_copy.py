@@ -1,13 +1,17 @@
 """What a bulk load asks of the store: binary COPY of many documents per transaction, and the
 search indexes dropped and built again around it (``write/bulk.py`` orchestrates).
 
-A :class:`BulkSession` is a connection of its own (autocommit, no statement timeout: a load
-is maintenance work) with typed methods; :func:`connect` opens one.
+A :class:`BulkSession` is a connection of its own with typed methods; :func:`connect` opens one.
+Each step of a load runs in a transaction of its own with no statement timeout (a load is
+maintenance work), set for that transaction only, and nothing is prepared: so a load also goes
+through a transaction pooler (PgBouncer's ``pool_mode = transaction``), where a session's
+settings and prepared statements stay on whichever server connection ran them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -27,12 +31,15 @@ from .writer import chunk_rows, copy_chunks, document_values, edge_rows, insert_
 
 __all__ = ["BulkSession", "connect"]
 
+logger = logging.getLogger(__name__)
+
 # The full-text index; with the loaded model's HNSW index, the two whose maintenance
 # dominates incremental inserts.
 _FTS_INDEX = "kb_chunks_tsv_ix"
 _DOC_COLS = ("tenant_id", "project_key", "source_path", *(c for c, _ in DOCUMENT_COLUMNS))
 _DOC_TYPES = ["text", "text", "text", *(t for _, t in DOCUMENT_COLUMNS)]
 _COPY_DOCS = f"COPY kb_documents ({', '.join(_DOC_COLS)}) FROM STDIN WITH (FORMAT BINARY)"
+_NO_TIMEOUT = "SELECT set_config('statement_timeout', '0', true)"
 _IDS = ("SELECT source_path, id FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
         "AND source_path = ANY(%s)")
 
@@ -41,9 +48,9 @@ _IDS = ("SELECT source_path, id FROM kb_documents WHERE tenant_id = %s AND proje
 def connect(url: str, *, model_id: str | None, dimension: int) -> Iterator[BulkSession]:
     """A :class:`BulkSession` on a connection of its own to ``url``, writing the embeddings of
     ``model_id`` (None: the database's only model of ``dimension``, ``spaces.matching``)."""
-    with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+    with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10,
+                                       prepare_threshold=None) as conn:
         register_vector(conn)
-        conn.execute("SET statement_timeout = 0")
         yield BulkSession(conn, distributed=is_citus(conn),
                           space=matching(conn, model_id, dimension))
 
@@ -53,7 +60,9 @@ class BulkSession(Session):
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
+        """A transaction with no statement timeout."""
         with self.conn.transaction():
+            self.conn.execute(_NO_TIMEOUT)
             yield
 
     def present(self, tenant: str, project: str, paths: Sequence[str]) -> set[str]:
@@ -82,23 +91,35 @@ class BulkSession(Session):
         """Drop the loaded model's HNSW index and the GIN index; their (name, definition), to
         build them again."""
         names = [n for n in (self.space.index_name, _FTS_INDEX) if n is not None]
-        saved = [(str(n), str(d)) for n, d in self.conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-            "AND tablename = 'kb_chunks' AND indexname = ANY(%s)", [names])]
-        for name, _ in saved:  # name comes from the catalog and our allow-list
-            self.conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+        with self.transaction():
+            saved = [(str(n), str(d)) for n, d in self.conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                "AND tablename = 'kb_chunks' AND indexname = ANY(%s)", [names])]
+            for name, _ in saved:  # name comes from the catalog and our allow-list
+                self.conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
         return saved
 
     def build_indexes(self, saved: Sequence[tuple[str, str]]) -> dict[str, float]:
         """Build the indexes :meth:`drop_search_indexes` dropped; seconds per index."""
-        index_memory(self.conn, self.space.id)  # the HNSW graph built in memory
         took = {}
         for name, definition in saved:
             t = time.perf_counter()
-            self.conn.execute(definition)  # the exact definition read from pg_indexes
+            with self.transaction():
+                index_memory(self.conn, self.space.id)  # the HNSW graph built in memory
+                self.conn.execute(definition)  # the exact definition read from pg_indexes
             took[name] = round(time.perf_counter() - t, 3)
         return took
 
     def analyze(self) -> None:
         """Fresh planner statistics for the loaded tables."""
-        self.conn.execute("ANALYZE kb_documents, kb_chunks, kb_edges")
+        with self.transaction():
+            self.conn.execute("ANALYZE kb_documents, kb_chunks, kb_edges")
+
+    def settle(self, tenant: str, project: str) -> None:
+        """:meth:`Session.settle` with no statement timeout (the log it folds after a load
+        holds every chunk loaded): never raises, the load being saved."""
+        try:
+            with self.transaction():
+                super().settle(tenant, project)
+        except psycopg.Error as exc:
+            logger.warning("statistics of %s/%s not settled: %s", tenant, project, exc)
