@@ -15,7 +15,9 @@ from kb_retriever import HashingEmbedder, KnowledgeBase, MiniLMEmbedder, SchemaE
 from kb_retriever.store import distribution
 from kb_retriever.store.reader import ReadCache, SearchSession
 from kb_retriever.store.reads import Fetch
+from kb_retriever.write.bulk import bulk_load
 
+from ..db.test_doctor import DIM, _items
 from .cluster import Cluster, counters
 
 pytestmark = [pytest.mark.db, pytest.mark.slow, pytest.mark.citus]
@@ -47,15 +49,35 @@ def test_the_schema_distributes_itself_with_its_indexes_on_every_shard(citus: Cl
                          "kb_meta": "reference", "kb_models": "reference"}
         shards = conn.execute("SELECT count(*) FROM pg_dist_shard "
                               "WHERE logicalrelid = 'kb_chunks'::regclass").fetchone()[0]
-        per_shard = conn.execute(
-            "SELECT result FROM run_command_on_shards('kb_chunks', $$SELECT string_agg(am.amname, "
-            "',' ORDER BY am.amname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "JOIN pg_am am ON am.oid = c.relam WHERE i.indrelid = '%s'::regclass "
-            "AND am.amname IN ('hnsw', 'gin')$$)").fetchall()
-    assert len(per_shard) == shards and {r[0] for r in per_shard} == {"gin,hnsw"}
+        per_shard = _search_indexes_per_shard(conn)
+    assert len(per_shard) == shards and set(per_shard) == {"gin,hnsw"}
     # opening it again changes nothing
     with KnowledgeBase(Settings(), embedder=HashingEmbedder(32), database_url=url):
         pass
+
+
+def _search_indexes_per_shard(conn: psycopg.Connection) -> list[str]:
+    """The access methods of each kb_chunks shard's search indexes ("gin,hnsw")."""
+    return [r[0] for r in conn.execute(
+        "SELECT result FROM run_command_on_shards('kb_chunks', $$SELECT string_agg(am.amname, "
+        "',' ORDER BY am.amname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "JOIN pg_am am ON am.oid = c.relam WHERE i.indrelid = '%s'::regclass "
+        "AND am.amname IN ('hnsw', 'gin')$$)")]
+
+
+def test_a_bulk_load_with_deferred_indexes_gives_every_shard_its_indexes_back(
+        citus: Cluster) -> None:
+    url = citus.new_database()
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(DIM), database_url=url):
+        pass
+    report = bulk_load(url, _items(120), tenant="default", batch_docs=25, defer_indexes=True)
+    assert (report.documents, report.chunks) == (120, 600)
+    assert {"kb_chunks_tsv_ix", "kb_chunks_hnsw_1"} <= set(report.index_build_s)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM kb_chunks").fetchone() == (600,)
+        assert set(_search_indexes_per_shard(conn)) == {"gin,hnsw"}
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(DIM), database_url=url) as kb:
+        assert kb.search("word1 word2").primary
 
 
 def test_a_coordinator_without_workers_is_a_clear_error(citus: Cluster) -> None:
