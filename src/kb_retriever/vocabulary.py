@@ -7,13 +7,14 @@ Python, the SQL builders (as bound values) and the adapters all read them from h
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = ["ACCEPTED", "CANONICAL_STATUSES", "CANONICAL_TYPES", "CHUNKS_SOURCE_TYPE", "DECISION",
            "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS", "EXPANDABLE_STATUSES", "PROJECT_INDEX",
            "FTS_CONFIG_BY_LANGUAGE", "FTS_CONFIG_OF_DOCUMENT", "FTS_LANGUAGES",
            "FTS_NEAREST_LANGUAGE", "QUESTION_STOP_WORDS", "REFERENCE_TYPES", "REJECTED_APPROACH",
-           "SOURCE_TYPES",
+           "SCRIPTS", "SOURCE_TYPES", "letters",
            "fts_language", "is_rejected_approach"]
 
 CANONICAL_TYPES = (
@@ -26,6 +27,21 @@ CANONICAL_STATUSES = ("draft", "review", "accepted", "superseded", "deprecated",
 CHUNKS_SOURCE_TYPE = "chunks"
 #: What a document came from: a file type, or chunks added by id.
 SOURCE_TYPES = ("markdown", "text", "pdf", "docx", CHUNKS_SOURCE_TYPE)
+
+#: Writing systems by name, as Unicode blocks: Latin (with its accented letters) and the
+#: scripts that ``ranking.calibration.SCRIPT_PROBES`` has questions in.
+SCRIPTS = {name: re.compile(f"[{chars}]") for name, chars in (
+    ("latin", "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff"),
+    ("han", "\u3400-\u4dbf\u4e00-\u9fff"), ("kana", "\u3040-\u30ff"),
+    ("hangul", "\u1100-\u11ff\uac00-\ud7af"), ("cyrillic", "\u0400-\u04ff"),
+    ("arabic", "\u0600-\u06ff"), ("greek", "\u0370-\u03ff"))}
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def letters(text: str) -> int:
+    """The number of letters in ``text``, in any script."""
+    return len(_LETTER.findall(text))
+
 
 #: The type of a record of an idea the team considered and dismissed, and the status that
 #: makes a canonical document binding.

@@ -94,3 +94,23 @@ def test_a_language_postgresql_stems_is_detected(code: str) -> None:
                               "es-naming-catalan", "it", "gl", "oc"])
 def test_a_neighbour_keeps_what_it_was_read_as(text: str, code: str | None) -> None:
     assert detect_language(text) == code
+
+
+# Text in Chinese, Japanese or Korean that names products in English (or holds a few Latin
+# letters that Portuguese's one-letter words match): read as no language (parser version 11).
+# A Japanese decision of kojo-ja was English, and a Chinese runbook of zh-factory Portuguese.
+UNSPACED = [
+    "基幹システムを SAP S/4HANA Cloud へ移行する。業務を標準機能に合わせる Fit to Standard を"
+    "原則とし、アドオンは千三百八十本から二百十本に減らす。ログインは全社の Single Sign-On and "
+    "MFA に統合する。旧システムは参照専用として来年三月末まで残し、現行システムをそのまま載せ"
+    "替える Lift and Shift 案は却下した。データは Export to S3 で書き出してから廃棄する。",
+    "标签打印服务报错 LBL-E-101、LBL-E-102 或 LBL-E-203 时，先查 MES 里的物料号；报 LBL-E-204 "
+    "或 LBL-E-305 时，重启打印服务。",
+    "라벨 인쇄 서비스가 LBL-E-101, LBL-E-102, LBL-E-203 오류를 내면 MES 의 품번을 확인하고, "
+    "LBL-E-204 나 LBL-E-305 이면 서비스를 다시 시작한다.",
+]
+
+
+@pytest.mark.parametrize("text", UNSPACED, ids=["ja", "zh", "ko"])
+def test_chinese_japanese_or_korean_with_latin_words_has_no_language(text: str) -> None:
+    assert detect_language(text) is None

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..models import DocumentDraft
+from ..vocabulary import SCRIPTS, letters
 
 __all__ = ["detect_language", "scripts_of", "with_language"]
 
@@ -165,6 +166,11 @@ _MIN_HITS = 5
 _MIN_LEAD = 1.5
 
 
+#: The scripts of the languages that no list here knows the words of (Chinese, Japanese and
+#: Korean): a text mostly in them has no language, whatever its Latin words say.
+_UNSPACED = ("han", "kana", "hangul")
+
+
 def detect_language(text: str) -> str | None:
     """The ISO 639-1 code of ``text``'s language, or None when it cannot tell.
 
@@ -216,7 +222,12 @@ def detect_language(text: str) -> str | None:
     'ca'
     >>> detect_language("OK") is None
     True
+    >>> detect_language("基幹システムを SAP S/4HANA Cloud へ移行する。業務を標準機能に合わせる Fit to "
+    ...                 "Standard を原則とし、アドオンは210本に減らす。") is None  # not English
+    True
     """
+    if 2 * sum(len(SCRIPTS[s].findall(text)) for s in _UNSPACED) >= letters(text) > 0:
+        return None  # Chinese, Japanese or Korean, with a few words of another language
     counts = _counts(text)
     if not counts:
         return None
@@ -237,8 +248,8 @@ def _counts(text: str) -> Counter[str]:
         for lang, stop in _STOP.items():
             if word in stop:
                 own_forms[lang] += 1
-        for lang, letters in _OWN_LETTERS.items():
-            if letters.search(word):
+        for lang, own in _OWN_LETTERS.items():
+            if own.search(word):
                 counts[lang] += 1
                 czech_or_slovak_own += lang in ("cs", "sk")
         czech_or_slovak += bool(_CZECH_OR_SLOVAK.search(word))
@@ -276,12 +287,8 @@ def with_language(draft: DocumentDraft) -> DocumentDraft:
     return draft if detected is None else replace(draft, language=detected)
 
 
-# The scripts that calibration.SCRIPT_PROBES has questions in (Unicode blocks).
-_SCRIPTS = {name: re.compile(f"[{chars}]") for name, chars in (
-    ("han", "\u3400-\u4dbf\u4e00-\u9fff"), ("kana", "\u3040-\u30ff"),
-    ("hangul", "\u1100-\u11ff\uac00-\ud7af"), ("cyrillic", "\u0400-\u04ff"),
-    ("arabic", "\u0600-\u06ff"), ("greek", "\u0370-\u03ff"))}
-_LETTER = re.compile(r"[^\W\d_]")
+# The scripts that calibration.SCRIPT_PROBES has questions in.
+_SCRIPTS = {name: script for name, script in SCRIPTS.items() if name != "latin"}
 #: A script counts when it holds at least this share of the letters.
 SCRIPT_SHARE = 0.1
 
@@ -295,10 +302,10 @@ def scripts_of(texts: Iterable[str]) -> frozenset[str]:
     >>> sorted(scripts_of(["半熟卵は何分ゆでればいいですか"])), scripts_of(["Plain English."])
     (['han', 'kana'], frozenset())
     """
-    letters, counts = 0, Counter[str]()
+    total, counts = 0, Counter[str]()
     for text in texts:
-        letters += len(_LETTER.findall(text))
+        total += letters(text)
         for name, script in _SCRIPTS.items():
             counts[name] += len(script.findall(text))
-    return frozenset(n for n, c in counts.items() if letters and c >= SCRIPT_SHARE * letters)
+    return frozenset(n for n, c in counts.items() if total and c >= SCRIPT_SHARE * total)
 
