@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .embedding import Embedder, default_embedder, embedder_errors
+from .embedding import Embedder, default_embedder, embedder_errors, reads
 from .embedding.base import check_vector
 from .errors import ConfigError, InputError
 from .filters.dimensions import SearchFilters, parse_filters
@@ -320,7 +320,7 @@ class KnowledgeBase(DocumentMethods):
         return SearchRequest(
             query=text, scope=Scope(tenant=tenant_key, projects=project_keys, space=self._pools.space),
             limit=size, filters=parsed, mention_doc_ids=mentions, query_embedding=vec, now=moment,
-            legs=legs)
+            legs=legs, embedder_reads=reads(self.embedder, text))
 
     def _query_text(self, query: Any, *, by_vector: bool, legs: Legs) -> str:
         """The query's text; "" for a search by its embedding alone (no text, or only

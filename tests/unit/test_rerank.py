@@ -9,6 +9,7 @@ import pytest
 
 from kb_retriever.models import Origin
 from kb_retriever.ranking import rerank
+from kb_retriever.ranking.rerank import rank
 
 from .factories import canonical_doc, make_candidate, make_doc, make_settings
 
@@ -53,6 +54,17 @@ class TestReranker:
         assert math.isclose(hits[0].scores.mention_boost, 0.5)
         assert math.isclose(hits[-1].scores.canonical_penalty, 0.4)
         assert math.isclose(hits[-1].scores.canonical_boost, 0.05)
+
+    def test_a_cosine_the_embedder_cannot_read_weighs_nothing(self) -> None:
+        """``cosine=False`` (the embedder does not read the question's script): the order
+        stands on the words, and the breakdown still shows the cosine."""
+        cands = [make_candidate(1, sim=0.95, text="別の話題"),
+                 make_candidate(2, sim=0.30, text="基幹 システム の 移行")]
+        read = rank("基幹 システム", cands, make_settings())
+        unread = rank("基幹 システム", cands, make_settings(), cosine=False)
+        assert [s.candidate.chunk_id for s in read] == [1, 2]
+        assert [s.candidate.chunk_id for s in unread] == [2, 1]
+        assert unread[1].terms["vector"] > 0 and unread[1].terms["base"] == 0.0
 
     def test_keyword_match_beats_higher_vector_only(self) -> None:
         cands = [

@@ -4,13 +4,13 @@ model and a hashing embedder."""
 import os
 import threading
 
-from .base import Embedder, check_vectors, embedder_errors
+from .base import Embedder, check_vectors, embedder_errors, reads
 from .e5 import E5Embedder
 from .hashing import HashingEmbedder
 from .minilm import MiniLMEmbedder
 
 __all__ = ["E5Embedder", "Embedder", "HashingEmbedder", "MiniLMEmbedder", "check_vectors", "default_embedder",
-           "embedder_errors"]
+           "embedder_errors", "reads"]
 
 
 _SHARED: dict[tuple[str, int], Embedder] = {}

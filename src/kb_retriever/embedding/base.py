@@ -9,6 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import EmbeddingError, KbError
+from ..vocabulary import SCRIPTS, letters
 
 
 @runtime_checkable
@@ -28,6 +29,26 @@ class Embedder(Protocol):
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
 
     def embed_query(self, text: str) -> list[float]: ...
+
+
+def reads(embedder: Embedder, text: str) -> bool:
+    """Whether ``embedder``'s model reads ``text``: the writing systems it was trained on (its
+    optional ``scripts`` attribute, names of :data:`~kb_retriever.vocabulary.SCRIPTS`; absent
+    or None, as for any embedder that does not say: every one) hold at least half the text's
+    letters. A text without letters is read.
+
+    >>> class English:
+    ...     scripts = frozenset({"latin"})
+    >>> reads(English(), "Which ERP do we run?"), reads(English(), "基幹システムはどこで動いている？")
+    (True, False)
+    >>> reads(object(), "基幹システムはどこで動いている？"), reads(English(), "ERP 2025")
+    (True, True)
+    """
+    scripts = getattr(embedder, "scripts", None)
+    if scripts is None:
+        return True
+    known = sum(len(SCRIPTS[name].findall(text)) for name in scripts if name in SCRIPTS)
+    return 2 * known >= letters(text)
 
 
 @contextmanager

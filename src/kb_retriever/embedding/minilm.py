@@ -49,6 +49,10 @@ class MiniLMEmbedder:
 
     model_id = "all-MiniLM-L6-v2-int8"
     dimension = 384
+    #: Trained on English: its cosine ranks questions in other scripts (Chinese, Japanese,
+    #: Ukrainian, Greek) no better than chance, so a search of one does not weigh it
+    #: (``embedding.reads``; decision 0013, "A model that cannot read the question").
+    scripts = frozenset({"latin"})
 
     def __init__(self, *, threads: int | None = None) -> None:
         self._threads = threads

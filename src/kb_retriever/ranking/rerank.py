@@ -49,10 +49,13 @@ class _Query(NamedTuple):
     signals: tuple[_Row, ...]  # the signal table with this call's weights (_rows)
 
 
-def _rows(settings: Settings) -> tuple[_Row, ...]:
-    """:data:`SIGNALS` with their weights read once per call, not once per candidate."""
+def _rows(settings: Settings, cosine: bool = True) -> tuple[_Row, ...]:
+    """:data:`SIGNALS` with their weights read once per call, not once per candidate; without
+    ``cosine``, the vector signal weighs nothing."""
     return tuple((sig.name, sig.group == "base",
-                  None if sig.weight is None else getattr(settings, sig.weight), sig.value)
+                  None if sig.weight is None else
+                  0.0 if sig.name == "vector" and not cosine else getattr(settings, sig.weight),
+                  sig.value)
                  for sig in SIGNALS)
 
 
@@ -160,10 +163,13 @@ def rank(
     mention_doc_ids: frozenset[int] = frozenset(),
     now: datetime | None = None,
     lexeme_stats: Mapping[str, Any] | None = None,
+    cosine: bool = True,
 ) -> list[Scored]:
     """:func:`rerank` without building the hits: each candidate's score and terms, best
     first, its :class:`Hit` built on demand (:meth:`Scored.hit`). A search keeps a third of
-    its candidates (top-k and runner-ups), so it builds only those hits."""
+    its candidates (top-k and runner-ups), so it builds only those hits. ``cosine=False``
+    (the embedder does not read the query's script, ``embedding.reads``): the vector signal
+    weighs nothing, and the sum stands on the words (the term is still in the breakdown)."""
     if not candidates:
         return []
     tokens = tokenize_query(query)
@@ -177,7 +183,7 @@ def rank(
             now=_aware(now) if now is not None else datetime.now(UTC),
             mention_doc_ids=mention_doc_ids,
             idf=None,
-            signals=_rows(settings),
+            signals=_rows(settings, cosine),
         )
         # Tokenise every candidate once: the IDF pool and both keyword signals share it. With
         # the database's lexemes (BM25 mode) the body text needs no Python tokenising at all.

@@ -124,7 +124,7 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         found = yield from candidates(req, settings, catalog, groups, qvec)
     with watch.lap("rerank"):
         ranked = rank(req.query, found.candidates, settings, mention_doc_ids=found.mentions,
-                      now=req.now, lexeme_stats=found.lexeme_stats)
+                      now=req.now, lexeme_stats=found.lexeme_stats, cosine=req.embedder_reads)
         # A superseded record never above its successor; for a history question (the query
         # names the predecessor, or is closer to it) its best chunks go right after the successor.
         edges = yield reads.supersessions(req.scope, catalog.trust_ttl)

@@ -41,6 +41,9 @@ class SearchRequest:
     query_embedding: Any = None  # a vector (sequence of floats or numpy array)
     now: datetime | None = None
     legs: Legs = Legs()
+    # whether the embedder reads the query's script (``embedding.reads``): else the reranker
+    # does not weigh the query's cosine
+    embedder_reads: bool = True
 
 
 Plan = Generator[Fetch | Parallel | Embed, Any, SearchResult]
