@@ -47,9 +47,7 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # and Norwegian detected (they were read as Swedish); 7: Hungarian detected (it was read as
 # Portuguese); 8: slugs whose letters carry combining marks (Devanagari, Thai, Tamil); 9:
 # Romanian, Indonesian, Lithuanian, Greek, Arabic, Hindi, Nepali, Tamil, Armenian, Serbian
-# detected (none was, Serbian was read as Russian); 10: Catalan detected (Spanish or none before);
-# 11: Chinese, Japanese and Korean text with a few words of another language has none (a
-# Japanese decision naming "SAP S/4HANA Cloud ... Fit to Standard" was English)
+# detected; 10: Catalan detected; 11: Chinese, Japanese or Korean with Latin words: no language
 PARSER_VERSION = "kb-retriever-ingest/11"
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
