@@ -65,7 +65,8 @@ class Bouncer:
             f"auth_file = {self.dir / 'users.txt'}\npool_mode = transaction\n"
             f"default_pool_size = {pool_size}\nmax_client_conn = 500\n"
             f"logfile = {self.dir / 'bouncer.log'}\npidfile = {self.dir / 'bouncer.pid'}\n"
-            "ignore_startup_parameters = extra_float_digits\n")
+            "ignore_startup_parameters = extra_float_digits\n"
+            f"admin_users = {self.user}\n")
         for f in self.dir.iterdir():
             if runner:
                 os.chown(f, pwd.getpwnam(runner).pw_uid, -1)
@@ -94,6 +95,16 @@ class Bouncer:
         except (OSError, ValueError):
             pass
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def server_states(self, dbname: str) -> list[str]:
+        """The state of each of the pooler's server connections to ``dbname`` (its admin
+        console's ``SHOW SERVERS``): "active" while linked to a client, else "idle", "used"..."""
+        with psycopg.connect(self.url("pgbouncer"), autocommit=True, prepare_threshold=None,
+                             cursor_factory=psycopg.ClientCursor) as admin:
+            cur = admin.execute("SHOW SERVERS")
+            names = [d.name for d in cur.description or ()]
+            rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        return [str(r["state"]) for r in rows if r["database"] == dbname]
 
     def raw(self, dbname: str) -> psycopg.Connection:
         """A plain client of the pooler (psycopg's defaults, autocommit)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -112,6 +113,27 @@ def test_no_session_setting_outlives_a_transaction(bouncer: Bouncer,
                 ef, timeout = conn.execute("SELECT current_setting('hnsw.ef_search', true), "
                                            "current_setting('statement_timeout')").fetchone()
                 assert ef != "77" and timeout != "4321ms"
+
+
+def test_a_search_through_the_pooler_gives_its_server_connection_back(
+        bouncer: Bouncer, new_database: Callable[[], str]) -> None:
+    """Each read of a search ends with its server connection free for the pooler's other
+    clients. When a read pipelined its settings, statement and commit, PgBouncer 1.18 kept the
+    server connection linked to the idle client after about one first search in four, and a
+    client of another test waited for it until ``query_wait_timeout`` (120 s) failed it."""
+    dbname = conninfo_to_dict(new_database())["dbname"]
+    settings = Settings(transaction_pooler=True)
+    with KnowledgeBase(settings, embedder=HashingEmbedder(64),
+                       database_url=bouncer.url(dbname)) as kb:
+        kb.add_documents(DOCS[:5])
+    for query, filters in SEARCHES * 3:  # each a knowledge base's first: every read is made
+        with KnowledgeBase(settings, embedder=HashingEmbedder(64),
+                           database_url=bouncer.url(dbname)) as kb:
+            kb.search(query, limit=6, filters=filters)
+            deadline = time.monotonic() + 1.0  # the pooler's bookkeeping, not the client's
+            while "active" in (states := bouncer.server_states(dbname)):
+                assert time.monotonic() < deadline, (query, states)
+                time.sleep(0.05)
 
 
 @pytest.mark.parametrize("defer_indexes", [False, True])

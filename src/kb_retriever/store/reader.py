@@ -26,6 +26,7 @@ Policy, in both twins:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -62,6 +63,14 @@ def prepared(req: Fetch) -> bool | None:
     ran the one-statement form unprepared (its warm-up, alone on the server, had run the legs
     at once), the server parsing and planning ~25 kB of SQL each time (decision 0017)."""
     return True if isinstance(req.query, Statement) else None
+
+
+def _pipeline(conn: Any, settings: Settings) -> Any:
+    """The pipeline a read's settings and statement go in, one round trip; behind a
+    transaction pooler none: through PgBouncer 1.18 in transaction mode, a pipelined
+    transaction left the server connection linked to its idle client after 5 of 20 searches,
+    and the pooler's other clients waited for it until they timed out (``tests/pooler``)."""
+    return contextlib.nullcontext() if settings.transaction_pooler else conn.pipeline()
 
 
 def _local(settings: Settings, distributed: bool) -> list[Any] | None:
@@ -148,7 +157,7 @@ class SearchSession:
                     held.append(self._connection())
                 conn = held[0]
                 if self._local is not None and (req.ann or self._settings.transaction_pooler):
-                    with conn.pipeline(), conn.transaction(), \
+                    with _pipeline(conn, self._settings), conn.transaction(), \
                             conn.cursor(row_factory=dict_row) as cur:
                         for stmt in self._local:
                             cur.execute(stmt)
@@ -254,7 +263,7 @@ class AsyncSearchSession:
                     held.append(await self._connection())
                 conn = held[0]
                 if self._local is not None and (req.ann or self._settings.transaction_pooler):
-                    async with conn.pipeline(), conn.transaction(), \
+                    async with _pipeline(conn, self._settings), conn.transaction(), \
                             conn.cursor(row_factory=dict_row) as cur:
                         for stmt in self._local:
                             await cur.execute(stmt)
