@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from kb_retriever import KnowledgeBase
+from kb_retriever.store import pools
 
 from ._util import pool_timeouts, sessions
 
@@ -205,3 +206,31 @@ def test_an_aclose_cancelled_half_way_still_closes(new_database: Callable[[], st
     delays = [0, 0, 0.001, 0.002, 0.005, 0.01]
     assert [asyncio.run(cancelled_close(d)) for d in delays] == [False] * len(delays)
     assert sessions(url) == 0
+
+
+def test_a_write_cancelled_while_its_timeout_is_put_back_leaves_the_searchs(
+        make_kb: MakeKb, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write raises its connection's statement timeout to the ingest's and puts the search's
+    back at the end. A cancellation that came while that reset ran cancelled it on the server,
+    and the connection went back to the pool idle with the ingest's 10 minutes (one storm of
+    the test above in about fifty). Here the reset is slowed so that the cancellation lands
+    in it."""
+    kb = make_kb()
+    monkeypatch.setattr(pools, "_TIMEOUT", "SELECT set_config('statement_timeout', %s, false), "
+                        "pg_sleep(0.3)")
+
+    async def cancelled_in_the_reset() -> list[str]:
+        async def write() -> None:
+            async with kb._pools.awriting():
+                pass
+
+        task = asyncio.ensure_future(write())
+        await asyncio.sleep(0.15)  # the body is done: the reset sleeps on the server
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        timeouts = await asyncio.wait_for(pool_timeouts(kb), timeout=30)
+        await kb.aclose()
+        return timeouts
+
+    assert set(asyncio.run(cancelled_in_the_reset())) == {"10s"}

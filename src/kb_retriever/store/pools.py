@@ -272,11 +272,11 @@ class Pools:
                         str(self.settings.ingest_statement_timeout_ms)])).fetchone()
                     before = row[0] if row else None
                 yield AsyncSession(conn, distributed=self.distributed)
-            finally:
-                if _idle(conn):
+            finally:  # the reset runs to its end, cancelled or not: cut half-way, the
+                if _idle(conn):  # server may keep the ingest's timeout on an idle connection
                     if session:
-                        await conn.execute(_TIMEOUT, [before or
-                                                      str(self.settings.statement_timeout_ms)])
+                        await connection.finish(conn.execute(_TIMEOUT, [
+                            before or str(self.settings.statement_timeout_ms)]))
                     if self.replicas:
                         row = await (await conn.execute(_WAL_POSITION)).fetchone()
                         if row:
