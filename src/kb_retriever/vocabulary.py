@@ -8,6 +8,7 @@ Python, the SQL builders (as bound values) and the adapters all read them from h
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["ACCEPTED", "CANONICAL_STATUSES", "CANONICAL_TYPES", "CHUNKS_SOURCE_TYPE", "DECISION",
@@ -38,9 +39,16 @@ SCRIPTS = {name: re.compile(f"[{chars}]") for name, chars in (
 _LETTER = re.compile(r"[^\W\d_]")
 
 
-def letters(text: str) -> int:
-    """The number of letters in ``text``, in any script."""
-    return len(_LETTER.findall(text))
+def letters(text: str, scripts: Iterable[str] | None = None) -> int:
+    """The number of letters in ``text``: in any script, or in ``scripts`` (names of
+    :data:`SCRIPTS`; an unknown name counts none).
+
+    >>> letters("ERP は 基幹システム"), letters("ERP は 基幹システム", ["latin"])
+    (10, 3)
+    """
+    if scripts is None:
+        return len(_LETTER.findall(text))
+    return sum(len(SCRIPTS[name].findall(text)) for name in scripts if name in SCRIPTS)
 
 
 #: The type of a record of an idea the team considered and dismissed, and the status that

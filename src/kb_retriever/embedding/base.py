@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import EmbeddingError, KbError
-from ..vocabulary import SCRIPTS, letters
+from ..vocabulary import letters
 
 
 @runtime_checkable
@@ -47,8 +47,7 @@ def reads(embedder: Embedder, text: str) -> bool:
     scripts = getattr(embedder, "scripts", None)
     if scripts is None:
         return True
-    known = sum(len(SCRIPTS[name].findall(text)) for name in scripts if name in SCRIPTS)
-    return 2 * known >= letters(text)
+    return 2 * letters(text, scripts) >= letters(text)
 
 
 @contextmanager

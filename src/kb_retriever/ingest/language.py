@@ -226,7 +226,7 @@ def detect_language(text: str) -> str | None:
     ...                 "Standard を原則とし、アドオンは210本に減らす。") is None  # not English
     True
     """
-    if 2 * sum(len(SCRIPTS[s].findall(text)) for s in _UNSPACED) >= letters(text) > 0:
+    if 2 * letters(text, _UNSPACED) >= letters(text) > 0:
         return None  # Chinese, Japanese or Korean, with a few words of another language
     counts = _counts(text)
     if not counts:
@@ -288,7 +288,7 @@ def with_language(draft: DocumentDraft) -> DocumentDraft:
 
 
 # The scripts that calibration.SCRIPT_PROBES has questions in.
-_SCRIPTS = {name: script for name, script in SCRIPTS.items() if name != "latin"}
+_SCRIPTS = [name for name in SCRIPTS if name != "latin"]
 #: A script counts when it holds at least this share of the letters.
 SCRIPT_SHARE = 0.1
 
@@ -305,7 +305,7 @@ def scripts_of(texts: Iterable[str]) -> frozenset[str]:
     total, counts = 0, Counter[str]()
     for text in texts:
         total += letters(text)
-        for name, script in _SCRIPTS.items():
-            counts[name] += len(script.findall(text))
+        for name in _SCRIPTS:
+            counts[name] += letters(text, [name])
     return frozenset(n for n, c in counts.items() if total and c >= SCRIPT_SHARE * total)
 
