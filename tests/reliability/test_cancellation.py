@@ -1,12 +1,15 @@
 """Async calls cancelled at any moment (a client that disconnects, ``asyncio.wait_for`` or
-``asyncio.timeout`` around them): every connection goes back to the pool, in a state fit for
-the next call (found by an exploratory review: each test fails on the code before its fix)."""
+``asyncio.timeout`` around them), and a sync one stopped by a Ctrl-C: every connection goes
+back to the pool in a state fit for the next call, or not at all (found by exploratory
+reviews: each test fails on the code before its fix)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -234,3 +237,29 @@ def test_a_write_cancelled_while_its_timeout_is_put_back_leaves_the_searchs(
         return timeouts
 
     assert set(asyncio.run(cancelled_in_the_reset())) == {"10s"}
+
+
+def test_a_write_stopped_by_ctrl_c_while_its_timeout_is_put_back_leaves_the_searchs(
+        make_kb: MakeKb, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync twin of the test above: a Ctrl-C (SIGINT) while the reset runs. psycopg
+    cancels the statement on the server and raises KeyboardInterrupt; the connection went back
+    to the pool idle, with the ingest's 10 minutes for every search that took it next."""
+    kb = make_kb()
+    pool = kb._pools.sync()
+    monkeypatch.setattr(pools, "_TIMEOUT", "SELECT set_config('statement_timeout', %s, false), "
+                        "pg_sleep(0.3)")
+    ctrl_c = threading.Timer(0.15, signal.pthread_kill,  # the body is done: the reset sleeps
+                             (threading.main_thread().ident, signal.SIGINT))
+    ctrl_c.start()
+    with pytest.raises(KeyboardInterrupt):
+        with kb._pools.writing():
+            pass
+        time.sleep(5)  # not reached: the signal comes in the reset
+    ctrl_c.join()
+    conns = [pool.getconn(timeout=5) for _ in range(pool.max_size)]
+    try:
+        timeouts = {str(c.execute("SHOW statement_timeout").fetchone()[0]) for c in conns}
+    finally:
+        for c in conns:
+            pool.putconn(c)
+    assert timeouts == {"10s"}

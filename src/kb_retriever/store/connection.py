@@ -182,6 +182,18 @@ async def finish(work: Awaitable[T]) -> T:
         raise
 
 
+def run_or_close(conn: Any, query: str, params: list[str]) -> None:
+    """Run ``query`` on a pooled ``conn``, or close it when stopped half-way (a Ctrl-C: psycopg
+    cancels the statement on the server and raises): the pool would keep the connection idle
+    without what the statement set, and it discards a closed one. The sync twin of
+    :func:`finish`, for a statement that restores a connection's settings."""
+    try:
+        conn.execute(query, params)
+    except BaseException:
+        conn.close()
+        raise
+
+
 @contextlib.asynccontextmanager
 async def aconnection(pool: Any) -> AsyncIterator[Any]:
     """``pool.connection()`` whose connection goes back whatever cancels the caller

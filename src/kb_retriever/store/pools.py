@@ -252,10 +252,11 @@ class Pools:
                                        [str(self.settings.ingest_statement_timeout_ms)]).fetchone()
                     before = row[0] if row else None
                 yield Session(conn, distributed=self.distributed, space=self._space)
-            finally:
+            finally:  # a Ctrl-C in the reset closes the connection rather than leave it so
                 if _idle(conn):
                     if session:
-                        conn.execute(_TIMEOUT, [str(before or self.settings.statement_timeout_ms)])
+                        connection.run_or_close(
+                            conn, _TIMEOUT, [str(before or self.settings.statement_timeout_ms)])
                     if self.replicas:
                         self._wrote(conn)
 
