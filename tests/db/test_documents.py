@@ -345,3 +345,49 @@ def test_a_bulk_load_with_the_embedder_calibrates_each_project(make_kb) -> None:
     calibrated = {p: kb.search("payment queue", project=p).meta["calibration"]["calibrated"]
                   for p in ("plain", "a", "b")}
     assert calibrated == {"plain": False, "a": True, "b": True}
+
+
+class _FailsOn(HashingEmbedder):
+    """Embeds as :class:`HashingEmbedder`, but fails on a text that holds ``word``."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__(64)
+        self.word = word
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if any(self.word in t for t in texts):
+            raise RuntimeError("the embedding service is rate limited")
+        return super().embed_documents(texts)
+
+
+def test_a_borrowed_pool_that_is_not_autocommit_keeps_what_a_failed_write_saved(new_database):
+    """Each document of a write commits on its own. On a borrowed connection that is not
+    autocommit (psycopg's default), the first statement opened a transaction that held the
+    whole call: each document's transaction was a savepoint in it, and when the second
+    document's embedding failed the pool rolled the first back, while the error said it
+    was saved."""
+    url = new_database()
+    with ConnectionPool(url, min_size=1, max_size=2, open=True) as pool:
+        with KnowledgeBase(embedder=_FailsOn("BOOM"), pool=pool) as kb:
+            with pytest.raises(IngestError) as raised:
+                kb.add_documents([{"text": "The first document is fine.", "id": "a"},
+                                  {"text": "The second one says BOOM.", "id": "b"}])
+            assert raised.value.saved == ["a"]
+            assert [d.id for d in kb.get_by_ids(["a", "b"])] == ["a"]
+        with pool.connection() as conn:  # given back in the owner's mode
+            assert not conn.autocommit
+
+
+async def test_a_borrowed_async_pool_that_is_not_autocommit_gets_its_mode_back(new_database):
+    """The async twin: the connections run our statements in autocommit and go back to the
+    owner's pool as they came."""
+    url = new_database()
+    async with AsyncConnectionPool(url, min_size=1, max_size=1, open=False) as apool:
+        async with KnowledgeBase(embedder=HashingEmbedder(64), async_pool=apool) as kb:
+            await kb.aadd_documents([{"text": "Async borrowed text.", "id": "a"}])
+            assert (await kb.asearch("async borrowed")).primary
+            assert await kb.adelete(["a"]) == 1
+        async with apool.connection() as conn:
+            assert not conn.autocommit
+            cur = await conn.execute("SELECT count(*) FROM kb_documents")
+            assert (await cur.fetchone()) == (0,)
