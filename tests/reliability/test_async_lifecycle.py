@@ -184,3 +184,23 @@ def test_a_cancelled_first_search_does_not_throw_the_opening_pool_away(
 
     done = asyncio.run(bounded())
     assert done["ok"] >= 10, done
+
+
+def test_an_async_write_after_the_server_dropped_the_pools_connections(make_kb: MakeKb) -> None:
+    """A write is not retried, so the sync twins check the pool's idle connections first; the
+    async ones did not, and after the server had dropped them (a restart, a pooler's, an
+    ``idle_session_timeout``) an ``adelete`` failed with UnavailableError."""
+    kb = make_kb()
+    kb.add_documents([{"text": f"{TEXT} ({i})", "id": f"d{i}"} for i in range(3)])
+
+    async def drop_then_delete() -> int:
+        try:
+            assert (await kb.asearch("cache layer")).primary  # the loop's pool is open, idle
+            with psycopg.connect(kb.url, autocommit=True) as conn:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                             "datname = current_database() AND pid <> pg_backend_pid()")
+            return await kb.adelete(["d0"])
+        finally:
+            await kb.aclose()
+
+    assert asyncio.run(drop_then_delete()) == 1

@@ -262,9 +262,12 @@ class Pools:
 
     @contextlib.asynccontextmanager
     async def awriting(self) -> AsyncIterator[AsyncSession]:
-        """The async twin of :meth:`writing`."""
+        """The async twin of :meth:`writing` (its pool's idle connections checked first, as
+        :meth:`checked` does)."""
         pool = await self.asynchronous()
         session = not self.settings.transaction_pooler
+        async with atranslated():  # to its end: cut half-way, it drops the rest of them
+            await connection.finish(pool.check())
         async with atranslated(), aconnection(pool) as conn:
             before = None
             try:  # a cancellation may come at any await: the timeout is put back whatever
