@@ -53,12 +53,10 @@ def _doc_ids(values: Any) -> frozenset[int]:
         return frozenset()
     if isinstance(values, str | bytes) or not isinstance(values, Iterable):
         raise InputError("mention_doc_ids takes a list of document ids (integers)")
-    out = set()
-    for v in values:
-        if not is_row_id(v):
-            raise InputError(f"mention_doc_ids takes positive integer document ids, not {v!r:.40}")
-        out.add(v)
-    return frozenset(out)
+    ids = tuple(values)
+    if bad := [v for v in ids if not is_row_id(v)]:
+        raise InputError(f"mention_doc_ids takes positive integer document ids, not {bad[0]!r:.40}")
+    return frozenset(ids)
 
 
 def _moment(value: Any) -> datetime | None:
@@ -257,9 +255,11 @@ class KnowledgeBase(DocumentMethods):
         scope = (valid_name("tenant", self.tenant if tenant is None else tenant),
                  valid_name("project", self.project if project is None else project))
         group = (valid_name("term", term), [valid_name("synonym", s) for s in synonyms])
-        self._reads.clear()
-        with self._pools.writing() as session:
-            session.add_synonyms(*scope, *group)
+        try:
+            with self._pools.writing() as session:
+                session.add_synonyms(*scope, *group)
+        finally:
+            self._reads.clear()  # after the commit: a search meanwhile read the old groups
 
     def reembed(self, project: str | None = None, *, tenant: str | None = None) -> ReembedReport:
         """Move a project to this knowledge base's embedding model: each chunk is embedded

@@ -92,6 +92,7 @@ class ReadCache:
         self.max_entries, self.max_rows = max_entries, max_rows
         self._entries: dict[Any, tuple[float, Any]] = {}
         self._lock = threading.Lock()
+        self.generation = 0  # one more at each clear: a read sent before it is not kept
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -103,11 +104,15 @@ class ReadCache:
         hit = self._entries.get(req.cache_key)
         return hit[1] if hit and hit[0] > time.monotonic() else None
 
-    def answer(self, req: Fetch, rows: list[dict[str, Any]]) -> Any:
-        """``req``'s answer (``req.parse(rows)`` when set), kept when ``req`` is cacheable."""
+    def answer(self, req: Fetch, rows: list[dict[str, Any]], since: int) -> Any:
+        """``req``'s answer (``req.parse(rows)`` when set), kept when ``req`` is cacheable and
+        no :meth:`clear` came since it was sent (``since``: the :attr:`generation` then): a
+        read that began before a write committed must not outlive the write's clear."""
         answer = req.parse(rows) if req.parse is not None else rows
         if req.cache_key is not None and req.cache_ttl > 0 and len(rows) <= self.max_rows:
             with self._lock:
+                if since != self.generation:
+                    return answer
                 self._entries.pop(req.cache_key, None)
                 self._entries[req.cache_key] = (time.monotonic() + req.cache_ttl, answer)
                 while len(self._entries) > self.max_entries:
@@ -115,7 +120,9 @@ class ReadCache:
         return answer
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self.generation += 1
+            self._entries.clear()
 
 
 class SearchSession:
@@ -151,6 +158,7 @@ class SearchSession:
         cached = self._cache.get(req)
         if cached is not None:
             return cached
+        since = self._cache.generation
         for attempt in (1, 2):
             try:
                 if not held:
@@ -163,11 +171,11 @@ class SearchSession:
                             cur.execute(stmt)
                         cur.execute(req.query, req.params, prepare=prepared(req),
                                     binary=req.binary)
-                        return self._cache.answer(req, cur.fetchall())
+                        return self._cache.answer(req, cur.fetchall(), since)
                 with conn.cursor(row_factory=dict_row) as cur:
                     cur.execute(req.query, req.params, prepare=prepared(req),
                                 binary=req.binary)
-                    return self._cache.answer(req, cur.fetchall())
+                    return self._cache.answer(req, cur.fetchall(), since)
             except psycopg.Error as exc:
                 _release(self._pool, held)  # the pool discards it if it is broken
                 if attempt == 1 and is_retryable(exc):
@@ -257,6 +265,7 @@ class AsyncSearchSession:
         cached = self._cache.get(req)
         if cached is not None:
             return cached
+        since = self._cache.generation
         for attempt in (1, 2):
             try:
                 if not held:
@@ -269,11 +278,11 @@ class AsyncSearchSession:
                             await cur.execute(stmt)
                         await cur.execute(req.query, req.params, prepare=prepared(req),
                                           binary=req.binary)
-                        return self._cache.answer(req, await cur.fetchall())
+                        return self._cache.answer(req, await cur.fetchall(), since)
                 async with conn.cursor(row_factory=dict_row) as cur:
                     await cur.execute(req.query, req.params, prepare=prepared(req),
                                       binary=req.binary)
-                    return self._cache.answer(req, await cur.fetchall())
+                    return self._cache.answer(req, await cur.fetchall(), since)
             except psycopg.Error as exc:
                 await _arelease(self._pool, held)
                 if attempt == 1 and is_retryable(exc):
