@@ -121,8 +121,10 @@ class DocumentMethods:
         draft, ids = docs.chunks_draft(document_id, chunks, metadata, self.settings, version)
         try:
             with self._pools.writing() as session:
-                written = docs.write_chunks(session, self.embedder, tenant=tenant,
-                                            project=project, draft=draft)
+                written = docs.write_chunks(
+                    session, self.embedder, tenant=tenant, project=project, draft=draft,
+                    stored=lambda uids: self.get_chunks(uids, project=project, tenant=tenant,
+                                                        consistent=True))
                 after_write(session, self.embedder, tenant, project, len(written))
         finally:
             self._reads.clear()

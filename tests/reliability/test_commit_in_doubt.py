@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from kb_retriever import HashingEmbedder, KnowledgeBase, Settings, WriteError
+from kb_retriever import HashingEmbedder, KnowledgeBase, Settings, UnavailableError, WriteError
 
 pytestmark = pytest.mark.db
 
@@ -29,6 +29,8 @@ class _CommitCutter:
         self.port = self.listener.getsockname()[1]
         self.armed = False
         self.cuts = 0
+        self.muted: set[int] = set()  # the pairs whose replies are no longer passed on
+        self.lose_commit = False  # cut before the COMMIT reaches the server: nothing commits
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -50,16 +52,23 @@ class _CommitCutter:
         copying = False
         try:
             while data := a.recv(65536):
-                b.sendall(data)
+                if not outbound and id(pair) in self.muted:
+                    return  # the reply to the COMMIT: lost
+                cut = False
                 if outbound and self.armed:
                     copying = copying or b"COPY kb_chunks" in data
-                    if copying and b"COMMIT" in data:
-                        self.armed = False
-                        time.sleep(0.5)  # the server commits; its reply is not passed on
-                        self.cuts += 1
-                        for s in pair:
-                            s.shutdown(socket.SHUT_RDWR)
-                        return
+                    cut = copying and b"COMMIT" in data
+                if cut:
+                    self.armed = False
+                    self.muted.add(id(pair))
+                if not (cut and self.lose_commit):
+                    b.sendall(data)
+                if cut:
+                    time.sleep(0.5)  # the server commits; its reply is not passed on
+                    self.cuts += 1
+                    for s in pair:
+                        s.shutdown(socket.SHUT_RDWR)
+                    return
         except OSError:
             pass
 
@@ -86,6 +95,32 @@ def test_a_write_committed_before_its_connection_died_is_reported_saved(
                               {"text": "# Fourth\n\ntwo", "id": "fourth"},
                               {"text": "# Fifth\n\nnever tried", "id": "fifth"}])
         assert err.value.saved == ["third"] and set(err.value.failed) == {"fourth", "fifth"}
+    finally:
+        kb.close()
+        proxy.close()
+
+
+def test_chunks_committed_before_their_connection_died_are_reported_saved(
+        new_database: Callable[[], str]) -> None:
+    """``upsert_chunks`` (every LlamaIndex ``add`` and LangChain canonical split) had no such
+    check: a commit whose reply was lost came back as UnavailableError, and the framework
+    stores reported the saved group failed and every later one not written."""
+    url = new_database()
+    proxy = _CommitCutter(conninfo_to_dict(url))
+    via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
+    kb = KnowledgeBase(Settings(pool_min_size=1, pool_max_size=2), embedder=HashingEmbedder(64),
+                       database_url=via).open()
+    chunks = [{"text": "Redis is the cache.", "id": "c1", "metadata": {"page": 1}},
+              {"text": "Eviction is LRU.", "id": "c2", "metadata": {"page": 2, "at": None}}]
+    try:
+        proxy.armed = True
+        assert kb.upsert_chunks("dec-cache", chunks, metadata={"type": "decision"}) == ["c1", "c2"]
+        assert proxy.cuts == 1
+        assert [c.id for c in kb.get_chunks(["c1", "c2"])] == ["c1", "c2"]
+        proxy.armed = proxy.lose_commit = True  # not committed: reported failed, nothing saved
+        with pytest.raises(UnavailableError):
+            kb.upsert_chunks("dec-cache", [{**chunks[0], "text": "Memcached is the cache."}])
+        assert [c.text for c in kb.get_chunks(["c1"])] == ["Redis is the cache."]
     finally:
         kb.close()
         proxy.close()

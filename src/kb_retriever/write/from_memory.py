@@ -349,15 +349,38 @@ def _committed(draft: DocumentDraft, stored_hash: Callable[[DocumentDraft], str 
 
 
 def write_chunks(session: Session, embedder: Embedder, *, tenant: str, project: str,
-                 draft: DocumentDraft) -> list[str]:
+                 draft: DocumentDraft,
+                 stored: Callable[[list[str]], Sequence[StoredChunk]] | None = None
+                 ) -> list[str]:
     """Add or replace the draft's chunks in its document (:func:`chunks_draft`); the ids of
-    the chunks written."""
+    the chunks written. When the connection is lost during the write, ``stored`` (the chunks
+    of the given ids, read on another connection) tells whether its commit went through: a
+    write found saved is reported saved, as :func:`write_records` does."""
     for w in draft.canonical_warnings:
         logger.warning("%s: %s", draft.source_path, w)
     session.check_project(tenant, project)
     vectors = _vectors(session, embedder, tenant, draft)
     session.prepare_writes()
-    return session.merge_chunks(tenant, project, draft, vectors)
+    try:
+        return session.merge_chunks(tenant, project, draft, vectors)
+    except KbError:
+        if session.broken and stored is not None and _chunks_committed(draft, stored):
+            return [c.uid or "" for c in draft.chunks]
+        raise
+
+
+def _chunks_committed(draft: DocumentDraft,
+                      stored: Callable[[list[str]], Sequence[StoredChunk]]) -> bool:
+    """Whether the store holds each of ``draft``'s chunks in its document, with its text and
+    metadata (asked after a write of them lost its connection)."""
+    try:
+        found = {c.id: c for c in stored([c.uid or "" for c in draft.chunks])}
+    except KbError:
+        return False  # the server is still unreachable: the write stays reported as failed
+    return all((s := found.get(c.uid or "")) is not None and s.document_id == draft.source_path
+               and s.text == c.text
+               and dict(s.metadata) == json.loads(json.dumps(dict(c.metadata), default=str))
+               for c in draft.chunks)
 
 
 def _write_record(session: Session, embedder: Embedder, tenant: str, project: str,
