@@ -263,3 +263,27 @@ def test_a_write_stopped_by_ctrl_c_while_its_timeout_is_put_back_leaves_the_sear
         for c in conns:
             pool.putconn(c)
     assert timeouts == {"10s"}
+
+
+def test_a_write_stopped_by_ctrl_c_in_its_first_statement_leaves_the_searchs_timeout(
+        make_kb: MakeKb, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C while the write's first statement (the one that raises the timeout) runs: no
+    connection goes back idle with the ingest's 10 minutes (the statement is cancelled, and a
+    connection whose first statement was stopped after it ran is closed)."""
+    kb = make_kb()
+    pool = kb._pools.sync()
+    monkeypatch.setattr(pools, "_WRITE_TIMEOUT", pools._WRITE_TIMEOUT + ", pg_sleep(0.3)")
+    ctrl_c = threading.Timer(0.15, signal.pthread_kill,
+                             (threading.main_thread().ident, signal.SIGINT))
+    ctrl_c.start()
+    with pytest.raises(KeyboardInterrupt):
+        with kb._pools.writing():
+            time.sleep(5)  # not reached: the signal comes in the first statement
+    ctrl_c.join()
+    conns = [pool.getconn(timeout=5) for _ in range(pool.max_size)]
+    try:
+        timeouts = {str(c.execute("SHOW statement_timeout").fetchone()[0]) for c in conns}
+    finally:
+        for c in conns:
+            pool.putconn(c)
+    assert timeouts == {"10s"}

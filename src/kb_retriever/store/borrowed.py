@@ -87,6 +87,10 @@ class BorrowedPool:
             finally:
                 self._restore(conn)
 
+    @property
+    def max_size(self) -> int:
+        return int(self.pool.max_size)
+
     def check(self) -> None:
         self.pool.check()
 
@@ -134,6 +138,10 @@ class BorrowedAsyncPool:
     async def putconn(self, conn: Any) -> None:
         await self._restore(conn)
         await self.pool.putconn(conn)
+
+    @property
+    def max_size(self) -> int:
+        return int(self.pool.max_size)
 
     async def check(self) -> None:
         await self.pool.check()

@@ -182,6 +182,48 @@ async def finish(work: Awaitable[T]) -> T:
         raise
 
 
+@contextlib.contextmanager
+def live_connection(pool: Any, first: str, params: list[str]) -> Iterator[tuple[Any, Any]]:
+    """A connection of ``pool`` and the row its ``first`` statement returned. A write is not
+    retried, so it must not start on a connection the server has dropped (a restart, a
+    pooler's, an ``idle_session_timeout``): ``first`` runs again on another connection while
+    the one it ran on is broken, up to once for each connection the pool may hold (the pool
+    discards a broken one). Searches retry instead. ``pool.check()``, which this replaces,
+    pinged every idle connection and took them all out of the pool meanwhile."""
+    for attempt in range(pool.max_size + 1):
+        with pool.connection() as conn:
+            try:
+                row = conn.execute(first, params).fetchone()
+            except psycopg.OperationalError:
+                if conn.broken and attempt < pool.max_size:
+                    continue
+                raise
+            except BaseException:  # a Ctrl-C: what ``first`` set may hold, and nothing puts
+                conn.close()  # it back; the pool discards a closed connection
+                raise
+            yield conn, row
+            return
+
+
+@contextlib.asynccontextmanager
+async def alive_connection(pool: Any, first: str, params: list[str]
+                           ) -> AsyncIterator[tuple[Any, Any]]:
+    """The async twin of :func:`live_connection`."""
+    for attempt in range(pool.max_size + 1):
+        async with aconnection(pool) as conn:
+            try:
+                row = await (await conn.execute(first, params)).fetchone()
+            except psycopg.OperationalError:
+                if conn.broken and attempt < pool.max_size:
+                    continue
+                raise
+            except BaseException:  # a cancellation (see the sync twin)
+                await finish(conn.close())
+                raise
+            yield conn, row
+            return
+
+
 def run_or_close(conn: Any, query: str, params: list[str]) -> None:
     """Run ``query`` on a pooled ``conn``, or close it when stopped half-way (a Ctrl-C: psycopg
     cancels the statement on the server and raises): the pool would keep the connection idle

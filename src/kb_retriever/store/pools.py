@@ -48,6 +48,15 @@ _WAL_POSITION = "SELECT pg_current_wal_lsn()::text"
 _INHERITED: list[Any] = []
 
 
+def _first_write(session: bool, settings: Settings) -> tuple[str, list[str]]:
+    """A write's first statement and its parameters: the ingest's statement timeout (which
+    returns the search's, to put back), or behind a transaction pooler, where the server's
+    timeout holds, a statement that only shows the connection answers."""
+    if session:
+        return _WRITE_TIMEOUT, [str(settings.ingest_statement_timeout_ms)]
+    return "SELECT NULL", []
+
+
 def _idle(conn: Any) -> bool:
     """Whether a statement may run on ``conn`` now: a Ctrl-C or a cancellation can stop a call
     half-way, and a statement sent then fails (masking the interrupt); the pool discards such
@@ -213,15 +222,6 @@ class Pools:
             raise StoreError("the knowledge base is not open; call open() or use `with`")
         return self._pool
 
-    def checked(self) -> Any:
-        """The sync pool, its idle connections checked first: a write is not retried, so it
-        must not start on a connection the server has dropped (searches skip the check and
-        retry)."""
-        pool = self.sync()
-        with translated():
-            pool.check()
-        return pool
-
     @contextlib.contextmanager
     def session(self, target: Target | None = None) -> Iterator[Session]:
         """A pooled connection's :class:`~kb_retriever.store.session.Session`, for reads (on
@@ -239,18 +239,15 @@ class Pools:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Session]:
-        """A session for writes (on a connection of :meth:`checked`), its statement timeout
-        the ingest's (``KB_INGEST_STATEMENT_TIMEOUT_MS``: a large document's COPY, or a writer
-        queued behind another writer of the same document, may take longer than a search
-        may), given back with the search's."""
+        """A session for writes (on a live connection: ``connection.live_connection``), its
+        statement timeout the ingest's (``KB_INGEST_STATEMENT_TIMEOUT_MS``: a large document's
+        COPY, or a writer queued behind another writer of the same document, may take longer
+        than a search may), given back with the search's."""
         session = not self.settings.transaction_pooler  # else the server's timeout holds
-        with translated(), self.checked().connection() as conn:
-            before = None
+        first, params = _first_write(session, self.settings)
+        with translated(), connection.live_connection(self.sync(), first, params) as (conn, row):
+            before = row[0] if session and row else None
             try:
-                if session:
-                    row = conn.execute(_WRITE_TIMEOUT,
-                                       [str(self.settings.ingest_statement_timeout_ms)]).fetchone()
-                    before = row[0] if row else None
                 yield Session(conn, distributed=self.distributed, space=self._space)
             finally:  # a Ctrl-C in the reset closes the connection rather than leave it so
                 if _idle(conn):
@@ -262,19 +259,13 @@ class Pools:
 
     @contextlib.asynccontextmanager
     async def awriting(self) -> AsyncIterator[AsyncSession]:
-        """The async twin of :meth:`writing` (its pool's idle connections checked first, as
-        :meth:`checked` does)."""
+        """The async twin of :meth:`writing`."""
         pool = await self.asynchronous()
         session = not self.settings.transaction_pooler
-        async with atranslated():  # to its end: cut half-way, it drops the rest of them
-            await connection.finish(pool.check())
-        async with atranslated(), aconnection(pool) as conn:
-            before = None
+        first, params = _first_write(session, self.settings)
+        async with atranslated(), connection.alive_connection(pool, first, params) as (conn, row):
+            before = row[0] if session and row else None
             try:  # a cancellation may come at any await: the timeout is put back whatever
-                if session:
-                    row = await (await conn.execute(_WRITE_TIMEOUT, [
-                        str(self.settings.ingest_statement_timeout_ms)])).fetchone()
-                    before = row[0] if row else None
                 yield AsyncSession(conn, distributed=self.distributed)
             finally:  # the reset runs to its end, cancelled or not: cut half-way, the
                 if _idle(conn):  # server may keep the ingest's timeout on an idle connection
