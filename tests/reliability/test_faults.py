@@ -75,7 +75,7 @@ def test_search_recovers_after_backends_are_terminated(
 def test_writes_start_on_live_connections_after_backends_are_terminated(
         make_kb: Callable[..., KnowledgeBase], pg_server_url: str, tmp_path: Path) -> None:
     """The pools do not check a connection on checkout (searches retry instead); writes, which
-    are not retried, check the pool first."""
+    are not retried, start on a connection that answered their first statement."""
     (tmp_path / "a.md").write_text(GOOD)
     kb = make_kb(settings=Settings(pool_min_size=2, pool_max_size=4))
     kb.ingest([tmp_path])
