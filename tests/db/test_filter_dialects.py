@@ -171,3 +171,35 @@ def test_typed_checks_come_before_between(kb: KnowledgeBase) -> None:
 def test_a_day_matches_its_documents(kb: KnowledgeBase) -> None:
     assert _keys(kb, where_filters({"doc_date": "2026-03-01"})) == {"dec-cache"}
     assert "dec-cache" not in _keys(kb, where_filters({"doc_date": {"$ne": "2026-03-01"}}))
+
+
+def test_a_metadata_filter_beside_doc_ids_in_filter_mode_keeps_its_values(make_kb) -> None:
+    """``KB_MENTIONS_MODE=filter`` with doc ids and a metadata filter: the legs named the
+    expression's values from w1 (after ``f_doc_ids``), the graph hop of the same statement,
+    which leaves doc ids out, from w0, and its values overwrote the legs' (the legs looked
+    up the key '"sre"'): every such search came back empty."""
+    kb = make_kb(settings=Settings(mentions_mode="filter"))
+    kb.add_documents([
+        {"id": "pager", "text": "# Pager\n\nThe on-call engineer is paged by Opsgenie.",
+         "metadata": {"team": "sre"}},
+        {"id": "payroll", "text": "# Payroll\n\nThe on-call allowance is paid monthly.",
+         "metadata": {"team": "finance"}}])
+    pager = next(h.document.id for h in kb.search("Opsgenie pager").primary
+                 if h.document.source_path == "pager")
+    found = kb.search("on-call engineer", filters={"doc_ids": [pager],
+                                                     "metadata": {"team": "sre"}})
+    assert [h.document.source_path for h in found.primary] == ["pager"]
+
+
+def test_a_filter_on_true_after_one_on_1_binds_true(make_kb) -> None:
+    """The statement cache keyed the filters by equality, and ``True == 1`` in Python: a search
+    filtering ``archived == true`` after one filtering ``archived == 1`` bound 1, and got the
+    other document, silently (JSON's 1 is not true)."""
+    kb = make_kb()
+    kb.add_documents([
+        {"id": "one", "text": "# Cache\n\nRedis is the cache layer.", "metadata": {"archived": 1}},
+        {"id": "true", "text": "# Cache\n\nRedis is the cache layer, archived.",
+         "metadata": {"archived": True}}])
+    for value, want in ((1, ["one"]), (True, ["true"]), (0, []), (False, []), (1.0, ["one"])):
+        found = kb.search("redis cache layer", filters={"metadata": {"archived": value}})
+        assert [h.document.source_path for h in found.primary] == want, value

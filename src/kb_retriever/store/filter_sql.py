@@ -164,10 +164,14 @@ def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.C
     if filters.date_to:
         parts.append(sql.SQL("coalesce(d.doc_date, d.indexed_at) <= %(f_date_to)s"))
         p["f_date_to"] = filters.date_to
-    # one renderer, one parameter namespace for both expressions (filter_expr)
+    # one renderer, one parameter namespace for both expressions (filter_expr), named from w0
+    # whatever the other dimensions bind: the graph hop renders the same filters without
+    # doc_ids, and its params join the legs' in one statement (sql.candidates_sql)
+    exprs: Params = {}
     for expr in (filters.metadata, filters.where):
         if expr is not None:
-            parts.append(_render(expr, p))
+            parts.append(_render(expr, exprs))
+    p.update(exprs)
     if not parts:
         return sql.SQL(""), p
     return sql.SQL(" AND ") + sql.SQL(" AND ").join(parts), p

@@ -221,7 +221,7 @@ def _remembered(build: Callable[..., tuple[sql.Composed, Params]]
     (``parse_filters`` gives tuples). Callers must not change the returned params (they copy
     them into their own)."""
     @functools.lru_cache(maxsize=256)
-    def remembered(*args: Any, **kwargs: Any) -> tuple[sql.Composable, Params]:
+    def remembered(_typed: str, *args: Any, **kwargs: Any) -> tuple[sql.Composable, Params]:
         query, params = build(*args, **kwargs)
         return Statement(query), params
 
@@ -231,7 +231,9 @@ def _remembered(build: Callable[..., tuple[sql.Composed, Params]]
             hash((args, tuple(kwargs.items())))
         except TypeError:
             return build(*args, **kwargs)
-        return remembered(*args, **kwargs)
+        # True == 1 == 1.0 and hash alike, but a filter binds them as different JSON values:
+        # their reprs tell them apart, so a cached statement never binds another's value
+        return remembered(repr((args, kwargs)), *args, **kwargs)
 
     return statement
 
