@@ -17,6 +17,7 @@ from langchain_core.retrievers import BaseRetriever, LangSmithRetrieverParams
 from pydantic import ConfigDict, Field
 
 from kb_retriever import InputError, KnowledgeBase, SearchResult, Settings
+from kb_retriever.models.results import CONTEXT_CUTOFF
 from kb_retriever.ranking.mmr import mmr_order
 
 from ._convert import result_to_documents
@@ -234,25 +235,31 @@ class KBRetriever(BaseRetriever):
         maximal marginal relevance first; the scores stay the pipeline's.
         """
         call = self._call(kwargs)
+        k: int | None = call.k
         if self.search_type == "mmr":
-            result = self._mmr(result, call)
+            result, k = self._mmr(result, call), None  # MMR's order, cut to k already
         elif call.score_threshold is not None:
             threshold = call.score_threshold
             result = replace(
                 result, primary=tuple(h for h in result.primary if h.score >= threshold),
                 runner_up=tuple(h for h in result.runner_up if h.score >= threshold))
-        return result_to_documents(result, k=call.k, include_context=call.include_context,
+        return result_to_documents(result, k=k, include_context=call.include_context,
                                    include_expanded=call.include_expanded,
                                    include_rejected=call.include_rejected)
 
     def _mmr(self, result: SearchResult, call: _Call) -> SearchResult:
-        hits = result.top_k(call.limit)  # what the cutoff moved out is ranked too
-        if len(hits) <= 1:
-            return result
-        vectors = np.asarray(self.kb.embedder.embed_documents([h.text for h in hits]),
-                             dtype=np.float32)
-        order = mmr_order([h.score for h in hits], vectors, call.k, call.lambda_mult)
-        return replace(result, primary=tuple(hits[i] for i in order))
+        """``result`` with MMR's ``k`` picks, in its order, as the primary hits. What the
+        adaptive cutoff moved out is ranked too, and leaves ``runner_up`` (else ``top_k``
+        would add it a second time)."""
+        hits = result.top_k(call.limit)
+        order: Any = range(len(hits))
+        if len(hits) > 1:
+            vectors = np.asarray(self.kb.embedder.embed_documents([h.text for h in hits]),
+                                 dtype=np.float32)
+            order = mmr_order([h.score for h in hits], vectors, call.k, call.lambda_mult)
+        return replace(result, primary=tuple(hits[i] for i in order)[:call.k],
+                       runner_up=tuple(h for h in result.runner_up
+                                       if not h.metadata.get(CONTEXT_CUTOFF)))
 
     # --- BaseRetriever hooks --------------------------------------------------------------
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import date
 from typing import Any, Literal
@@ -133,6 +134,9 @@ def kb_search_tool(source: KnowledgeBase | KBRetriever, *, name: str = "kb_searc
             result = await retriever.asearch(query, **opts)
         except KbError as exc:
             raise ToolException(str(exc)) from exc
+        if retriever.search_type == "mmr":  # the embedder is synchronous: keep the loop free
+            return render.render(result), await asyncio.to_thread(
+                retriever.to_documents, result, **opts)
         return render.render(result), retriever.to_documents(result, **opts)
 
     return StructuredTool.from_function(

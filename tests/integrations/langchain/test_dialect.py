@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from langchain_kb_retriever import KBRetriever
 
 from kb_retriever import FilterError, InputError, KnowledgeBase
+from kb_retriever.models import Origin
+from kb_retriever.models.results import CONTEXT_CUTOFF
 
 pytestmark = pytest.mark.db
 
@@ -62,6 +66,25 @@ def test_mmr_returns_k_diverse_documents(example_kb: KnowledgeBase) -> None:
     assert len(mmr) == 4 and len({d.id for d in mmr}) == 4
     assert mmr[0].id == plain[0].id  # relevance is the pipeline's score: its best stays first
     assert [d.id for d in mmr] != [d.id for d in plain]
+
+
+def test_mmr_over_hits_the_cutoff_moved_out_returns_each_once_in_its_order(
+        example_kb: KnowledgeBase) -> None:
+    """MMR ranks what the adaptive cutoff moved to the runner-ups too; its picks became the
+    primary hits, but the moved ones stayed in ``runner_up``, so ``top_k`` added them again
+    and sorted the lot by score: a document twice, another lost, MMR's order gone."""
+    retriever = KBRetriever(kb=example_kb, search_type="mmr",
+                            search_kwargs={"k": 4, "fetch_k": 8, "lambda_mult": 0.2})
+    found = retriever.search(QUERY)
+    hits = found.top_k(8)
+    assert len(hits) == 8
+    moved = tuple(replace(h, origin=Origin.RUNNER_UP, metadata={**h.metadata, CONTEXT_CUTOFF: True})
+                  for h in hits[2:])  # as if the cutoff had kept two
+    docs = retriever.to_documents(replace(found, primary=hits[:2], runner_up=moved))
+    picked = retriever._mmr(replace(found, primary=hits[:2], runner_up=moved),
+                            retriever._call({})).primary
+    assert len(docs) == 4 and len({d.id for d in docs}) == 4
+    assert [d.id for d in docs] == [h.uid for h in picked]
 
 
 async def test_mmr_async(async_example_kb: KnowledgeBase) -> None:
