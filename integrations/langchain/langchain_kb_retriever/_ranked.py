@@ -15,7 +15,7 @@ from kb_retriever.search.modes import Legs
 
 from . import _units
 
-__all__ = ["best_hits", "check_mmr", "filter_arg", "mmr_hits", "relevance", "search_args",
+__all__ = ["best_hits", "check_mmr", "filter_arg", "mmr_hits", "relevance", "search_args", "wider",
            "with_scores"]
 
 # A search asks for this many chunks per document it returns: the per-document cap keeps up to
@@ -55,6 +55,18 @@ def best_hits(result: SearchResult, k: int | None) -> list[Hit]:
     for hit in (*result.primary, *result.runner_up):
         best.setdefault(_units.unit_id(hit), hit)
     return list(best.values())[:k]
+
+
+def wider(result: SearchResult, k: int, limit: int, most: int) -> int | None:
+    """The ``limit`` to search again with when ``result`` holds fewer than ``k`` documents (or
+    parts) though its hits belong to fewer documents than they are: a long document whose
+    chunks fill the pool hides the others (four times wider, up to ``most``); None when it
+    holds k, or every hit is a document of its own (the scope holds no more)."""
+    hits = (*result.primary, *result.runner_up)
+    units = len(best_hits(result, None))
+    if units >= k or units == len(hits) or limit >= most:
+        return None
+    return min(limit * 4, most)
 
 
 def with_scores(hits: Sequence[Hit], stored: list[Document]) -> list[tuple[Document, float]]:

@@ -211,16 +211,21 @@ class KBVectorStore(VectorStore):
     def _scored(self, query: str | None, embedding: Sequence[float] | None, k: int,
                 filter: Mapping[str, Any] | None,
                 filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
-        kb = self._open()
-        result = kb.search(query, query_embedding=embedding, **self._search_args(k, filter, filters))
+        kb, args = self._open(), self._search_args(k, filter, filters)
+        result = kb.search(query, query_embedding=embedding, **args)
+        while (limit := _ranked.wider(result, k, args["limit"], kb.settings.max_limit)):
+            args["limit"] = limit  # a long document's chunks hid the others: k when k exist
+            result = kb.search(query, query_embedding=embedding, **args)
         return _ranked.stored(result, k, lambda ids: _units.fetch(kb, ids, self._scope()))
 
     async def _ascored(self, query: str | None, embedding: Sequence[float] | None, k: int,
                        filter: Mapping[str, Any] | None,
                        filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
-        kb = await self._aopen()
-        result = await kb.asearch(query, query_embedding=embedding,
-                                  **self._search_args(k, filter, filters))
+        kb, args = await self._aopen(), self._search_args(k, filter, filters)
+        result = await kb.asearch(query, query_embedding=embedding, **args)
+        while (limit := _ranked.wider(result, k, args["limit"], kb.settings.max_limit)):
+            args["limit"] = limit
+            result = await kb.asearch(query, query_embedding=embedding, **args)
         return await _ranked.astored(result, k, lambda ids: _units.afetch(kb, ids, self._scope()))
 
     def similarity_search_with_score(self, query: str, k: int = 4,

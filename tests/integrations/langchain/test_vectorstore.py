@@ -228,6 +228,25 @@ def test_k_results_when_k_exist_with_a_kb_passed_in(new_database):
             "cache layer")) < 20
 
 
+def test_k_results_when_one_long_document_holds_the_nearest_chunks(new_database):
+    """A search asks for three chunks per document; a long document whose 40 chunks are the
+    nearest filled them, and k=2 or k=4 over seven documents gave one."""
+    long = "\n\n".join(f"## Part {i}\n\nThe Redis cache cluster setting number {i} controls "
+                        "eviction and memory for the cache." for i in range(40))
+    notes = [Document(id=f"n{j}", page_content=f"Note {j}: caching guidance for service {j}, "
+                      "use a cache with TTL.") for j in range(6)]
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=new_database())
+    with kb:
+        store = KBVectorStore.from_documents(
+            [Document(id="long", page_content="# Redis cache handbook\n\n" + long), *notes],
+            kb=kb)
+        for k in (2, 4, 7):
+            docs = store.similarity_search("Redis cache eviction memory setting", k=k)
+            assert len(docs) == len({d.id for d in docs}) == k
+            assert docs[0].id == "long"
+        assert len(asyncio.run(store.asimilarity_search("Redis cache eviction", k=4))) == 4
+
+
 def test_k_above_what_one_search_returns_is_an_input_error(new_database):
     """One search returns at most ``KB_MAX_LIMIT`` hits; k above it came back silently cut to
     that many (and the runner-ups), never k."""
