@@ -17,7 +17,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.embeddings.kb import KBCoreEmbedding
 from llama_index.vector_stores.kb import KBVectorStore
 
-from kb_retriever import FilterError, HashingEmbedder, InputError
+from kb_retriever import ConfigError, FilterError, HashingEmbedder, InputError
 
 pytestmark = pytest.mark.db
 
@@ -289,6 +289,15 @@ def test_mmr_mode_trades_relevance_for_diversity(make_kb):
     diverse = store.query(_query(store, text, similarity_top_k=2, mode="mmr",
                                  mmr_threshold=0.1), mmr_prefetch_k=3)
     assert [n.ref_doc_id for n in diverse.nodes] == [plain[0], "other"]
+
+
+@pytest.mark.parametrize("factor", [float("inf"), float("nan"), 0.5, "2"])
+def test_an_mmr_prefetch_factor_that_is_no_finite_number_is_a_config_error(make_kb, factor):
+    """inf and nan passed the check and raised a raw OverflowError / ValueError in int()."""
+    store = KBVectorStore(make_kb(embedder=HashingEmbedder(64)))
+    with pytest.raises(ConfigError, match="mmr_prefetch_factor"):
+        store.query(_query(store, "cache", similarity_top_k=2, mode="mmr"),
+                    mmr_prefetch_factor=factor)
 
 
 async def test_queries_by_embedding_alone(make_kb):

@@ -11,6 +11,7 @@ no such ranking, and ignoring the mode would hide it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -66,8 +67,9 @@ def _mmr(query: VectorStoreQuery, kwargs: Mapping[str, Any]) -> tuple[int, float
     if kwargs.get("mmr_prefetch_k") is not None:
         return max(top, _positive("mmr_prefetch_k", kwargs["mmr_prefetch_k"])), float(lam)
     factor = kwargs.get("mmr_prefetch_factor", _MMR_PREFETCH_FACTOR)
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1:
-        raise ConfigError(f"mmr_prefetch_factor must be a number >= 1, got {factor!r}")
+    if (isinstance(factor, bool) or not isinstance(factor, int | float)
+            or not math.isfinite(factor) or factor < 1):  # inf, nan: a raw error from int()
+        raise ConfigError(f"mmr_prefetch_factor must be a finite number >= 1, got {factor!r}")
     return max(top, int(top * factor)), float(lam)
 
 
