@@ -232,8 +232,9 @@ def _remembered(build: Callable[..., tuple[sql.Composed, Params]]
         except TypeError:
             return build(*args, **kwargs)
         # True == 1 == 1.0 and hash alike, but a filter binds them as different JSON values:
-        # their reprs tell them apart, so a cached statement never binds another's value
-        return remembered(repr((args, kwargs)), *args, **kwargs)
+        # the filters' reprs tell them apart, so a cached statement never binds another's
+        return remembered(repr([a for a in (*args, *kwargs.values())
+                                if isinstance(a, SearchFilters)]), *args, **kwargs)
 
     return statement
 
