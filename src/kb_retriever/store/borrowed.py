@@ -48,7 +48,6 @@ class BorrowedPool:
         self.pool = pool
         self._sql = _settings_sql(settings)
         self._ready: weakref.WeakSet[Any] = weakref.WeakSet()
-
         self._lent: weakref.WeakSet[Any] = weakref.WeakSet()  # put in autocommit by us
 
     def _prepare(self, conn: Any) -> Any:
@@ -108,7 +107,6 @@ class BorrowedAsyncPool:
         self.pool = pool
         self._sql = _settings_sql(settings)
         self._ready: weakref.WeakSet[Any] = weakref.WeakSet()
-
         self._lent: weakref.WeakSet[Any] = weakref.WeakSet()
 
     async def _prepare(self, conn: Any) -> Any:
