@@ -104,3 +104,15 @@ async def pool_timeouts(kb: KnowledgeBase) -> list[str]:
     finally:
         for c in conns:
             await pool.putconn(c)
+
+
+def sync_pool_timeouts(kb: KnowledgeBase) -> set[str]:
+    """The ``statement_timeout`` of every connection of the sync pool (the twin of
+    :func:`pool_timeouts`)."""
+    pool = kb._pools.sync()
+    conns = [pool.getconn(timeout=5) for _ in range(pool.max_size)]
+    try:
+        return {str(c.execute("SHOW statement_timeout").fetchone()[0]) for c in conns}
+    finally:
+        for c in conns:
+            pool.putconn(c)

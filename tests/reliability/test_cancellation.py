@@ -19,7 +19,7 @@ import pytest
 from kb_retriever import KnowledgeBase
 from kb_retriever.store import pools
 
-from ._util import pool_timeouts, sessions
+from ._util import pool_timeouts, sessions, sync_pool_timeouts
 
 pytestmark = pytest.mark.db
 
@@ -245,7 +245,6 @@ def test_a_write_stopped_by_ctrl_c_while_its_timeout_is_put_back_leaves_the_sear
     cancels the statement on the server and raises KeyboardInterrupt; the connection went back
     to the pool idle, with the ingest's 10 minutes for every search that took it next."""
     kb = make_kb()
-    pool = kb._pools.sync()
     monkeypatch.setattr(pools, "_TIMEOUT", "SELECT set_config('statement_timeout', %s, false), "
                         "pg_sleep(0.3)")
     ctrl_c = threading.Timer(0.15, signal.pthread_kill,  # the body is done: the reset sleeps
@@ -256,13 +255,7 @@ def test_a_write_stopped_by_ctrl_c_while_its_timeout_is_put_back_leaves_the_sear
             pass
         time.sleep(5)  # not reached: the signal comes in the reset
     ctrl_c.join()
-    conns = [pool.getconn(timeout=5) for _ in range(pool.max_size)]
-    try:
-        timeouts = {str(c.execute("SHOW statement_timeout").fetchone()[0]) for c in conns}
-    finally:
-        for c in conns:
-            pool.putconn(c)
-    assert timeouts == {"10s"}
+    assert sync_pool_timeouts(kb) == {"10s"}
 
 
 def test_a_write_stopped_by_ctrl_c_in_its_first_statement_leaves_the_searchs_timeout(
@@ -271,7 +264,6 @@ def test_a_write_stopped_by_ctrl_c_in_its_first_statement_leaves_the_searchs_tim
     connection goes back idle with the ingest's 10 minutes (the statement is cancelled, and a
     connection whose first statement was stopped after it ran is closed)."""
     kb = make_kb()
-    pool = kb._pools.sync()
     monkeypatch.setattr(pools, "_WRITE_TIMEOUT", pools._WRITE_TIMEOUT + ", pg_sleep(0.3)")
     ctrl_c = threading.Timer(0.15, signal.pthread_kill,
                              (threading.main_thread().ident, signal.SIGINT))
@@ -280,10 +272,4 @@ def test_a_write_stopped_by_ctrl_c_in_its_first_statement_leaves_the_searchs_tim
         with kb._pools.writing():
             time.sleep(5)  # not reached: the signal comes in the first statement
     ctrl_c.join()
-    conns = [pool.getconn(timeout=5) for _ in range(pool.max_size)]
-    try:
-        timeouts = {str(c.execute("SHOW statement_timeout").fetchone()[0]) for c in conns}
-    finally:
-        for c in conns:
-            pool.putconn(c)
-    assert timeouts == {"10s"}
+    assert sync_pool_timeouts(kb) == {"10s"}
