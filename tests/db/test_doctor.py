@@ -144,3 +144,25 @@ def test_statement_timeout_fails_fast_with_a_store_error(make_kb, new_database):
         pytest.skip("no statement outlived a 1 ms timeout on this machine")
     finally:
         slow.close()
+
+
+def test_a_deferred_bulk_load_that_fails_half_way_gives_the_indexes_back(make_kb):
+    """The load dropped the HNSW and GIN indexes and built them at its end only: an error on
+    the way (here the caller's items) left the batches before it committed and every search
+    after it without its indexes, silently."""
+    kb = make_kb(embedder=HashingEmbedder(DIM))
+
+    def failing():
+        for n, item in enumerate(_items(60)):
+            if n == 40:
+                raise RuntimeError("the source database went away")
+            yield item
+
+    with pytest.raises(RuntimeError, match="went away"):
+        bulk_load(kb.url, failing(), tenant="default", batch_docs=25, defer_indexes=True)
+    with psycopg.connect(kb.url) as conn:
+        indexes = {r[0]: r[1] for r in conn.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
+            "ON c.oid = i.indexrelid WHERE c.relname IN ('kb_chunks_hnsw_1', 'kb_chunks_tsv_ix')")}
+        assert indexes == {"kb_chunks_hnsw_1": True, "kb_chunks_tsv_ix": True}
+        assert conn.execute("SELECT count(*) FROM kb_documents").fetchone()[0] >= 25

@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -32,6 +33,9 @@ from ..store.bulk_copy import BulkSession, connect
 from .recalibrate import calibrate_project
 
 __all__ = ["BulkReport", "bulk_load"]
+
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class BulkReport:
@@ -122,6 +126,56 @@ def _dimension(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]]
     return None, seen, iter(seen)
 
 
+def _load(url: str, tenant: str, model: tuple[str | None, int],
+          items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], batch_docs: int,
+          workers: int, report: BulkReport) -> set[str]:
+    """Write the items over ``workers`` connections, adding their counts to ``report``; the
+    projects loaded. The first writer's error is raised once every writer has stopped."""
+    n = max(1, workers)
+    work: queue.Queue[Any] = queue.Queue(maxsize=2 * n)
+    reports = [BulkReport() for _ in range(n)]
+    errors: list[BaseException] = []
+    threads = [threading.Thread(target=_writer, args=(url, tenant, model, work, r, errors),
+                                daemon=True) for r in reports]
+    for th in threads:
+        th.start()
+    projects: set[str] = set()
+    try:
+        for groups in _batches(items, batch_docs):
+            if errors:
+                break
+            projects.update(groups)
+            work.put(groups)
+    finally:
+        for _ in threads:
+            work.put(None)
+        for th in threads:
+            th.join()
+    if errors:
+        raise errors[0]
+    for r in reports:
+        report.documents += r.documents
+        report.chunks += r.chunks
+        report.updated += r.updated
+        report.unchanged += r.unchanged
+    return projects
+
+
+def _rebuild_after_failure(session: BulkSession, saved: Sequence[tuple[str, str]]) -> None:
+    """Build again the indexes a deferred load dropped, when the load failed half-way: the
+    batches before the error stay committed, and without them every search scanned exactly
+    from then on, silently. A build that fails too is logged with what to run; the load's
+    own error is the one raised."""
+    try:
+        session.build_indexes(saved)
+    except BaseException as exc:
+        logger.error("bulk_load failed, and building its dropped search indexes again failed "
+                     "too (%s): run these statements to restore them: %s", exc,
+                     "; ".join(definition for _, definition in saved))
+        if not isinstance(exc, Exception):
+            raise
+
+
 def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], *,
               tenant: str, batch_docs: int = 500, defer_indexes: bool = False,
               workers: int = 2, embedder: Embedder | None = None,
@@ -156,33 +210,11 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
     with connect(url, model_id=model[0], dimension=model[1]) as session:
         saved = session.drop_search_indexes() if defer_indexes else []
         t0 = time.perf_counter()
-        n = max(1, workers)
-        work: queue.Queue[Any] = queue.Queue(maxsize=2 * n)
-        reports = [BulkReport() for _ in range(n)]
-        errors: list[BaseException] = []
-        threads = [threading.Thread(target=_writer, args=(url, tenant, model, work, r, errors),
-                                    daemon=True) for r in reports]
-        for th in threads:
-            th.start()
-        projects: set[str] = set()
         try:
-            for groups in _batches(items, batch_docs):
-                if errors:
-                    break
-                projects.update(groups)
-                work.put(groups)
-        finally:
-            for _ in threads:
-                work.put(None)
-            for th in threads:
-                th.join()
-        if errors:
-            raise errors[0]
-        for r in reports:
-            report.documents += r.documents
-            report.chunks += r.chunks
-            report.updated += r.updated
-            report.unchanged += r.unchanged
+            projects = _load(url, tenant, model, items, batch_docs, workers, report)
+        except BaseException:
+            _rebuild_after_failure(session, saved)
+            raise
         report.load_s = time.perf_counter() - t0
         if saved:
             report.index_build_s.update(session.build_indexes(saved))
