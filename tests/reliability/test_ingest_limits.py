@@ -336,3 +336,22 @@ def test_a_moved_folder_takes_its_new_root(make_kb: MakeKb, tmp_path: Path) -> N
     [(path, reason)] = kb.ingest([old]).failed
     assert path == "b.md" and "already holds b.md" in reason
     assert [d.text for d in kb.get_by_ids(["a.md", "b.md"])] == ["beta"]
+
+
+def test_a_canonical_file_moved_within_the_root_keeps_its_slug_with_prune(
+        make_kb: MakeKb, tmp_path: Path) -> None:
+    """``git mv adr/0007.md adr/archive/0007.md``, then ``ingest docs --prune``: the new path
+    failed (its slug was the old path's) and the prune, at the end of the run, deleted the old
+    one: the decision was gone until the next run. The prune now runs first."""
+    docs = tmp_path / "docs"
+    (docs / "adr" / "archive").mkdir(parents=True)
+    adr = docs / "adr" / "0007.md"
+    adr.write_text("---\nslug: dec-cache\ntype: decision\nstatus: accepted\n---\n"
+                   "# Redis is the cache\n\nWe chose Redis.\n")
+    kb = make_kb()
+    assert kb.ingest([docs]).failed == []
+    adr.rename(docs / "adr" / "archive" / "0007.md")
+    report = kb.ingest([docs], prune=True)
+    assert report.failed == [] and report.deleted == 1
+    assert _paths(kb) == ["adr/archive/0007.md"]
+    assert kb.search("which cache did we choose").primary[0].document.slug == "dec-cache"

@@ -267,9 +267,8 @@ def _claim(conn: psycopg.Connection, tenant: str, project: str,
             [tenant, project, draft.slug, draft.source_path],
         ).fetchone()
         if clash is not None:
-            raise IngestError(
-                f"{draft.source_path}: slug {draft.slug!r} is already used by {clash[0]}"
-            )
+            raise IngestError(f"{draft.source_path}: slug {draft.slug!r} is already used by "
+                              f"{clash[0]} (a file moved? an ingest with --prune frees it)")
     return None if row is None else (int(row[0]), str(row[1]), row[2])
 
 

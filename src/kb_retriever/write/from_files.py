@@ -83,6 +83,8 @@ def ingest_paths(session: Session, embedder: Embedder, settings: Settings, *,
     roots = as_paths(paths)
     session.check_project(tenant, project)  # another model's project: one error, not one per file
     files = find_files(roots, follow_symlinks=follow_symlinks, report=report)
+    if prune:  # first: a file moved within the root takes its slug from its old path's document
+        report.deleted += prune_missing(session, tenant=tenant, project=project, roots=roots)
     elsewhere = stored_elsewhere(session, tenant, project, {f.root for f in files})
     # Files stored under another root's id first: re-keyed, their old ids are free for the
     # files of this run that have them (docs/sub/a.md stored as a.md, then docs/a.md).
@@ -104,8 +106,6 @@ def ingest_paths(session: Session, embedder: Embedder, settings: Settings, *,
             report.failed.append((found.rel, f"{type(exc).__name__}: {exc}"))
     if progress:
         progress(len(files), len(files), "")
-    if prune:
-        report.deleted += prune_missing(session, tenant=tenant, project=project, roots=roots)
     # The statistics log folded, and the trust channels' null measured again (calibrate.py):
     # after a prune, and once enough chunks were written since the last calibration.
     after_write(session, embedder, tenant, project, report.chunks_written,
