@@ -8,7 +8,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from kb_retriever import HashingEmbedder, Settings, StoreError
+from kb_retriever import HashingEmbedder, InputError, Settings, StoreError
 from kb_retriever.cli import main
 from kb_retriever.doctor import check_index
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
@@ -166,3 +166,18 @@ def test_a_deferred_bulk_load_that_fails_half_way_gives_the_indexes_back(make_kb
             "ON c.oid = i.indexrelid WHERE c.relname IN ('kb_chunks_hnsw_1', 'kb_chunks_tsv_ix')")}
         assert indexes == {"kb_chunks_hnsw_1": True, "kb_chunks_tsv_ix": True}
         assert conn.execute("SELECT count(*) FROM kb_documents").fetchone()[0] >= 25
+
+
+@pytest.mark.parametrize("vectors", [
+    np.ones((4, DIM), dtype=np.float32),  # one vector short
+    np.ones((5, DIM + 1), dtype=np.float32),  # another model's dimension
+    np.full((5, DIM), np.nan, dtype=np.float32),
+    [[1.0] * DIM] * 4 + [[1.0] * 3],  # ragged
+])
+def test_bulk_load_items_with_wrong_vectors_are_input_errors(make_kb, vectors):
+    """A document with fewer vectors than chunks was a raw ValueError in a writer thread
+    (``zip(strict=True)``); a NaN or another dimension a DataError that stopped the load."""
+    kb = make_kb(embedder=HashingEmbedder(DIM))
+    project, draft, _ = next(iter(_items(1)))
+    with pytest.raises(InputError, match="one finite vector"):
+        bulk_load(kb.url, [(project, draft, vectors)], tenant="default", embedder=kb.embedder)

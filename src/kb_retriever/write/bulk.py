@@ -26,6 +26,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..embedding import Embedder
 from ..errors import InputError
 from ..models import DocumentDraft
@@ -62,6 +64,23 @@ def _batches(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]],
             batch = []
     if batch:
         yield _by_project(batch)
+
+
+def _checked(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], dimension: int
+             ) -> Iterator[tuple[str, DocumentDraft, Sequence[Any]]]:
+    """The items, each checked before it is queued: one finite vector of ``dimension`` per
+    chunk (a short list was a raw ValueError in a writer, a NaN or another dimension a
+    DataError that aborted the load)."""
+    for project, draft, vectors in items:
+        try:
+            values = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
+        except (TypeError, ValueError):  # ragged, or not numbers
+            values = np.zeros((0, 0), dtype=np.float32)
+        if values.shape != (len(draft.chunks), dimension) or not np.isfinite(values).all():
+            raise InputError(
+                f"bulk_load: {draft.source_path} needs one finite vector of {dimension} numbers "
+                f"for each of its {len(draft.chunks)} chunks; got {len(vectors)} vectors, not so")
+        yield project, draft, vectors
 
 
 def _by_project(batch: list[tuple[str, DocumentDraft, Sequence[Any]]],
@@ -141,7 +160,7 @@ def _load(url: str, tenant: str, model: tuple[str | None, int],
         th.start()
     projects: set[str] = set()
     try:
-        for groups in _batches(items, batch_docs):
+        for groups in _batches(_checked(items, model[1]), batch_docs):
             if errors:
                 break
             projects.update(groups)
