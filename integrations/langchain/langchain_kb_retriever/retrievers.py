@@ -247,6 +247,13 @@ class KBRetriever(BaseRetriever):
                                    include_expanded=call.include_expanded,
                                    include_rejected=call.include_rejected)
 
+    async def ato_documents(self, result: SearchResult, **kwargs: Any) -> list[Document]:
+        """The async twin of :meth:`to_documents`: MMR embeds the candidates again, in a worker
+        thread (the embedder is synchronous: the event loop stays free)."""
+        if self.search_type == "mmr":
+            return await asyncio.to_thread(self.to_documents, result, **kwargs)
+        return self.to_documents(result, **kwargs)
+
     def _mmr(self, result: SearchResult, call: _Call) -> SearchResult:
         """``result`` with MMR's ``k`` picks, in its order, as the primary hits. What the
         adaptive cutoff moved out is ranked too, and leaves ``runner_up`` (else ``top_k``
@@ -269,10 +276,7 @@ class KBRetriever(BaseRetriever):
     async def _aget_relevant_documents(self, query: str, *,
                                        run_manager: AsyncCallbackManagerForRetrieverRun,
                                        **kwargs: Any) -> list[Document]:
-        result = await self.asearch(query, **kwargs)
-        if self.search_type == "mmr":  # the embedder is synchronous: keep the loop free
-            return await asyncio.to_thread(self.to_documents, result, **kwargs)
-        return self.to_documents(result, **kwargs)
+        return await self.ato_documents(await self.asearch(query, **kwargs), **kwargs)
 
     def _get_ls_params(self, **kwargs: Any) -> LangSmithRetrieverParams:
         params = super()._get_ls_params(**kwargs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import date
 from typing import Any, Literal
@@ -134,10 +133,7 @@ def kb_search_tool(source: KnowledgeBase | KBRetriever, *, name: str = "kb_searc
             result = await retriever.asearch(query, **opts)
         except KbError as exc:
             raise ToolException(str(exc)) from exc
-        if retriever.search_type == "mmr":  # the embedder is synchronous: keep the loop free
-            return render.render(result), await asyncio.to_thread(
-                retriever.to_documents, result, **opts)
-        return render.render(result), retriever.to_documents(result, **opts)
+        return render.render(result), await retriever.ato_documents(result, **opts)
 
     return StructuredTool.from_function(
         func=run, coroutine=arun, name=name, description=description,
