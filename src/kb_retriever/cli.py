@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import cli_listing
-from .errors import KbError
+from .errors import IngestInterruptedError, KbError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -213,8 +213,14 @@ def printable(text: str) -> str:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     with _kb(args) as kb:
-        report = kb.ingest(args.paths, prune=args.prune, progress=_progress(),
-                           follow_symlinks=args.follow_symlinks)
+        try:
+            report = kb.ingest(args.paths, prune=args.prune, progress=_progress(),
+                               follow_symlinks=args.follow_symlinks)
+        except IngestInterruptedError as exc:  # what was committed, for a --json reader too
+            if args.json:
+                print(json.dumps({**exc.report.__dict__, "interrupted": exc.interrupted,
+                                  "remaining": exc.remaining}, indent=2, default=str))
+            raise
     if args.json:
         print(json.dumps(report.__dict__, indent=2, default=str))
     else:

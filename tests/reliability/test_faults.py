@@ -4,6 +4,7 @@ embedded server left behind by a killed process."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import shutil
@@ -111,6 +112,31 @@ def test_an_ingest_that_loses_its_connection_says_what_it_saved(
     again = kb.ingest([tmp_path])
     assert sorted(again.unchanged) == sorted(err.report.added) and len(again.added) == 3
     assert not again.failed
+
+
+def test_the_cli_ingest_json_says_what_an_interrupted_ingest_saved(
+        make_kb: Callable[..., KnowledgeBase], pg_server_url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ingest --json`` printed nothing when the connection dropped half-way: the files it
+    had committed were in the error's report only, which the CLI dropped (stderr had a line)."""
+    from kb_retriever import cli
+
+    for n in range(6):
+        (tmp_path / f"f{n}.md").write_text(f"# File {n}\n\nRedis note number {n}.\n")
+    url = make_kb().url
+    dbname = conninfo_to_dict(url)["dbname"]
+
+    def cut_at_the_fourth(i: int, total: int, rel: str) -> None:
+        if i == 3 and rel:
+            assert _terminate_backends(pg_server_url, dbname) >= 1
+
+    monkeypatch.setattr(cli, "_progress", lambda label="ingest": cut_at_the_fourth)
+    monkeypatch.setenv("KB_EMBEDDER", "hashing")
+    code = cli.main(["--database-url", url, "ingest", str(tmp_path), "--json"])
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert code != 0 and len(report["added"]) == 3 and report["remaining"] == 2
+    assert report["interrupted"] not in report["added"] and "3 added" in err
 
 
 def test_a_statement_past_its_timeout_is_a_query_timeout_error(
