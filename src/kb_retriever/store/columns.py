@@ -9,12 +9,21 @@ A document's columns are :class:`~kb_retriever.models.DocumentRef`'s fields (its
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from psycopg import sql
 
-__all__ = ["CHUNK_COLUMNS", "CHUNK_FIELDS", "DOCUMENT_COLUMNS", "DOCUMENT_FIELDS", "DOC_COLUMNS"]
+__all__ = ["CHUNK_COLUMNS", "CHUNK_FIELDS", "DOCUMENT_COLUMNS", "DOCUMENT_FIELDS", "DOC_COLUMNS",
+           "as_json"]
+
+
+def as_json(value: Mapping[str, Any]) -> Any:
+    """A mapping as its jsonb column holds it (a chunk's metadata, a document's frontmatter):
+    dates and other objects as strings. What a write stores, and what a write whose reply was
+    lost compares the stored value with."""
+    return json.loads(json.dumps(dict(value), default=str))
 
 
 def _tags(value: Any) -> tuple[str, ...]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from ..models import DocumentDraft
 from ..ranking.text import MAX_HEADING_CHARS, clip_words, fts_prefix
 from ..vocabulary import fts_language
 from .by_id import delete_documents_sql, delete_other_kind_sql, other_kind_sql
+from .columns import as_json
 from .retry import retried
 from .rows import vector_array
 from .spaces import Space, bind
@@ -149,7 +149,7 @@ def document_values(draft: DocumentDraft) -> dict[str, Any]:
         "generation_source": draft.generation_source, "evidence_tier": draft.evidence_tier,
         "tags": list(draft.tags), "owners": list(draft.owners), "summary": draft.summary,
         "language": draft.language, "doc_date": draft.doc_date,
-        "frontmatter": Jsonb(json.loads(json.dumps(dict(draft.frontmatter), default=str))),
+        "frontmatter": Jsonb(as_json(draft.frontmatter)),
         "content": draft.content,
         "metadata": None if draft.record_metadata is None else Jsonb(dict(draft.record_metadata)),
     }
@@ -164,7 +164,7 @@ def chunk_rows(tenant: str, project: str, doc_pk: int, draft: DocumentDraft,
     for chunk, emb, uid in zip(draft.chunks, embeddings, chunk_uids(draft), strict=True):
         yield (tenant, doc_pk, project, chunk.order, chunk.heading_path, chunk.text,
                text_hash(chunk.text), fts_prefix(prefix, chunk.heading_path, chunk.text, draft.language),
-               Jsonb(json.loads(json.dumps(dict(chunk.metadata), default=str))), emb, uid, lang,
+               Jsonb(as_json(chunk.metadata)), emb, uid, lang,
                space.id)
 
 
