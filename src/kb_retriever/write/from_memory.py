@@ -46,6 +46,7 @@ from ..models import (
 )
 from ..settings import Settings
 from ..store import writer
+from ..store.columns import as_json
 from ..store.session import Session
 from ..vocabulary import CHUNKS_SOURCE_TYPE
 from .from_files import embed_chunks
@@ -365,7 +366,7 @@ def write_chunks(session: Session, embedder: Embedder, *, tenant: str, project: 
         return session.merge_chunks(tenant, project, draft, vectors)
     except KbError:
         if session.broken and stored is not None and _chunks_committed(draft, stored):
-            return [c.uid or "" for c in draft.chunks]
+            return writer.chunk_uids(draft)
         raise
 
 
@@ -373,14 +374,14 @@ def _chunks_committed(draft: DocumentDraft,
                       stored: Callable[[list[str]], Sequence[StoredChunk]]) -> bool:
     """Whether the store holds each of ``draft``'s chunks in its document, with its text and
     metadata (asked after a write of them lost its connection)."""
+    uids = writer.chunk_uids(draft)
     try:
-        found = {c.id: c for c in stored([c.uid or "" for c in draft.chunks])}
+        found = {c.id: c for c in stored(uids)}
     except KbError:
         return False  # the server is still unreachable: the write stays reported as failed
-    return all((s := found.get(c.uid or "")) is not None and s.document_id == draft.source_path
-               and s.text == c.text
-               and dict(s.metadata) == json.loads(json.dumps(dict(c.metadata), default=str))
-               for c in draft.chunks)
+    return all((s := found.get(uid)) is not None and s.document_id == draft.source_path
+               and s.text == c.text and dict(s.metadata) == as_json(c.metadata)
+               for uid, c in zip(uids, draft.chunks, strict=True))
 
 
 def _write_record(session: Session, embedder: Embedder, tenant: str, project: str,
