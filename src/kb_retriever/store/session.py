@@ -197,11 +197,10 @@ class Session:
     @_typed_errors
     def write_document(self, tenant: str, project: str, draft: DocumentDraft,
                        embeddings: Sequence[Any], source_root: str | None = None,
-                       replaces: Sequence[str] = (), seen_root: str | None = None) -> str:
+                       seen_root: str | None = None) -> str:
         return writer.write_document(self.conn, tenant=tenant, project=project, draft=draft,
                                      embeddings=embeddings, space=self.space,
-                                     source_root=source_root, seen_root=seen_root,
-                                     replaces=replaces)
+                                     source_root=source_root, seen_root=seen_root)
 
     @_typed_errors
     def merge_chunks(self, tenant: str, project: str, draft: DocumentDraft,

@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import PurePath
 from typing import Any
 
 import psycopg
@@ -198,17 +199,18 @@ def insert_edges(conn: psycopg.Connection, rows: Sequence[tuple[Any, ...]]) -> N
 
 def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
                    embeddings: Sequence[Any], space: Space, source_root: str | None = None,
-                   seen_root: str | None = None, replaces: Sequence[str] = ()) -> str:
+                   seen_root: str | None = None) -> str:
     """Insert or replace one document atomically. Returns ``added``/``updated``/``unchanged``.
 
     Concurrent writers of the same document are serialised by an advisory lock, and the hash
     is re-checked under it, so two processes ingesting one folder leave one version; the
     transaction runs again when PostgreSQL aborts it as a deadlock victim (store/retry.py).
     ``source_root`` is the ingest root the file was found under (for prune); the embeddings
-    are of ``space``'s model, which the project must use (``spaces.bind``). ``replaces`` are
-    the ids of documents that hold the same file under another root (a folder ingested, then
-    its parent): deleted in the same transaction, so the file stays one document. With a
-    ``source_root``, the document's root is checked under the lock to be ``seen_root`` (what
+    are of ``space``'s model, which the project must use (``spaces.bind``). With a
+    ``source_root``, the documents that hold the same file under another root (a folder
+    ingested, then its parent; or both at once) are deleted in the same transaction, under a
+    lock on the file, so the file stays one document. The document's root is checked under
+    the lock to be ``seen_root`` (what
     the caller read, None: no root or no document) or this one: another root's ingest that
     wrote it meanwhile is an error, not overwritten; unchanged text under a new root (a moved
     folder) takes the new root.
@@ -218,7 +220,7 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
         values["source_root"] = source_root
     with _keys_taken(draft):
         return retried(lambda: _write(conn, tenant, project, draft, embeddings, values,
-                                      space, replaces, seen_root))
+                                      space, seen_root))
 
 
 def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
@@ -310,13 +312,12 @@ def _store_fields(conn: psycopg.Connection, tenant: str, project: str, draft: Do
 
 def _write(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
            embeddings: Sequence[Any], values: dict[str, Any], space: Space,
-           replaces: Sequence[str] = (), seen_root: str | None = None) -> str:
+           seen_root: str | None = None) -> str:
     root = values.get("source_root")
     with conn.transaction():
         bind(conn, tenant, project, space)
-        if replaces:  # before the claim: the draft may take their slug
-            for statement in delete_documents_sql(tenant, project, replaces).statements:
-                conn.execute(*statement)
+        if root is not None:  # before the claim: the draft may take their slug
+            _take_file(conn, tenant, project, root, draft.source_path)
         stored = _claim(conn, tenant, project, draft)
         if root is not None and stored is not None and stored[2] not in (seen_root, root):
             raise IngestError(f"{draft.source_path}: an ingest of {stored[2]} wrote it meanwhile; "
@@ -335,6 +336,26 @@ def _write(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
         copy_chunks(conn, chunk_rows(tenant, project, doc_pk, draft, embeddings, space))
         log_document_chunks(conn, tenant, project, doc_pk)
     return "added" if stored is None else "updated"
+
+
+def _take_file(conn: psycopg.Connection, tenant: str, project: str, root: str,
+               source_path: str) -> None:
+    """Lock the file ``root``/``source_path`` (in the write's transaction) and delete the
+    documents that hold it under another root's id: a folder and its parent ingested one
+    after the other, or at once, where each read the project before the other wrote."""
+    file = PurePath(root, source_path)
+    conn.execute(_LOCK_SQL, ["\x1f".join(("kb-file", tenant, project, str(file)))])
+    others = [(str(folder), file.relative_to(folder).as_posix())
+              for folder in file.parents if str(folder) != root]
+    if not others:
+        return
+    held = [row[0] for row in conn.execute(
+        "SELECT source_path FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
+        "AND (source_root, source_path) IN (SELECT * FROM unnest(%s::text[], %s::text[])) "
+        "FOR UPDATE", [tenant, project, [r for r, _ in others], [p for _, p in others]])]
+    if held:
+        for statement in delete_documents_sql(tenant, project, held).statements:
+            conn.execute(*statement)
 
 
 def _take_ids(conn: psycopg.Connection, tenant: str, project: str, ids: Sequence[str], *,

@@ -152,7 +152,7 @@ def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenan
     for w in draft.canonical_warnings:
         report.warnings.append((draft.source_path, w))
     _ingest_one(session, embedder, tenant, project, draft, report, source_root=root,
-                replaces=[path for path, _ in stored], budget=budget)
+                held_elsewhere=bool(stored), budget=budget)
     for path, other_root in stored:  # written: the write deleted them
         report.warnings.append((draft.source_path, f"the same file was stored as {path} "
                                                    f"(ingested from {other_root}); replaced"))
@@ -172,21 +172,23 @@ def _remove_emptied(session: Session, tenant: str, project: str, source_path: st
 
 def _ingest_one(session: Session, embedder: Embedder, tenant: str, project: str,
                 draft: DocumentDraft, report: IngestReport, *, source_root: str | None,
-                replaces: Sequence[str] = (), budget: Budget | None = None) -> None:
+                held_elsewhere: bool = False, budget: Budget | None = None) -> None:
+    """Embed and write one file's draft; ``held_elsewhere``: the project holds the file
+    under another root's id too, which the write replaces (``store.writer._take_file``)."""
     stored_hash, stored_root = session.stored_version(tenant, project, draft.source_path)
     if (source_root is not None and stored_root is not None and stored_root != source_root
             and (Path(stored_root) / draft.source_path).is_file()):
         # Another root's file of the same relative path, still there: not a move, a clash.
         raise IngestError(f"this project already holds {draft.source_path} from {stored_root}; "
                           "ingest the two roots into different projects, or their common parent")
-    if stored_hash == draft.content_hash and not replaces and source_root in (None, stored_root):
+    if stored_hash == draft.content_hash and not held_elsewhere and source_root in (None, stored_root):
         report.unchanged.append(draft.source_path)
         return
     vectors, n_new = embed_in_batches(session, embedder, tenant, [c.text for c in draft.chunks],
                                       budget)
     session.prepare_writes()
     status = session.write_document(tenant, project, draft, vectors, source_root=source_root,
-                                    replaces=replaces, seen_root=stored_root)
+                                    seen_root=stored_root)
     report.chunks_embedded += n_new
     if status == "unchanged":
         report.unchanged.append(draft.source_path)
