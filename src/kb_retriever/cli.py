@@ -220,7 +220,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps({**exc.report.__dict__, "interrupted": exc.interrupted,
                                   "remaining": exc.remaining}, indent=2, default=str))
-            raise
+            # Files not ingested, as when some failed: not bad input or configuration (2).
+            print(f"kb-retriever: {printable(str(exc))}", file=sys.stderr)
+            return EXIT_FAILURE
     if args.json:
         print(json.dumps(report.__dict__, indent=2, default=str))
     else:

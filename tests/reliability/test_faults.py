@@ -118,7 +118,9 @@ def test_the_cli_ingest_json_says_what_an_interrupted_ingest_saved(
         make_kb: Callable[..., KnowledgeBase], pg_server_url: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``ingest --json`` printed nothing when the connection dropped half-way: the files it
-    had committed were in the error's report only, which the CLI dropped (stderr had a line)."""
+    had committed were in the error's report only, which the CLI dropped (stderr had a line).
+    The exit code is 1, files not ingested, as when some failed; it was 2, which says "bad
+    input or configuration", on the CLI's contract."""
     from kb_retriever import cli
 
     for n in range(6):
@@ -135,7 +137,7 @@ def test_the_cli_ingest_json_says_what_an_interrupted_ingest_saved(
     code = cli.main(["--database-url", url, "ingest", str(tmp_path), "--json"])
     out, err = capsys.readouterr()
     report = json.loads(out)
-    assert code != 0 and len(report["added"]) == 3 and report["remaining"] == 2
+    assert code == 1 and len(report["added"]) == 3 and report["remaining"] == 2
     assert report["interrupted"] not in report["added"] and "3 added" in err
 
 
