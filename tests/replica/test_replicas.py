@@ -5,7 +5,9 @@ skipped, and with the primary down the knowledge base still opens and searches."
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -174,6 +176,41 @@ def test_a_replica_cut_off_from_the_primary_is_skipped(pair: Pair) -> None:
             assert result.meta["server"] == "primary" and len(result.primary) == 4
         finally:
             _reconnect(pair, conninfo)
+        _wait_for(replica, "d3")
+        time.sleep(1.2)  # the lag is read again after a second
+        kb.clear_caches()
+        assert kb.search("redis cache").meta["server"] == "replica 1"
+
+
+def test_a_replica_whose_link_stalls_silently_is_skipped(pair: Pair) -> None:
+    """A link that stops carrying anything without closing (a network drop): the receiver
+    still says "streaming" and has replayed all it received, which read as no lag until
+    ``wal_receiver_timeout`` (60 s) ended it; meanwhile stale answers. Here the primary's
+    WAL sender is stopped (SIGSTOP): its socket stays open and sends nothing."""
+    primary, replica = pair.database()
+    with _kb(primary, replica, replica_max_lag_s=1.0) as kb:
+        kb.add_documents(DOCS[:2])
+        _wait_for(replica, "d1")
+        kb.clear_caches()
+        assert kb.search("redis cache").meta["server"] == "replica 1"
+        with psycopg.connect(pair.server_url, autocommit=True) as conn:
+            senders = [int(r[0]) for r in conn.execute("SELECT pid FROM pg_stat_replication")]
+        assert senders
+        for pid in senders:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            kb.add_documents(DOCS[2:4])
+            deadline = time.monotonic() + 2.5
+            while time.monotonic() < deadline:  # searches meanwhile: the lag is measured
+                kb.clear_caches()
+                result = kb.search("redis cache")
+                time.sleep(0.2)
+            status = pair.standby.sql("postgres", "SELECT status FROM pg_stat_wal_receiver")
+            assert status == ("streaming",)  # the replica itself sees nothing wrong
+            assert result.meta["server"] == "primary" and len(result.primary) == 4
+        finally:
+            for pid in senders:
+                os.kill(pid, signal.SIGCONT)
         _wait_for(replica, "d3")
         time.sleep(1.2)  # the lag is read again after a second
         kb.clear_caches()

@@ -96,8 +96,7 @@ class Pools:
         self._space: spaces.Space | None = None  # the embedder's (known once open)
         self.replicas = Replicas(settings.replica_urls, settings)
         self._closing: asyncio.Task[None] | None = None  # an async pool closing in its loop
-        # Starts the embedded server again if it stopped (KnowledgeBase sets it; None: the
-        # server is not ours to start): True when it did.
+        # Starts the embedded server again if stopped (None: not ours to start); True if it did.
         self.restart: Callable[[], bool] | None = None
         self._pid = os.getpid()
         self.thread_writes = ThreadWrites()  # the async twins' writes, run in threads
@@ -167,7 +166,8 @@ class Pools:
         when ``consistent``), else the primary."""
         self._check_process()
         if self.replicas:
-            replica = self.replicas.pick(WRITTEN.get(self._url) if consistent else None)
+            replica = self.replicas.pick(WRITTEN.get(self._url) if consistent else None,
+                                         self._primary_position)
             if replica is not None:
                 return Target(replica.pool, replica.label, replica)
         return Target(self.sync(), "primary" if self.replicas else None)
@@ -177,12 +177,22 @@ class Pools:
         self._check_process()
         if self.replicas:
             replica = await asyncio.to_thread(self.replicas.pick,
-                                               WRITTEN.get(self._url) if consistent else None)
+                                               WRITTEN.get(self._url) if consistent else None,
+                                               self._primary_position)
             if replica is not None:
                 apool = await self.replicas.apool(replica, self._conn_kwargs)
                 if apool is not None:  # else it could not connect: marked down, the primary reads
                     return Target(apool, replica.label, replica)
         return Target(await self.asynchronous(), "primary" if self.replicas else None)
+
+    def _primary_position(self) -> str | None:
+        """The primary's WAL position now (None: not within the replicas' connect timeout)."""
+        try:
+            with self.sync().connection(timeout=self.settings.replica_connect_timeout_s) as conn:
+                row = conn.execute(_WAL_POSITION).fetchone()
+        except (psycopg.Error, OSError):  # PoolTimeout is a psycopg.Error: the primary down
+            return None
+        return str(row[0]) if row else None
 
     def _wrote(self, conn: Any) -> None:
         """Keep the primary's WAL position after a write (for ``consistent`` reads)."""

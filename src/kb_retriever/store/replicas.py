@@ -14,6 +14,8 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +30,7 @@ __all__ = ["WRITTEN", "Replica", "Replicas", "Target", "Written", "latest_lsn"]
 
 logger = logging.getLogger(__name__)
 
-# Lag: none while the replica streams from the primary and has replayed all it received (an
+# Lag, as the replica tells it: none while it streams from the primary and has replayed all it received (an
 # idle primary sends nothing, and the last replayed transaction's time would only grow); else
 # the age of its last replayed transaction. One that streams nothing (cut off from the primary:
 # no WAL receiver, or one not streaming) is as old as that, and infinitely when it replayed none:
@@ -44,6 +46,8 @@ _STATE = (
 _CAUGHT_UP = "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn"
 # How long a measured lag is trusted before it is read again.
 _STATE_TTL_S = 1.0
+
+PrimaryPosition = Callable[[], "str | None"]
 
 
 def _lsn(text: str) -> int:
@@ -79,6 +83,55 @@ class Written:
 
 
 WRITTEN = Written()
+
+
+class PrimaryTrail:
+    """When this process first saw the primary's WAL at each position (oldest first), for the
+    replicas' lag as the primary tells it: how long the primary has held WAL that a replica
+    has not replayed. A replica's receiver that still says "streaming" while its link has
+    silently dropped reads as no lag to the replica itself until ``wal_receiver_timeout``
+    (60 s by default); measured here, its lag grows from the first write it misses. The trail
+    starts with the process's first look: a replica that stalled before is measured from then.
+    """
+
+    def __init__(self, keep_s: float, retry_s: float) -> None:
+        self._seen: deque[tuple[float, int]] = deque()
+        self._keep_s, self._retry_s = keep_s, retry_s
+        self._next_read = -1e9
+        self._lock = threading.Lock()
+
+    def read(self, position: PrimaryPosition, now: float) -> None:
+        """Note the primary's position (``position()``, None when it does not answer: not
+        asked again for ``retry_s``), at most once a second."""
+        with self._lock:
+            if now < self._next_read:
+                return
+            self._next_read = now + _STATE_TTL_S
+        text = position()
+        with self._lock:
+            if text is None:
+                self._next_read = now + self._retry_s
+                return
+            lsn = _lsn(text)
+            if not self._seen or lsn > self._seen[-1][1]:
+                self._seen.append((now, lsn))
+            # the newest position older than the bound stays: a replica short of it is past
+            while len(self._seen) > 1 and self._seen[1][0] < now - self._keep_s:
+                self._seen.popleft()
+
+    def behind(self, replayed: str | None, now: float) -> float:
+        """Since when the primary has held WAL past ``replayed``, in seconds (0: none seen).
+
+        >>> trail = PrimaryTrail(keep_s=30, retry_s=10)
+        >>> trail.read(lambda: "0/10", now=100.0); trail.read(lambda: "0/20", now=105.0)
+        >>> trail.behind("0/10", now=107.0), trail.behind("0/20", now=107.0), trail.behind("0/5", now=107.0)
+        (2.0, 0.0, 7.0)
+        """
+        if replayed is None:
+            return 0.0
+        mark = _lsn(replayed)
+        with self._lock:
+            return next((now - at for at, lsn in self._seen if lsn > mark), 0.0)
 
 
 @dataclass
@@ -118,6 +171,7 @@ class Replicas:
                 raise ConfigError("KB_REPLICA_URLS: a replica URL is not a connection "
                                   "string: " + redact(str(exc).splitlines()[0])) from None
         self._replicas = [Replica(f"replica {i + 1}", url, None) for i, url in enumerate(urls)]
+        self.trail = PrimaryTrail(settings.replica_max_lag_s, settings.replica_retry_s)
         self._turn = 0
         self._lock = threading.Lock()
 
@@ -204,26 +258,33 @@ class Replicas:
         logger.warning("%s (%s) is unreachable: skipped for %.0f s", replica.label,
                        replica.url.split("@")[-1], self.settings.replica_retry_s)
 
-    def pick(self, wrote_lsn: str | None) -> Replica | None:
+    def pick(self, wrote_lsn: str | None,
+             primary: PrimaryPosition | None = None) -> Replica | None:
         """The next healthy replica in turn (reachable, within the lag bound, and past
-        ``wrote_lsn`` when given), or None."""
+        ``wrote_lsn`` when given), or None. ``primary`` reads the primary's WAL position, for
+        the lag as the primary tells it (:class:`PrimaryTrail`)."""
         with self._lock:
             order = self._replicas[self._turn:] + self._replicas[:self._turn]
             self._turn = (self._turn + 1) % max(len(self._replicas), 1)
         now = time.monotonic()
         for r in order:
-            if r.down_until <= now and r.pool is not None and self._fresh(r, now, wrote_lsn):
+            if (r.down_until <= now and r.pool is not None
+                    and self._fresh(r, now, wrote_lsn, primary)):
                 return r
         return None
 
-    def _fresh(self, r: Replica, now: float, wrote_lsn: str | None) -> bool:
+    def _fresh(self, r: Replica, now: float, wrote_lsn: str | None,
+               primary: PrimaryPosition | None) -> bool:
         try:
             with r.pool.connection(timeout=self.settings.replica_connect_timeout_s) as conn:
                 if now - r.checked_at > _STATE_TTL_S:
+                    if primary is not None:  # first: a replica past it has all it had then
+                        self.trail.read(primary, now)
                     row = conn.execute(_STATE).fetchone()
                     r.checked_at = now
                     r.standby = bool(row and row[0])
-                    r.lag_s = None if row is None or row[2] is None else round(float(row[2]), 3)
+                    r.lag_s = None if row is None or row[2] is None else round(
+                        max(float(row[2]), self.trail.behind(row[1], now)), 3)
                     if not r.standby:  # promoted: its data went its own way from the primary's
                         logger.warning("%s is not a standby (promoted?): skipped", r.label)
                 if (not r.standby or r.lag_s is None
