@@ -130,8 +130,9 @@ def _bench_parser(sub: Any) -> None:
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
     sp.add_argument("--gate", action="store_true", help="exit 3 when a threshold is missed")
     sp.add_argument("--tune", action="store_true", help="tune reranker weights (train/held-out)")
-    sp.add_argument("--project", default="benchmark",
-                    help="project to ingest into (default: benchmark)")
+    sp.add_argument("--project", default=None,
+                    help="project to ingest into, which must hold nothing else (default: one "
+                         "per corpus folder, bench-<hash of its path>)")
     sp.add_argument("--tenant", default="default", help="tenant id (default: default)")
 
 

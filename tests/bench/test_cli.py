@@ -56,3 +56,24 @@ def test_example_benchmark_passes_the_gates(new_database, capsys):
     for key in ("precision_at_k", "recall_at_k", "answer_containment_at_k", "graph_recall",
                 "rejected_recall", "rejected_precision", "latency_p50_ms", "latency_p95_ms"):
         assert key in report
+
+
+@pytest.mark.db
+def test_two_corpora_benched_in_one_database_are_scored_apart(new_database, tmp_path, capsys,
+                                                               monkeypatch):
+    """Both went to the project ``benchmark``: the second corpus was searched with the
+    first's documents."""
+    url = new_database()
+    monkeypatch.setenv("KB_EMBEDDER", "hashing")
+    for name in ("first", "second"):
+        corpus = tmp_path / name / "corpus"
+        corpus.mkdir(parents=True)
+        (corpus / f"{name}-redis.md").write_text(f"# Redis {name}\n\nredis cache sizing\n",
+                                                  "utf-8")
+        queries = tmp_path / name / "q.yaml"
+        queries.write_text(f"queries:\n  - id: q\n    query: redis cache sizing\n"
+                           f"    relevance: {{{name}-redis: 3}}\n", "utf-8")
+        rc = main(["--database-url", url, "bench", "--corpus", str(corpus), "--queries",
+                   str(queries), "--json"])
+        report = json.loads(capsys.readouterr().out)
+        assert rc == 0 and report["per_query"][0]["ranked_doc_keys"] == [f"{name}-redis"]

@@ -120,3 +120,38 @@ def test_a_query_that_grades_no_document_has_no_ranking_metrics(report):
         assert rescored.aggregates[key] == report.aggregates[key]
     row = rescored.per_query[-1]
     assert row["id"] == "warn-only" and row["ndcg"] is None and row["rr"] is None
+
+
+def _corpus(folder, docs):
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, text in docs.items():
+        (folder / f"{key}.md").write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_a_benchmark_scores_its_corpus_alone(make_kb, tmp_path):
+    """Two corpora benched one after the other in one project (the default ``benchmark``)
+    were searched together: the first's documents ranked for the second's queries. A file
+    removed from the corpus stayed searchable too."""
+    kb = make_kb()
+    queries = parse_queries(QUERIES)
+    other = _corpus(tmp_path / "other", {"kafka-topics-old": DOCS["kafka-topics"]})
+    run_benchmark(kb, other, parse_queries({"queries": [{"id": "q", "query": "kafka"}]}), k=K)
+    corpus = _corpus(tmp_path / "corpus", DOCS)
+    with pytest.raises(InputError, match="1 document that is not in this corpus.*"
+                                         "kafka-topics-old.*--project"):
+        run_benchmark(kb, corpus, queries, k=K)
+    kb.clear()
+    assert len(run_benchmark(kb, corpus, queries, k=K).ingest.added) == 4
+    (corpus / "redis-cache.md").unlink()
+    report = run_benchmark(kb, corpus, parse_queries({"queries": [QUERIES["queries"][1]]}), k=K)
+    assert report.ingest.deleted == 1 and "redis-cache" not in {
+        d.doc_key for d in kb.list_documents()}
+
+
+def test_a_k_past_the_limit_fails_before_the_corpus_is_read(make_kb, tmp_path):
+    kb = make_kb()
+    corpus = _corpus(tmp_path / "corpus", DOCS)
+    with pytest.raises(InputError, match=r"k must be between 1 and 200 \(KB_MAX_LIMIT\), got 201"):
+        run_benchmark(kb, corpus, parse_queries(QUERIES), k=201)
+    assert kb.list_documents() == []

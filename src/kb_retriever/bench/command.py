@@ -16,7 +16,7 @@ from kb_retriever.settings import load_settings
 from .dataset import load_queries
 from .metrics import require_ranx
 from .report import check_gates, render_report
-from .runner import run_benchmark
+from .runner import corpus_project, run_benchmark
 
 __all__ = ["EXIT_GATE", "run_bench_command"]
 
@@ -37,7 +37,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         # k × multiplier (both legs), hence the maximum. It changes nothing else.
         settings = settings.model_copy(update={"runner_up_limit": RUNNER_UP_MAX})
     kb = KnowledgeBase(settings, database_url=args.database_url, home=args.home,
-                       tenant=args.tenant, project=args.project)
+                       tenant=args.tenant, project=args.project or corpus_project(args.corpus))
     with kb:
         report = run_benchmark(kb, args.corpus, queries, k=args.k,
                                progress=Progress("bench", unit="step"))

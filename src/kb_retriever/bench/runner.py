@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,17 @@ def corpus_keys(corpus: str | Path) -> set[str]:
     return {f.stem for f, _ in discover([path])}
 
 
+def corpus_project(corpus: str | Path) -> str:
+    """The project ``bench`` uses for ``corpus`` when none is named: one per folder, so two
+    corpora never share one, and a corpus benched again finds its documents unchanged.
+
+    >>> corpus_project("/data/a") == corpus_project("/data/b/../a") != corpus_project("/data/b")
+    True
+    """
+    path = str(Path(corpus).resolve())
+    return "bench-" + hashlib.sha256(path.encode("utf-8")).hexdigest()[:12]
+
+
 def check_labels(queries: Sequence[BenchQuery], keys: set[str]) -> None:
     """A label naming a missing document silently caps the score; refuse to run instead."""
     missing = {q.id: sorted(q.doc_keys() - keys) for q in queries if q.doc_keys() - keys}
@@ -100,15 +112,19 @@ def run_benchmark(kb: KnowledgeBase, corpus: str | Path, queries: Sequence[Bench
                   progress: Progress | None = None) -> BenchReport:
     """Ingest ``corpus`` into (tenant, project) and score every query with ``limit = k``.
 
-    Re-ingesting an unchanged corpus is a no-op (content hash), so repeated runs are cheap.
+    Re-ingesting an unchanged corpus is a no-op (content hash), so repeated runs are cheap;
+    the documents of files removed from the corpus are deleted (``prune``). A project that
+    holds documents of anything else is refused: they would be searched with the corpus.
     """
-    if k < 1:
-        raise InputError(f"k must be at least 1, got {k}")
+    if not 1 <= k <= kb.settings.max_limit:
+        raise InputError(f"k must be between 1 and {kb.settings.max_limit} (KB_MAX_LIMIT), "
+                         f"got {k}")
     check_labels(queries, corpus_keys(corpus))
-    report = kb.ingest([corpus], project=project, tenant=tenant, progress=progress)
+    report = kb.ingest([corpus], project=project, tenant=tenant, progress=progress, prune=True)
     if report.failed:
         path, msg = report.failed[0]
         raise InputError(f"{len(report.failed)} corpus files failed to ingest ({path}: {msg})")
+    _check_alone(kb, report, project, tenant)
     # One untimed search loads the embedding model and warms the pool, so p50/p95 measure
     # steady-state queries rather than start-up.
     kb.search(queries[0].query, limit=k, project=project, tenant=tenant)
@@ -122,6 +138,20 @@ def run_benchmark(kb: KnowledgeBase, corpus: str | Path, queries: Sequence[Bench
     if progress:
         progress(len(queries), len(queries), "")
     return score(runs, k, ingest=report)
+
+
+def _check_alone(kb: KnowledgeBase, report: IngestReport, project: str | None,
+                 tenant: str | None) -> None:
+    """Refuse a project that holds documents besides the corpus's."""
+    ours = {*report.added, *report.updated, *report.unchanged}
+    others = [d.id for d in kb.list_documents(project=project, tenant=tenant) if d.id not in ours]
+    if others:
+        name = project or kb.project
+        raise InputError(
+            f"project {name!r} holds {len(others)} document{'s' * (len(others) > 1)} that "
+            f"{'are' if len(others) > 1 else 'is'} not in this corpus ({', '.join(others[:3])}"
+            f"{', …' if len(others) > 3 else ''}): they would be searched with it; bench each "
+            "corpus in a project of its own (--project), or empty this one")
 
 
 def score(runs: Sequence[QueryRun], k: int, ingest: IngestReport | None = None) -> BenchReport:
