@@ -275,3 +275,31 @@ def test_a_database_made_before_0008_keeps_its_model(new_database):
         assert bound == (1,) and "embedding_dimension" not in meta
     finally:
         kb.close()
+
+
+class _OneName(HashingEmbedder):
+    """One model at two output sizes under one name, as a wrapped model with a
+    ``dimensions`` option is (``text-embedding-3-small`` at 1536 and at 512)."""
+
+    @property
+    def model_id(self) -> str:
+        return "one-name"
+
+
+def test_one_model_at_two_sizes_shares_no_cached_vector(new_database, tmp_path):
+    """The embedding cache is keyed by the model's name: the texts' 64-dimension vectors,
+    cached for one project, were written to another project's 32-dimension space."""
+    url = new_database()
+    folder = _folder(tmp_path)
+    for project, dim in (("wide", 64), ("narrow", 32)):
+        with KnowledgeBase(Settings(), embedder=_OneName(dim), database_url=url,
+                           project=project) as kb:
+            report = kb.ingest([folder])
+            assert report.failed == [] and len(report.added) == 3, report
+            assert report.chunks_embedded == 3  # none taken from the other size's cache
+            assert kb.search("redis cache layer").primary[0].document.source_path == "cache.md"
+    with KnowledgeBase(Settings(), embedder=_OneName(64), database_url=url,
+                       project="wide") as kb:  # and back: the narrow vectors are not taken
+        (folder / "cache.md").write_text(DOCS["cache.md"] + "\n\nEviction is LRU.", "utf-8")
+        report = kb.ingest([folder])
+        assert report.failed == [] and report.updated == ["cache.md"], report

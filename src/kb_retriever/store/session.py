@@ -172,9 +172,9 @@ class Session:
 
     # --- the embedding cache and the documents ---------------------------------------------
     @_typed_errors
-    def cached_embeddings(self, tenant: str, model_id: str,
+    def cached_embeddings(self, tenant: str, model_id: str, dimension: int,
                           hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        return writer.cached_embeddings(self.conn, tenant, model_id, hashes)
+        return writer.cached_embeddings(self.conn, tenant, model_id, dimension, hashes)
 
     @_typed_errors
     def store_embeddings(self, tenant: str, model_id: str,

@@ -60,7 +60,8 @@ def embed_chunks(session: Session, embedder: Embedder, tenant: str,
                  texts: Sequence[str]) -> tuple[list[np.ndarray], int]:
     """Vectors for ``texts``, from the cache where possible; returns (vectors, newly embedded)."""
     hashes = [writer.text_hash(t) for t in texts]
-    cached = session.cached_embeddings(tenant, embedder.model_id, list(set(hashes)))
+    cached = session.cached_embeddings(tenant, embedder.model_id, embedder.dimension,
+                                       list(set(hashes)))
     missing = list(dict.fromkeys(h for h in hashes if h not in cached))
     if missing:
         by_hash = {h: t for h, t in zip(hashes, texts, strict=True)}
