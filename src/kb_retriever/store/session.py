@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 
 from ..errors import StoreError
 from ..models import DocumentDraft, DocumentSummary, ProjectSummary
-from . import by_id, spaces, stats, writer
+from . import by_id, embedding_cache, spaces, stats, writer
 from .connection import atranslated, translated
 from .retry import aretried, retried
 
@@ -174,14 +174,14 @@ class Session:
     @_typed_errors
     def cached_embeddings(self, tenant: str, model_id: str, dimension: int,
                           hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        return writer.cached_embeddings(self.conn, tenant, model_id, dimension, hashes)
+        return embedding_cache.cached_embeddings(self.conn, tenant, model_id, dimension, hashes)
 
     @_typed_errors
     def store_embeddings(self, tenant: str, model_id: str,
                          items: Sequence[tuple[str, Any]]) -> None:
         """Cache vectors for their texts (their own transaction)."""
         with self.conn.transaction():
-            writer.store_embeddings(self.conn, tenant, model_id, items)
+            embedding_cache.store_embeddings(self.conn, tenant, model_id, items)
 
     @_typed_errors
     def stored_version(self, tenant: str, project: str,
