@@ -86,9 +86,17 @@ class DocumentMethods:
         return [d.source_path for d in drafts]
 
     def _stored_hash(self, tenant: str, project: str, draft: Any) -> str | None:
-        """The content hash stored for ``draft``'s id, read on a fresh connection."""
-        with self._pools.session() as session:
+        """The content hash stored for ``draft``'s id, read on the primary on another
+        connection that answers (a commit in doubt: the write's connection was lost)."""
+        with self._pools.session(live=True) as session:
             return session.stored_version(tenant, project, draft.source_path)[0]
+
+    def _stored_chunks(self, tenant: str, project: str, uids: list[str]) -> list[StoredChunk]:
+        """The chunks stored with ids ``uids``, read as :meth:`_stored_hash` reads (a
+        replica may not have the commit yet, and this process's mark is not moved past it)."""
+        stmt = records.get_chunks_sql(tenant, project, uids)
+        with self._pools.session(live=True) as session:
+            return records.chunks_from_rows(session.read([stmt])[0])
 
     def upsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
                       metadata: Mapping[str, Any] | None = None, version: str | None = None,
@@ -123,8 +131,7 @@ class DocumentMethods:
             with self._pools.writing() as session:
                 written = docs.write_chunks(
                     session, self.embedder, tenant=tenant, project=project, draft=draft,
-                    stored=lambda uids: self.get_chunks(uids, project=project, tenant=tenant,
-                                                        consistent=True))
+                    stored=lambda uids: self._stored_chunks(tenant, project, uids))
                 after_write(session, self.embedder, tenant, project, len(written))
         finally:
             self._reads.clear()

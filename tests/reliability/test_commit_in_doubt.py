@@ -31,6 +31,8 @@ class _CommitCutter:
         self.cuts = 0
         self.muted: set[int] = set()  # the pairs whose replies are no longer passed on
         self.lose_commit = False  # cut before the COMMIT reaches the server: nothing commits
+        self.cut_all = False  # every connection cut with it, as a server restart cuts them
+        self.pairs: list[tuple[socket.socket, ...]] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -42,6 +44,7 @@ class _CommitCutter:
             upstream = socket.socket(self.family, socket.SOCK_STREAM)
             upstream.connect(self.address)
             pair = (client, upstream)
+            self.pairs.append(pair)
             threading.Thread(target=self._pipe, args=(client, upstream, pair, True),
                              daemon=True).start()
             threading.Thread(target=self._pipe, args=(upstream, client, pair, False),
@@ -66,8 +69,12 @@ class _CommitCutter:
                 if cut:
                     time.sleep(0.5)  # the server commits; its reply is not passed on
                     self.cuts += 1
-                    for s in pair:
-                        s.shutdown(socket.SHUT_RDWR)
+                    for cut_pair in list(self.pairs) if self.cut_all else [pair]:
+                        for s in cut_pair:
+                            try:
+                                s.shutdown(socket.SHUT_RDWR)
+                            except OSError:
+                                pass  # closed before
                     return
         except OSError:
             pass
@@ -121,6 +128,30 @@ def test_chunks_committed_before_their_connection_died_are_reported_saved(
         with pytest.raises(UnavailableError):
             kb.upsert_chunks("dec-cache", [{**chunks[0], "text": "Memcached is the cache."}])
         assert [c.text for c in kb.get_chunks(["c1"])] == ["Redis is the cache."]
+    finally:
+        kb.close()
+        proxy.close()
+
+
+@pytest.mark.parametrize("call", ["add_documents", "upsert_chunks"])
+def test_a_commit_in_doubt_is_checked_on_a_live_connection(
+        new_database: Callable[[], str], call: str) -> None:
+    """The usual causes of a lost reply (a server restart, a failover, a pooler's restart)
+    cut the pool's idle connections too: the check of the commit took one of them, failed,
+    and a committed write was reported failed."""
+    url = new_database()
+    proxy = _CommitCutter(conninfo_to_dict(url))
+    via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
+    kb = KnowledgeBase(Settings(pool_min_size=3, pool_max_size=3), embedder=HashingEmbedder(64),
+                       database_url=via).open()
+    try:
+        kb.search("warm the pool")
+        proxy.armed = proxy.cut_all = True
+        if call == "add_documents":
+            assert kb.add_documents([{"text": "# Doc\n\nits reply was lost", "id": "d"}]) == ["d"]
+        else:
+            assert kb.upsert_chunks("d", [{"text": "Redis is the cache.", "id": "c1"}]) == ["c1"]
+        assert proxy.cuts == 1 and [d.id for d in kb.get_by_ids(["d"])] == ["d"]
     finally:
         kb.close()
         proxy.close()

@@ -205,6 +205,14 @@ def live_connection(pool: Any, first: str, params: list[str]) -> Iterator[tuple[
             return
 
 
+@contextlib.contextmanager
+def live_one(pool: Any) -> Iterator[Any]:
+    """A connection of ``pool`` that answers (:func:`live_connection`): a read after the
+    server dropped the pool's connections (a restart cuts them all) that must not fail."""
+    with live_connection(pool, "SELECT NULL", []) as (conn, _):
+        yield conn
+
+
 @contextlib.asynccontextmanager
 async def alive_connection(pool: Any, first: str, params: list[str]
                            ) -> AsyncIterator[tuple[Any, Any]]:

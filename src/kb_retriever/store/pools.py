@@ -6,7 +6,7 @@ opened it: called from another loop, a fresh one opens for that loop. Closing wo
 loop state (``close()`` inside a running loop, after ``asyncio.run`` returned, from a thread).
 
 A child forked after the pools opened leaves the parent's connections to the parent and opens
-its own; the writes of async twins run in worker threads that closing waits for.
+its own; async twins' writes run in worker threads that closing waits for.
 """
 
 from __future__ import annotations
@@ -233,11 +233,11 @@ class Pools:
         return self._pool
 
     @contextlib.contextmanager
-    def session(self, target: Target | None = None) -> Iterator[Session]:
+    def session(self, target: Target | None = None, *, live: bool = False) -> Iterator[Session]:
         """A pooled connection's :class:`~kb_retriever.store.session.Session`, for reads (on
-        ``target``'s server, else the primary)."""
+        ``target``'s server, else the primary); ``live``: one that answers (``live_one``)."""
         pool = self.sync() if target is None else target.pool
-        with translated(), pool.connection() as conn:
+        with translated(), (connection.live_one(pool) if live else pool.connection()) as conn:
             yield Session(conn, distributed=self.distributed, space=self._space)
 
     @contextlib.asynccontextmanager
