@@ -91,12 +91,15 @@ class DocumentMethods:
         with self._pools.session(live=True) as session:
             return session.stored_version(tenant, project, draft.source_path)[0]
 
-    def _stored_chunks(self, tenant: str, project: str, uids: list[str]) -> list[StoredChunk]:
-        """The chunks stored with ids ``uids``, read as :meth:`_stored_hash` reads (a
-        replica may not have the commit yet, and this process's mark is not moved past it)."""
+    def _stored_chunks(self, tenant: str, project: str, draft: Any,
+                       uids: list[str]) -> tuple[list[StoredChunk], bool]:
+        """The chunks stored with ids ``uids``, and whether ``draft``'s document holds its
+        fields, read as :meth:`_stored_hash` reads (a replica may not have the commit yet,
+        and this process's mark is not moved past it)."""
         stmt = records.get_chunks_sql(tenant, project, uids)
         with self._pools.session(live=True) as session:
-            return records.chunks_from_rows(session.read([stmt])[0])
+            return (records.chunks_from_rows(session.read([stmt])[0]),
+                    session.holds_fields(tenant, project, draft))
 
     def upsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
                       metadata: Mapping[str, Any] | None = None, version: str | None = None,
@@ -131,7 +134,7 @@ class DocumentMethods:
             with self._pools.writing() as session:
                 written = docs.write_chunks(
                     session, self.embedder, tenant=tenant, project=project, draft=draft,
-                    stored=lambda uids: self._stored_chunks(tenant, project, uids))
+                    stored=lambda uids: self._stored_chunks(tenant, project, draft, uids))
                 after_write(session, self.embedder, tenant, project, len(written))
         finally:
             self._reads.clear()

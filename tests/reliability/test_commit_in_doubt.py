@@ -32,6 +32,7 @@ class _CommitCutter:
         self.muted: set[int] = set()  # the pairs whose replies are no longer passed on
         self.lose_commit = False  # cut before the COMMIT reaches the server: nothing commits
         self.cut_all = False  # every connection cut with it, as a server restart cuts them
+        self.after = b"COPY kb_chunks"  # the statement whose transaction's COMMIT is cut
         self.pairs: list[tuple[socket.socket, ...]] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -59,7 +60,7 @@ class _CommitCutter:
                     return  # the reply to the COMMIT: lost
                 cut = False
                 if outbound and self.armed:
-                    copying = copying or b"COPY kb_chunks" in data
+                    copying = copying or self.after in data
                     cut = copying and b"COMMIT" in data
                 if cut:
                     self.armed = False
@@ -152,6 +153,36 @@ def test_a_commit_in_doubt_is_checked_on_a_live_connection(
         else:
             assert kb.upsert_chunks("d", [{"text": "Redis is the cache.", "id": "c1"}]) == ["c1"]
         assert proxy.cuts == 1 and [d.id for d in kb.get_by_ids(["d"])] == ["d"]
+    finally:
+        kb.close()
+        proxy.close()
+
+
+def test_an_upsert_that_changes_only_the_documents_fields_is_not_reported_saved_uncommitted(
+        new_database: Callable[[], str]) -> None:
+    """The check compared the chunks only: an upsert of the same chunks with the document's
+    status changed, whose COMMIT never reached the server, was reported saved; the
+    document kept its old status."""
+    url = new_database()
+    proxy = _CommitCutter(conninfo_to_dict(url))
+    via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
+    kb = KnowledgeBase(Settings(pool_min_size=1, pool_max_size=2), embedder=HashingEmbedder(64),
+                       database_url=via).open()
+    chunks = [{"text": "Redis is the cache.", "id": "c1"}]
+    accepted = {"type": "decision", "status": "accepted", "slug": "dec-cache"}
+    try:
+        kb.upsert_chunks("dec-cache", chunks, metadata=accepted)
+        proxy.armed = proxy.lose_commit = True
+        proxy.after = b"UPDATE kb_documents"
+        with pytest.raises(UnavailableError):
+            kb.upsert_chunks("dec-cache", chunks, metadata={**accepted, "status": "superseded"})
+        assert proxy.cuts == 1
+        assert kb.get_by_ids(["dec-cache"])[0].metadata["status"] == "accepted"
+        proxy.armed, proxy.lose_commit = True, False  # committed, its reply lost: saved
+        assert kb.upsert_chunks("dec-cache", chunks,
+                                metadata={**accepted, "status": "superseded"}) == ["c1"]
+        assert proxy.cuts == 2
+        assert kb.get_by_ids(["dec-cache"])[0].metadata["status"] == "superseded"
     finally:
         kb.close()
         proxy.close()

@@ -184,10 +184,27 @@ class Session:
             embedding_cache.store_embeddings(self.conn, tenant, model_id, items)
 
     @_typed_errors
+    def holds_fields(self, tenant: str, project: str, draft: DocumentDraft) -> bool:
+        """Whether the document of ``draft``'s id holds each of the draft's fields
+        (``writer.document_values``), compared by the server in the columns' types."""
+        values = writer.document_values(draft)
+        row = self.conn.execute(sql.SQL(
+            "SELECT {} FROM kb_documents WHERE tenant_id = %(tenant)s "
+            "AND project_key = %(project)s AND source_path = %(path)s").format(
+            sql.SQL(" AND ").join(sql.SQL("{} IS NOT DISTINCT FROM {}").format(
+                sql.Identifier(c), sql.Placeholder(c)) for c in values)),
+            {**values, "tenant": tenant, "project": project, "path": draft.source_path},
+        ).fetchone()
+        return bool(row and row[0])
+
+    @_typed_errors
     def stored_version(self, tenant: str, project: str,
                        path: str) -> tuple[str | None, str | None]:
         """(content hash, ingest root) of the document at ``path``, or Nones."""
-        return writer.existing_version(self.conn, tenant, project, path)
+        row = self.conn.execute(
+            "SELECT content_hash, source_root FROM kb_documents WHERE tenant_id = %s "
+            "AND project_key = %s AND source_path = %s", [tenant, project, path]).fetchone()
+        return (None, None) if row is None else (row[0], row[1])
 
     @_typed_errors
     def prepare_writes(self) -> None:

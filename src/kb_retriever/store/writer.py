@@ -98,21 +98,6 @@ def doc_lock_key(tenant: str, project: str, source_path: str) -> str:
     return "\x1f".join(("kb-doc", tenant, project, source_path))
 
 
-def existing_hash(conn: psycopg.Connection, tenant: str, project: str, source_path: str) -> str | None:
-    return existing_version(conn, tenant, project, source_path)[0]
-
-
-def existing_version(conn: psycopg.Connection, tenant: str, project: str,
-                     source_path: str) -> tuple[str | None, str | None]:
-    """(content hash, ingest root) of the stored document at ``source_path``, or Nones."""
-    row = conn.execute(
-        "SELECT content_hash, source_root FROM kb_documents WHERE tenant_id = %s "
-        "AND project_key = %s AND source_path = %s",
-        [tenant, project, source_path],
-    ).fetchone()
-    return (None, None) if row is None else (row[0], row[1])
-
-
 def document_values(draft: DocumentDraft) -> dict[str, Any]:
     """The draft's value for each of :data:`~kb_retriever.store.columns.DOCUMENT_COLUMNS`, in
     that order."""

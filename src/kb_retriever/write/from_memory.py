@@ -67,6 +67,8 @@ __all__ = ["ChunkRecord", "DocumentRecord", "StoredChunk", "StoredDocument", "as
 
 logger = logging.getLogger(__name__)
 
+Stored = Callable[[list[str]], tuple[Sequence[StoredChunk], bool]]  # see write_chunks
+
 # Derived document ids: uuid5 in a namespace of our own, over the record's text and metadata.
 _ID_NAMESPACE = uuid.UUID("6b622d72-6574-7269-6576-65722d646f63")  # "kb-retriever-doc"
 
@@ -351,12 +353,12 @@ def _committed(draft: DocumentDraft, stored_hash: Callable[[DocumentDraft], str 
 
 def write_chunks(session: Session, embedder: Embedder, *, tenant: str, project: str,
                  draft: DocumentDraft,
-                 stored: Callable[[list[str]], Sequence[StoredChunk]] | None = None
-                 ) -> list[str]:
+                 stored: Stored | None = None) -> list[str]:
     """Add or replace the draft's chunks in its document (:func:`chunks_draft`); the ids of
     the chunks written. When the connection is lost during the write, ``stored`` (the chunks
-    of the given ids, read on another connection) tells whether its commit went through: a
-    write found saved is reported saved, as :func:`write_records` does."""
+    of the given ids and whether the document holds the draft's fields, read on another
+    connection) tells whether its commit went through: a write found saved is reported
+    saved, as :func:`write_records` does."""
     for w in draft.canonical_warnings:
         logger.warning("%s: %s", draft.source_path, w)
     session.check_project(tenant, project)
@@ -370,16 +372,16 @@ def write_chunks(session: Session, embedder: Embedder, *, tenant: str, project: 
         raise
 
 
-def _chunks_committed(draft: DocumentDraft,
-                      stored: Callable[[list[str]], Sequence[StoredChunk]]) -> bool:
+def _chunks_committed(draft: DocumentDraft, stored: Stored) -> bool:
     """Whether the store holds each of ``draft``'s chunks in its document, with its text and
-    metadata (asked after a write of them lost its connection)."""
+    metadata, and the document its fields (asked after a write of them lost its connection)."""
     uids = writer.chunk_uids(draft)
     try:
-        found = {c.id: c for c in stored(uids)}
+        chunks, fields = stored(uids)
     except KbError:
         return False  # the server is still unreachable: the write stays reported as failed
-    return all((s := found.get(uid)) is not None and s.document_id == draft.source_path
+    found = {c.id: c for c in chunks}
+    return fields and all((s := found.get(uid)) is not None and s.document_id == draft.source_path
                and s.text == c.text and dict(s.metadata) == as_json(c.metadata)
                for uid, c in zip(uids, draft.chunks, strict=True))
 
