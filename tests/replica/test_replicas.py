@@ -217,6 +217,35 @@ def test_a_replica_whose_link_stalls_silently_is_skipped(pair: Pair) -> None:
         assert kb.search("redis cache").meta["server"] == "replica 1"
 
 
+def test_a_busy_replica_is_waited_for_not_marked_down(pair: Pair) -> None:
+    """Every search took a connection of the replica's pool to check it, even when nothing was
+    to be read: with each of them in use for longer than the check's wait (2 s), the replica
+    was taken for unreachable and skipped for ``KB_REPLICA_RETRY_S``, all reads on the
+    primary's pool."""
+    primary, replica = pair.database()
+    with _kb(primary, replica, pool_min_size=1, pool_max_size=1, replica_retry_s=60.0) as kb:
+        kb.add_documents(DOCS[:2])
+        _wait_for(replica, "d1")
+        assert kb.search("redis cache").meta["server"] == "replica 1"
+        r = kb._pools.replicas._replicas[0]
+        taken, free = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with r.pool.connection():
+                taken.set()
+                free.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        taken.wait(10)
+        threading.Timer(3.0, free.set).start()
+        kb.clear_caches()
+        assert kb.search("redis cache").meta["server"] == "replica 1"  # waited 3 s for it
+        holder.join(10)
+        kb.clear_caches()
+        assert kb.search("redis cache").meta["server"] == "replica 1"
+
+
 def _reconnect(pair: Pair, conninfo: str) -> None:
     """Point the standby's WAL receiver at ``conninfo`` (it restarts on reload)."""
     with psycopg.connect(pair.standby.url("postgres"), autocommit=True) as conn:

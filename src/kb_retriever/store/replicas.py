@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import PoolTimeout
 
 from ..errors import ConfigError, redact
 from ..settings import Settings
@@ -275,9 +276,15 @@ class Replicas:
 
     def _fresh(self, r: Replica, now: float, wrote_lsn: str | None,
                primary: PrimaryPosition | None) -> bool:
+        """Whether ``r`` may answer now. Its state is read again once a second, and its
+        position checked against ``wrote_lsn`` when given; when neither is due, no connection
+        is taken. With every connection of its pool in use, it answers, just not now."""
+        due = now - r.checked_at > _STATE_TTL_S
+        if not due and wrote_lsn is None:
+            return self._healthy(r)
         try:
             with r.pool.connection(timeout=self.settings.replica_connect_timeout_s) as conn:
-                if now - r.checked_at > _STATE_TTL_S:
+                if due:
                     if primary is not None:  # first: a replica past it has all it had then
                         self.trail.read(primary, now)
                     row = conn.execute(_STATE).fetchone()
@@ -287,14 +294,20 @@ class Replicas:
                         max(float(row[2]), self.trail.behind(row[1], now)), 3)
                     if not r.standby:  # promoted: its data went its own way from the primary's
                         logger.warning("%s is not a standby (promoted?): skipped", r.label)
-                if (not r.standby or r.lag_s is None
-                        or r.lag_s > self.settings.replica_max_lag_s):
+                if not self._healthy(r):
                     return False
                 if wrote_lsn is not None:
                     row = conn.execute(_CAUGHT_UP, [wrote_lsn]).fetchone()
                     return bool(row and row[0])
                 return True
-        except (psycopg.Error, OSError) as exc:  # PoolTimeout is a psycopg.Error too
+        except PoolTimeout:  # busy, not down: this read goes elsewhere
+            return False
+        except (psycopg.Error, OSError) as exc:
             logger.debug("%s: %s", r.label, exc)
             self.mark_down(r)
             return False
+
+    def _healthy(self, r: Replica) -> bool:
+        """In recovery and within the lag bound at its last check."""
+        return (r.standby and r.lag_s is not None
+                and r.lag_s <= self.settings.replica_max_lag_s)
