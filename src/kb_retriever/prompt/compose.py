@@ -89,9 +89,14 @@ _ELLIPSIS = "…"
 
 _STRUCTURAL = re.compile(
     r"(?:\#|---|===|chunk\s*\d|document\s*:|path\s*:|heading\s*:|type\s*:|warning\s*:"
-    r"|evidence\s*:|project\s*:|from\s+edge|reason\s*:|[-*+]\s*\*\*\[|\(omitted)",
+    r"|evidence\s*:|project\s*:|from\s+edge|reason\s*:|[-*+]\s*\*\*\[|\(omitted"
+    r"|grounding\s*:|question\s*:)",  # (the last two: the lines the MCP server writes)
     re.IGNORECASE,
 )
+
+# Letters and symbols drawn as blanks, which neither isspace() nor the format category knows:
+# the Braille blank and the Hangul fillers.
+_BLANK_LOOKING = frozenset("\u2800\u3164\uffa0\u115f\u1160")
 
 
 @dataclass(frozen=True)
@@ -273,9 +278,8 @@ def _looks_structural(line: str) -> bool:
         ch for ch in unicodedata.normalize("NFKC", line) if unicodedata.category(ch) != "Cf"
     )
     start = 0
-    while start < len(probe) and (
-        probe[start].isspace() or unicodedata.category(probe[start]) == "Cf"
-    ):
+    while start < len(probe) and (probe[start].isspace() or probe[start] in _BLANK_LOOKING
+                                  or unicodedata.category(probe[start]) == "Cf"):
         start += 1
     return _STRUCTURAL.match(probe, start) is not None
 
