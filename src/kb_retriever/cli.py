@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import cli_listing
-from .errors import IngestInterruptedError, KbError
+from .errors import IngestInterruptedError, KbError, printable
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -206,12 +206,6 @@ def _setup_logging(verbose: bool) -> None:
             logger.propagate = False
 
 
-def printable(text: str) -> str:
-    """``text`` with control characters escaped: a file name must not move the cursor or
-    recolour the terminal (``\x1b[2J``), nor forge a line of the report (``\n``)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
-
-
 def cmd_ingest(args: argparse.Namespace) -> int:
     with _kb(args) as kb:
         try:
@@ -288,7 +282,8 @@ def cmd_prompt(args: argparse.Namespace) -> int:
     with _kb(args) as kb:
         result = kb.search(args.query, **_search_kwargs(args))
         _hint_if_empty(kb, args, result)
-        print(compose_prompt(result, project=args.project, timezone=kb.settings.prompt_timezone,
+        searched = ", ".join(dict.fromkeys([args.project, *args.also_project]))
+        print(compose_prompt(result, project=searched, timezone=kb.settings.prompt_timezone,
                              max_chars=args.max_chars))
     return EXIT_OK
 

@@ -123,3 +123,13 @@ def redact(text: str) -> str:
     """Hide passwords in connection strings and driver messages."""
     text = _PASSWORD_IN_URL.sub(r"\1***\3", text)
     return _PASSWORD_KV.sub(r"\1***", text)
+
+
+def printable(text: object) -> str:
+    r"""``text`` with control characters escaped, for a terminal: a file name or a title must
+    not move the cursor or recolour it (``\x1b[2J``), nor forge a line of the output (``\n``).
+
+    >>> print(printable("a\x1b[2Jb\nc"))
+    a\x1b[2Jb\nc
+    """
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))

@@ -48,3 +48,31 @@ def test_explain_rounds_numbers(url: str, capsys: pytest.CaptureFixture[str]) ->
     assert "raw sim=" in out
     raw = out.split("raw sim=")[1].split(",")[0]
     assert len(raw.split(".")[-1]) <= 3
+
+
+def test_search_prints_document_fields_escaped(url: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A title, slug or heading holding ESC cleared or recoloured the terminal on
+    ``kb-retriever search``; a line break in one forged a row of the table."""
+    (tmp_path / "rej.md").write_text(
+        '---\nslug: "rej-\\e[31mred"\ntype: rejected-approach\nstatus: rejected\n'
+        'title: "Memcached\\e[2J\\nfake row"\n---\n# Memcached \x1b[1mbold\n\n'
+        "redis cache layer was rejected\n", encoding="utf-8")
+    (tmp_path / "dec.md").write_text(
+        '---\nslug: dec-cache\ntype: decision\nstatus: accepted\nrejected: ["[[rej-\\e[31mred]]"]\n'
+        "---\n# Redis \x1b[2J cache\n\nredis is the cache layer\n", encoding="utf-8")
+    assert main(["--database-url", url, "ingest", str(tmp_path), "--project", "esc"]) == 0
+    capsys.readouterr()
+    assert main(["--database-url", url, "search", "redis cache layer \x1b[2J", "--project",
+                 "esc"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b" in out
+    assert not any(line.startswith("fake row") for line in out.splitlines())
+
+
+def test_a_prompt_over_several_projects_names_them_all(url: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``prompt --also-project`` said ``Project: platform`` over chunks of both projects."""
+    assert main(["--database-url", url, "prompt", "redis cache", "--project", "platform",
+                 "--also-project", "other"]) == 0
+    assert "Project: platform, other" in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import printable
 from ..models import Hit, SearchResult
 from ..ranking.signals import CANONICAL_TERMS, SIGNALS
 from ..ranking.text import clip_words
@@ -14,9 +15,9 @@ def _row(i: int, hit: Hit) -> str:
     d = hit.document
     status = f"{d.canonical_type}/{d.canonical_status}" if d.is_canonical else "-"
     sim = "" if hit.similarity is None else f"{hit.similarity:.3f}"
-    name = d.slug or d.doc_key
-    return (f"{i:>3}  {hit.score:7.4f}  {sim:>6}  {_fit(name, 34):<34}  {_fit(status, 28):<28}  "
-            f"{_fit(hit.heading_path, 40)}")
+    name = printable(d.slug or d.doc_key)
+    return (f"{i:>3}  {hit.score:7.4f}  {sim:>6}  {_fit(name, 34):<34}  "
+            f"{_fit(printable(status), 28):<28}  {_fit(printable(hit.heading_path), 40)}")
 
 
 def _fit(text: str, width: int) -> str:
@@ -49,7 +50,7 @@ def render_result(result: SearchResult, *, explain: bool = False) -> str:
     strategy = result.meta.get("search_strategy") or {}
     fts_ran = bool(strategy.get("fts_enabled", True))
     header = (f"  #    score     sim  {'document':<34}  {'type/status':<28}  heading")
-    lines = [f"query: {result.query}", "", header]
+    lines = [f"query: {printable(result.query)}", "", header]
     for i, hit in enumerate(result.primary, 1):
         lines.append(_row(i, hit))
         if explain:
@@ -65,13 +66,14 @@ def render_result(result: SearchResult, *, explain: bool = False) -> str:
         lines += ["", "related (graph):"]
         for hit in result.expanded:
             lines.append(
-                f"     {hit.score:7.4f}  {hit.document.slug}  via {hit.edge_type} from "
-                f"{hit.from_slug} (hop {hit.hop})"
+                f"     {hit.score:7.4f}  {printable(hit.document.slug)}  via "
+                f"{printable(hit.edge_type)} from {printable(hit.from_slug)} (hop {hit.hop})"
             )
     if result.rejected:
         lines += ["", "rejected approaches:"]
         for hit in result.rejected:
-            lines.append(f"     sim {hit.similarity:.3f}  {hit.document.slug}  {hit.document.title}")
+            lines.append(f"     sim {hit.similarity:.3f}  {printable(hit.document.slug)}  "
+                         f"{printable(hit.document.title)}")
     meta = result.meta
     lines += ["", f"{meta.get('primary_count')} primary, {meta.get('expanded_count')} related, "
               f"{meta.get('rejected_count')} rejected, {meta.get('runner_up_count')} runner-up; "
