@@ -33,6 +33,7 @@ class _CommitCutter:
         self.lose_commit = False  # cut before the COMMIT reaches the server: nothing commits
         self.cut_all = False  # every connection cut with it, as a server restart cuts them
         self.after = b"COPY kb_chunks"  # the statement whose transaction's COMMIT is cut
+        self.cut_at = b"COMMIT"  # (or the first statement of this after it)
         self.pairs: list[tuple[socket.socket, ...]] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -61,7 +62,7 @@ class _CommitCutter:
                 cut = False
                 if outbound and self.armed:
                     copying = copying or self.after in data
-                    cut = copying and b"COMMIT" in data
+                    cut = copying and self.cut_at in data
                 if cut:
                     self.armed = False
                     self.muted.add(id(pair))
@@ -183,6 +184,26 @@ def test_an_upsert_that_changes_only_the_documents_fields_is_not_reported_saved_
                                 metadata={**accepted, "status": "superseded"}) == ["c1"]
         assert proxy.cuts == 2
         assert kb.get_by_ids(["dec-cache"])[0].metadata["status"] == "superseded"
+    finally:
+        kb.close()
+        proxy.close()
+
+
+def test_a_write_whose_connection_is_lost_after_it_committed_is_reported_saved(
+        new_database: Callable[[], str]) -> None:
+    """The connection lost after the write's last commit, while the search's statement
+    timeout was put back: the error of that reset came out of the write, reported failed."""
+    url = new_database()
+    proxy = _CommitCutter(conninfo_to_dict(url))
+    via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
+    kb = KnowledgeBase(Settings(pool_min_size=1, pool_max_size=2), embedder=HashingEmbedder(64),
+                       database_url=via).open()
+    try:
+        proxy.armed = proxy.lose_commit = True
+        proxy.cut_at = b"SELECT set_config('statement_timeout'"
+        assert kb.add_documents([{"text": "# Doc\n\nsaved, then cut", "id": "d"}]) == ["d"]
+        assert proxy.cuts == 1 and [d.id for d in kb.get_by_ids(["d"])] == ["d"]
+        assert kb.search("saved").primary  # the pool goes on without the cut connection
     finally:
         kb.close()
         proxy.close()

@@ -24,6 +24,7 @@ from kb_retriever.store import lifecycle
 from kb_retriever.store.embedded import _locate, shared_buffers_mb, start_embedded
 from kb_retriever.store.server_access import SYSTEM_DIR as _SYSTEM_DIR
 
+from ._util import HELPERS, PYTHON
 from ._util import ready as _ready
 from ._util import server_process as _worker
 
@@ -300,3 +301,15 @@ def test_a_watchdog_leaves_a_home_being_removed_without_a_lock_file(tmp_path: Pa
     home.mkdir()
     watch(home, home / "pgdata", home / "bin", None, 0.01)
     assert list(home.iterdir()) == []
+
+
+def test_a_forked_child_using_the_base_keeps_the_server_after_its_parent_exits(
+        base: Path) -> None:
+    """A child forked after its parent opened the embedded knowledge base was not one of the
+    server's users: the parent's exit hook (which runs before ``multiprocessing`` joins its
+    children) stopped the server under the child, whose writes in flight failed."""
+    out = base / "out"
+    done = subprocess.run([PYTHON, str(HELPERS / "fork_worker.py"), str(base / "home"),
+                           str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "FORKED" in done.stdout, done.stderr
+    assert out.read_text() == "kept"

@@ -244,6 +244,18 @@ def run_or_close(conn: Any, query: str, params: list[str]) -> None:
         raise
 
 
+@contextlib.contextmanager
+def settling(conn: Any) -> Iterator[None]:
+    """Around what puts a connection back after a write (its timeout, the WAL mark): the
+    connection lost meanwhile is closed, not an error. What the write committed stays
+    committed, and the error would report it failed."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        logger.debug("a connection lost after its write: %s", exc)
+        conn.pgconn.finish()  # the pool discards a closed connection (an async one too)
+
+
 @contextlib.asynccontextmanager
 async def aconnection(pool: Any) -> AsyncIterator[Any]:
     """``pool.connection()`` whose connection goes back whatever cancels the caller

@@ -113,7 +113,7 @@ def _memory_bytes() -> int | None:
     return memory if memory > 0 else None
 
 
-_registered: set[Path] = set()
+_registered: set[tuple[Path, int]] = set()  # (home, the process that registered)
 _process_lock = threading.Lock()
 
 
@@ -162,9 +162,14 @@ def start_embedded(home: Path) -> str:
 
 def restart_if_stopped(home: Path) -> bool:
     """Start the embedded server of ``home`` again when its postmaster is gone (stopped or
-    crashed under an open knowledge base); True when it was started, False when it runs."""
+    crashed under an open knowledge base); True when it was started, False when it runs. A
+    process that is not yet one of its users (a child forked after its parent opened the
+    knowledge base) becomes one: else the parent's exit stopped the server under it."""
     server = _locate(_resolve_home(home))
     if lifecycle.postmaster_pid(server.pgdata) is not None:
+        if (server.home, os.getpid()) not in _registered:
+            with _process_lock, lifecycle.home_lock(server.home):
+                _register(server)
         return False
     start_embedded(home)
     return True
@@ -353,7 +358,7 @@ def _conninfo(server: EmbeddedServer) -> str:
 
 def _register(server: EmbeddedServer) -> None:
     lifecycle.add_client(server.home, os.getpid())
-    if server.home not in _registered:
-        _registered.add(server.home)
+    if (server.home, os.getpid()) not in _registered:  # a forked child: its own exit hook
+        _registered.add((server.home, os.getpid()))
         atexit.register(lifecycle.release, server.home, server.pgdata, server.bindir,
                         server.user, os.getpid())

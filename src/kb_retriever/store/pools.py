@@ -194,12 +194,6 @@ class Pools:
             return None
         return str(row[0]) if row else None
 
-    def _wrote(self, conn: Any) -> None:
-        """Keep the primary's WAL position after a write (for ``consistent`` reads)."""
-        row = conn.execute(_WAL_POSITION).fetchone()
-        if row:
-            WRITTEN.advance(self.url, str(row[0]))
-
     def revives(self, target: Target) -> bool:
         """Whether a read of ``target`` may start its server again: the primary, when it is
         the embedded server (``restart``)."""
@@ -261,11 +255,12 @@ class Pools:
                 yield Session(conn, distributed=self.distributed, space=self._space)
             finally:  # a Ctrl-C in the reset closes the connection rather than leave it so
                 if _idle(conn):
-                    if session:
-                        connection.run_or_close(
-                            conn, _TIMEOUT, [str(before or self.settings.statement_timeout_ms)])
-                    if self.replicas:
-                        self._wrote(conn)
+                    with connection.settling(conn):
+                        if session:
+                            connection.run_or_close(conn, _TIMEOUT, [
+                                str(before or self.settings.statement_timeout_ms)])
+                        if self.replicas and (row := conn.execute(_WAL_POSITION).fetchone()):
+                            WRITTEN.advance(self.url, str(row[0]))  # for ``consistent`` reads
 
     @contextlib.asynccontextmanager
     async def awriting(self) -> AsyncIterator[AsyncSession]:
@@ -279,12 +274,11 @@ class Pools:
                 yield AsyncSession(conn, distributed=self.distributed)
             finally:  # the reset runs to its end, cancelled or not: cut half-way, the
                 if _idle(conn):  # server may keep the ingest's timeout on an idle connection
-                    if session:
-                        await connection.finish(conn.execute(_TIMEOUT, [
-                            before or str(self.settings.statement_timeout_ms)]))
-                    if self.replicas:
-                        row = await (await conn.execute(_WAL_POSITION)).fetchone()
-                        if row:
+                    with connection.settling(conn):
+                        if session:
+                            await connection.finish(conn.execute(_TIMEOUT, [
+                                before or str(self.settings.statement_timeout_ms)]))
+                        if self.replicas and (row := await (await conn.execute(_WAL_POSITION)).fetchone()):
                             WRITTEN.advance(self.url, str(row[0]))
 
     async def asynchronous(self) -> Any:
@@ -362,13 +356,14 @@ class Pools:
 
     def _check_process(self) -> None:
         """In a child forked after the pools opened: the parent's connections, threads and
-        locks are the parent's. They are left alone (closing them would end the parent's
-        sessions; psycopg finishes no connection of another process) and this process opens
-        its own. Before, the child hung on the legs' threads or broke the parent's protocol
-        state ("prepared statement already exists", "lost synchronization")."""
+        locks are the parent's, left alone (closing them ends the parent's sessions), and this
+        process opens its own. Before, the child hung on the legs' threads or broke the
+        parent's protocol state ("prepared statement already exists")."""
         if self._pid == os.getpid():
             return
         self._pid = os.getpid()
+        if self.restart is not None:  # the embedded server's: this process becomes its user
+            self.restart()
         _INHERITED.append((self._pool, self._apool, self._threads, self.replicas))
         self._loop_claim, self.thread_writes = threading.Lock(), ThreadWrites()
         self._apool = self._apool_loop = self._opening = self._threads = self._closing = None
