@@ -303,3 +303,26 @@ def test_one_model_at_two_sizes_shares_no_cached_vector(new_database, tmp_path):
         (folder / "cache.md").write_text(DOCS["cache.md"] + "\n\nEviction is LRU.", "utf-8")
         report = kb.ingest([folder])
         assert report.failed == [] and report.updated == ["cache.md"], report
+
+
+class _QueriesFail(HashingEmbedder):
+    """Embeds documents; its query embedding (the calibration's probes) fails."""
+
+    @property
+    def model_id(self) -> str:
+        return "queries-fail"
+
+    def embed_query(self, text: str) -> list[float]:
+        raise RuntimeError("the query endpoint is down")
+
+
+def test_a_reembed_that_moved_the_project_is_reported_done_when_its_calibration_fails(
+        new_database, tmp_path):
+    """The calibration runs after the move committed; its error came out of ``reembed``,
+    which said the move failed, and the retry said "already embedded"."""
+    url = new_database()
+    with _open(url, 32) as old:
+        old.ingest([_folder(tmp_path)], project="a")
+    with KnowledgeBase(Settings(), embedder=_QueriesFail(64), database_url=url) as new:
+        report = new.reembed("a")
+        assert (report.after, report.chunks) == (("queries-fail", 64), 3)

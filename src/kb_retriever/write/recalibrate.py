@@ -85,10 +85,10 @@ def after_write(session: Session, embedder: Embedder, tenant: str, project: str,
     then recalibrate the project when enough changed (``recalibrate``: always, as after a
     prune). Never raises: the write is saved whatever happens here, and a calibration that
     fails now runs after a later write (the searches meanwhile use the last one)."""
-    session.settle(tenant, project)
-    if not chunks_written and not recalibrate:
-        return
     try:
+        session.settle(tenant, project)  # (a fold that fails now runs after a later write)
+        if not chunks_written and not recalibrate:
+            return
         if recalibrate:
             calibrate_project(session, embedder, tenant=tenant, project=project)
         else:

@@ -17,7 +17,7 @@ import numpy as np
 from ..embedding import Embedder
 from ..store.session import Session
 from .from_files import embed_in_batches
-from .recalibrate import calibrate_project
+from .recalibrate import after_write
 
 __all__ = ["ReembedReport", "reembed_project"]
 
@@ -67,6 +67,5 @@ def reembed_project(session: Session, embedder: Embedder, *, tenant: str,
         return out
 
     moved = session.move_project(tenant, project, vectors, embed)
-    session.settle(tenant, project)
-    calibrate_project(session, embedder, tenant=tenant, project=project)
+    after_write(session, embedder, tenant, project, moved, recalibrate=True)  # never raises
     return ReembedReport(project, before, after, moved, embedded + late[0])
