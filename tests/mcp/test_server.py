@@ -156,6 +156,7 @@ async def test_prompt_template_composes_the_whole_prompt(server) -> None:
 
 @pytest.mark.parametrize(("arguments", "message"), [
     ({"question": ""}, "InputError: query is empty"),
+    ({"project": "default"}, "InputError: missing argument(s) question (answer_from_knowledge_base)"),
     ({"question": "cache", "project": "payroll"},
      "InputError: unknown project 'payroll': this server serves default"),
     ({"question": "cache", "limit": "3"},
@@ -191,6 +192,26 @@ async def test_a_database_that_is_down_is_an_error_result() -> None:
             doc = await client.call_tool("get_document", {"id": "a.md"})
             assert doc.isError and text_of(doc).startswith("UnavailableError: ")
             assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS
+    finally:
+        await kb.aclose()
+
+
+async def test_a_database_that_is_down_is_a_one_line_prompt_error(capfd) -> None:
+    """The prompt's own failure (not its arguments') went through the SDK: "Error rendering
+    prompt answer_from_knowledge_base: ..." without the error's type, and its traceback in
+    the server's log."""
+    from mcp.shared.exceptions import McpError
+
+    kb = KnowledgeBase(Settings(), embedder=HashingEmbedder(256),
+                       database_url=f"postgresql://kb@127.0.0.1:{closed_port()}/kb")
+    server = build_server(kb, Scope(projects=("default",)))
+    try:
+        async with connect(server) as client:
+            with pytest.raises(McpError) as info:
+                await client.get_prompt("answer_from_knowledge_base", {"question": QUESTION})
+        message = str(info.value)
+        assert message.startswith("UnavailableError: ") and "\n" not in message
+        assert "Traceback" not in capfd.readouterr().err
     finally:
         await kb.aclose()
 

@@ -14,14 +14,14 @@ after a failed attempt, so a database that is down answers with an error, not a 
 
 import asyncio
 import ipaddress
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import ContentBlock, GetPromptResult, ToolAnnotations
+from mcp.types import ContentBlock, GetPromptResult, PromptMessage, TextContent, ToolAnnotations
 from pydantic import Field
 
 from ..errors import ConfigError, InputError
@@ -83,6 +83,9 @@ class _Server(FastMCP):
 
     #: Checks of a prompt's arguments before it renders, by prompt name (they raise).
     prompt_checks: dict[str, Callable[[dict[str, Any]], None]]
+    #: The prompts rendered here, not by the SDK (which logs a failure's traceback and
+    #: words it its own way), by name: their text from their arguments.
+    prompt_renders: dict[str, Callable[..., Awaitable[str]]]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]
                         ) -> Sequence[ContentBlock] | dict[str, Any]:
@@ -104,6 +107,13 @@ class _Server(FastMCP):
                 if prompt.name == name:
                     _known(name, arguments, [a.name for a in prompt.arguments or ()])
                     self.prompt_checks.get(name, lambda _: None)(arguments or {})
+                    if (render := self.prompt_renders.get(name)) is not None:
+                        if missing := [a.name for a in prompt.arguments or ()
+                                       if a.required and a.name not in (arguments or {})]:
+                            raise InputError(f"missing argument(s) {', '.join(missing)} ({name})")
+                        text = TextContent(type="text", text=await render(**(arguments or {})))
+                        return GetPromptResult(description=prompt.description,
+                                               messages=[PromptMessage(role="user", content=text)])
         except Exception as exc:
             raise ValueError(describe_failure(exc)) from None
         return await super().get_prompt(name, arguments)
@@ -143,7 +153,7 @@ def build_server(kb: KnowledgeBase, scope: Scope, *, host: str = "127.0.0.1", po
         allowed_hosts=[f"{h}:*" for h in hosts], allowed_origins=[f"http://{h}:*" for h in hosts])
     server = _Server("kb-retriever", instructions=d.INSTRUCTIONS, host=host, port=port,
                      log_level=log_level, transport_security=security)
-    server.prompt_checks = {}
+    server.prompt_checks, server.prompt_renders = {}, {}
     opened = _Opener(kb)
     s = kb.settings
     h = d.arg_help(scope.projects, max_query_chars=s.max_query_chars, max_limit=s.max_limit,
@@ -218,13 +228,14 @@ def _add_read_tools(server: _Server, opened: _Opener, scope: Scope, s: Settings,
         return f"{system}\nQuestion: {question}"
 
     def check_question(arguments: dict[str, Any]) -> None:  # the library's checks, no I/O
-        if "question" in arguments:  # else the SDK says it is missing
+        if "question" in arguments:  # else get_prompt says it is missing
             validate_query(arguments["question"], s)
         scope.searched(arguments.get("project"))
 
     server.prompt(name="answer_from_knowledge_base", description=d.PROMPT)(
         answer_from_knowledge_base)
     server.prompt_checks["answer_from_knowledge_base"] = check_question
+    server.prompt_renders["answer_from_knowledge_base"] = answer_from_knowledge_base
 
 
 def _add_write_tools(server: FastMCP, opened: _Opener, scope: Scope, h: dict[str, str]) -> None:
