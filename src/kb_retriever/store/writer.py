@@ -191,7 +191,8 @@ def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: 
     text and metadata are unchanged is not written again), atomically, as :func:`write_document`.
 
     A draft with a ``content_hash`` is a version of the document: when the stored document is
-    another version, all its chunks are replaced; within one version, a chunk whose text a
+    another version, all its chunks are replaced (not when some of its chunks were deleted:
+    its version is unknown then, and the draft's chunks join the rest); within one version, a chunk whose text a
     stored chunk already has replaces that one (the same piece added again under a new id).
     """
     values = document_values(draft)
@@ -344,7 +345,9 @@ def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
             "SELECT chunk_uid, chunk_order, text_hash, metadata FROM kb_chunks "
             "WHERE tenant_id = %s AND document_id = %s", [tenant, doc_pk])}
         versioned = bool(draft.content_hash)
-        if versioned and stored is not None and stored[1] != draft.content_hash:
+        # (a stored hash of "": some of its chunks were deleted, by_id.delete_chunks_sql: which
+        # version it holds is not known, and what stays is not another version's)
+        if versioned and stored is not None and stored[1] not in ("", draft.content_hash):
             replaced_all, have = list(have), {}  # another version: none of its chunks stay
         else:
             replaced_all = []

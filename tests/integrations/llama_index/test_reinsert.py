@@ -42,3 +42,27 @@ def test_a_changed_document_replaces_its_nodes(make_kb):
     _index(kb, [Document(id_="adr", text="The shared cache layer is now Valkey.")])
     (stored,) = kb.get_by_ids(["adr"])
     assert [c.text for c in stored.chunks] == ["The shared cache layer is now Valkey."]
+
+
+def test_nodes_inserted_after_some_were_deleted_join_the_rest(make_kb):
+    """Deleting some nodes left the document without a version: the next nodes of that same
+    source (inserted to fix the deleted one) replaced every node it still held."""
+    from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+
+    kb = make_kb(embedder=HashingEmbedder(128))
+    store = KBVectorStore(kb)
+    index = VectorStoreIndex.from_vector_store(store, embed_model=KBCoreEmbedding(kb.embedder))
+    source = RelatedNodeInfo(node_id="guide", hash="v1")
+
+    def node(i: int, text: str) -> TextNode:
+        n = TextNode(id_=f"n{i}", text=text)
+        n.relationships[NodeRelationship.SOURCE] = source
+        return n
+
+    index.insert_nodes([node(i, f"Step {i} of the deploy guide.") for i in range(3)])
+    store.delete_nodes(["n1"])
+    index.insert_nodes([node(1, "Step 1 of the deploy guide, fixed.")])
+    (stored,) = kb.get_by_ids(["guide"])
+    assert sorted(c.text for c in stored.chunks) == [
+        "Step 0 of the deploy guide.", "Step 1 of the deploy guide, fixed.",
+        "Step 2 of the deploy guide."]
