@@ -123,6 +123,19 @@ def test_no_primary_document_is_repeated(graph_kb):
     assert len(uids) == len(set(uids))
 
 
+def test_a_related_chunk_is_not_a_runner_up_too(graph_kb):
+    """Expansion skips the documents that stay in primary, and picks a neighbour's chunk
+    nearest the question: often a candidate ranked below the top, which stayed in
+    ``runner_up`` as well (``top_k`` then showed it twice)."""
+    for limit in (1, 2):
+        result = graph_kb(graph_expansion_direction="both").search(QUERY, limit=limit)
+        assert result.expanded
+        related = {h.chunk_id for h in result.expanded}
+        assert not related & {h.chunk_id for h in result.runner_up}, limit
+        shown = [h.chunk_id for h in [*result.top_k(limit + 3), *result.expanded]]
+        assert len(shown) == len(set(shown))
+
+
 def test_non_canonical_kb_degrades_to_empty(make_kb, tmp_path):
     root = tmp_path / "plain"
     root.mkdir()

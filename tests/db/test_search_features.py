@@ -186,3 +186,15 @@ def test_a_second_running_event_loop_gets_a_clear_error(make_kb, corpus):
         release.set()
         owner.join(60)
     assert asyncio.run(kb.asearch("parental leave", limit=2)).primary
+
+
+def test_mentions_filter_in_filter_mode(make_kb, corpus):
+    """``KB_MENTIONS_MODE=filter`` read ``filters.doc_ids`` only: ``mention_doc_ids`` neither
+    filtered nor boosted."""
+    kb = make_kb(settings=Settings(context_cutoff=0, mentions_mode="filter"))
+    kb.ingest([corpus])
+    zebra_id = next(h.document.id for h in kb.search("striped animals savanna").primary
+                    if h.document.doc_key == "zebra")
+    question = "annual leave and striped animals in the savanna"
+    assert len(keys(kb.search(question, limit=3))) > 1
+    assert keys(kb.search(question, limit=3, mention_doc_ids=[zebra_id])) == ["zebra"]

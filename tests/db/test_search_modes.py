@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from kb_retriever import ConfigError, InputError
+from kb_retriever import ConfigError, EmbeddingError, InputError
 from kb_retriever.search.modes import Legs
 
 pytestmark = pytest.mark.db
@@ -84,3 +84,26 @@ def test_bad_legs_are_config_errors(kb):
             Legs(**bad)
     with pytest.raises(ConfigError, match="Legs"):
         kb.search("cache", legs={"text_weight": 0})  # type: ignore[arg-type]
+
+
+def test_a_text_weight_of_zero_in_the_settings_runs_the_vector_leg_only(make_kb):
+    """``KB_HYBRID_FTS_WEIGHT=0`` still ran the full-text leg: its matches joined the pool
+    with a fused score of 0 (picked by chunk id), and the rerank's word match could put them
+    first; as ``Legs(text_weight=0)``, it adds no candidates."""
+    from kb_retriever import Settings
+
+    kb = make_kb(settings=Settings(hybrid_fts_weight=0.0, default_min_similarity=-1.0,
+                                   context_cutoff=0))
+    kb.add_documents([{"text": t, "id": i} for i, t in TEXTS.items()])
+    result = kb.search("kafka event queue", limit=4)
+    assert result.meta.search_strategy.fts_enabled is False
+    legs = kb.search("kafka event queue", limit=4, legs=Legs(text_weight=0.0))
+    assert _ids(result) == _ids(legs)
+
+
+def test_a_query_vector_that_is_zero_in_float32_is_an_embedding_error(kb):
+    """1e-50 is not 0 in float64, which the check used, and is 0 in the float32 the vector is
+    sent as: pgvector's cosine with a zero vector is NaN, and every row passed the floor."""
+    tiny = [1e-50] * kb.embedder.dimension
+    with pytest.raises(EmbeddingError, match="zero"):  # as any bad query_embedding
+        kb.search(None, query_embedding=tiny)

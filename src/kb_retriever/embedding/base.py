@@ -104,7 +104,7 @@ def check_vector(vec: Any, *, dimension: int, model_id: str, item: int = 0) -> n
         if not np.isfinite(values.astype(np.float32)).all():
             raise EmbeddingError(f"embedder {model_id!r} returned NaN or inf (item {item}), "
                                  "or a value beyond float32")
-    if not values.any():
+    if not values.astype(np.float32).any():  # (1e-50 is 0 in the float32 pgvector keeps)
         # A zero vector has no cosine direction; pgvector would return NaN distances.
         raise EmbeddingError(f"embedder {model_id!r} returned a zero vector (item {item})")
     return values

@@ -103,11 +103,13 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
 
 
 def text_leg(req: SearchRequest, settings: Settings) -> bool:
-    """Whether the full-text leg runs: there is query text, its weight is not 0, and hybrid
-    search is on or the request weighs the leg itself (``Legs.text_weight``)."""
+    """Whether the full-text leg runs: there is query text, its weight is not 0 (the
+    request's, else ``KB_HYBRID_FTS_WEIGHT``), and hybrid search is on or the request weighs
+    the leg itself (``Legs.text_weight``)."""
     explicit = req.legs.text_weight is not None
-    return bool(req.query) and req.legs.weights((1.0, 1.0))[1] > 0 and (
-        settings.hybrid_search_enabled or explicit)
+    weight = req.legs.weights((float(settings.hybrid_semantic_weight),
+                               float(settings.hybrid_fts_weight)))[1]
+    return bool(req.query) and weight > 0 and (settings.hybrid_search_enabled or explicit)
 
 
 def search_plan(req: SearchRequest, settings: Settings) -> Plan:
@@ -180,6 +182,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         # a rejected record the ⚠ block warns about is not related context as well
         warned_ids = {h.document.id for h in rejected}
         expanded = [h for h in expanded if h.document.id not in warned_ids]
+    related = {h.chunk_id for h in expanded}  # a chunk used as related context is not a
+    runner_up = tuple(h for h in runner_up if h.chunk_id not in related)  # runner-up as well
     meta = search_meta(req, settings, watch, found=found, top=top, counts=(
         len(expanded), len(rejected), len(runner_up)), refuse=refuse, catalog=catalog,
         promoted=promoted, channel=channel, cut=len(cut))
@@ -308,6 +312,10 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
     both in one statement (``KB_PARALLEL_LEGS``, decision 0015); the answers are the same."""
     phrases = expansion_phrases(req.query, groups) if groups else []
     with_doc_ids = settings.mentions_mode == "filter"
+    filters = req.filters
+    if with_doc_ids and req.mention_doc_ids:  # mentioned ids join the filter's (reference §4.5)
+        filters = replace(filters, doc_ids=tuple(dict.fromkeys(
+            (*filters.doc_ids, *sorted(req.mention_doc_ids)))))
     mode = settings.fts_query_mode
     # In boost mode @mentioned doc ids (the argument, or filters.doc_ids as in the reference)
     # boost instead of filtering.
@@ -326,11 +334,11 @@ def candidates(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
     keyword: LegResult | None = None
     if text_leg(req, settings):
         keyword, vector = yield reads.candidate_legs(shape, query, mode=mode,
-                                                     filters=req.filters,
+                                                     filters=filters,
                                                      with_doc_ids=with_doc_ids,
                                                      first_hop=first_hop(settings))
     else:
-        vector = yield reads.vector_leg(shape, query, filters=req.filters,
+        vector = yield reads.vector_leg(shape, query, filters=filters,
                                         with_doc_ids=with_doc_ids)
     fused, n_pre = fuse_legs(vector, keyword, k=shape.rrf_k, weights=shape.weights,
                              pool=shape.pool_for(keyword.n_pre if keyword else None))

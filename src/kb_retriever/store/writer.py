@@ -192,8 +192,9 @@ def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: 
 
     A draft with a ``content_hash`` is a version of the document: when the stored document is
     another version, all its chunks are replaced (not when some of its chunks were deleted:
-    its version is unknown then, and the draft's chunks join the rest); within one version, a chunk whose text a
-    stored chunk already has replaces that one (the same piece added again under a new id).
+    its version is unknown then, and the draft's chunks join the rest); within one version, a
+    chunk whose text a stored chunk already has replaces that one (the same piece added again
+    under a new id).
     """
     values = document_values(draft)
     with _keys_taken(draft):
