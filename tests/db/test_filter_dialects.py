@@ -173,6 +173,25 @@ def test_a_day_matches_its_documents(kb: KnowledgeBase) -> None:
     assert "dec-cache" not in _keys(kb, where_filters({"doc_date": {"$ne": "2026-03-01"}}))
 
 
+def test_days_in_lists_and_in_the_basic_format_take_whole_days(make_kb, tmp_path: Path) -> None:
+    """A day in ``$in``/``$nin`` was compared with its midnight (a document dated at 10:30
+    never matched), and the basic ISO format ``20260301`` was not read as a day at all (an
+    ``$eq`` on midnight, a ``date_to`` that left the day out)."""
+    for name, updated in (("morning", "2026-03-01T10:30:00Z"), ("next", "2026-03-02T09:00:00Z")):
+        (tmp_path / f"{name}.md").write_text(f"---\nupdated: {updated}\n---\n# {name}\n\n"
+                                             "shared words about the platform\n")
+    kb = make_kb(settings=Settings(default_min_similarity=-1.0, context_cutoff=0))
+    assert not kb.ingest([tmp_path]).failed
+    for filters, expected in (
+            (where_filters({"doc_date": {"$in": ["2026-03-01"]}}), {"morning"}),
+            (where_filters({"doc_date": {"$in": ["2026-03-01", "2026-03-02"]}}), {"morning", "next"}),
+            (where_filters({"doc_date": {"$nin": ["2026-03-01"]}}), {"next"}),
+            (where_filters({"doc_date": "20260301"}), {"morning"}),
+            ({"date_to": "20260301"}, {"morning"}),
+            ({"date_from": "20260302"}, {"next"})):
+        assert _keys(kb, filters) == expected, filters
+
+
 def test_a_metadata_filter_beside_doc_ids_in_filter_mode_keeps_its_values(make_kb) -> None:
     """``KB_MENTIONS_MODE=filter`` with doc ids and a metadata filter: the legs named the
     expression's values from w1 (after ``f_doc_ids``), the graph hop of the same statement,

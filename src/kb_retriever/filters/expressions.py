@@ -140,8 +140,15 @@ def _parse(value: Any, depth: int, counter: list[int], *, metadata: bool) -> Exp
 
 
 def _day(v: Any) -> bool:
-    return isinstance(v, date) and not isinstance(v, datetime) or (
-        isinstance(v, str) and len(v.strip()) == 10)
+    """Whether ``v`` names a day alone: a date, or an ISO date without a time (``2026-03-01``,
+    or the basic format ``20260301``)."""
+    if isinstance(v, str):
+        try:
+            date.fromisoformat(v.strip())
+        except ValueError:
+            return False
+        return True
+    return isinstance(v, date) and not isinstance(v, datetime)
 
 
 def _conditions(field: Any, operand: Any, counter: list[int], *, metadata: bool) -> list[Expr]:
@@ -163,9 +170,13 @@ def _conditions(field: Any, operand: Any, counter: list[int], *, metadata: bool)
             out.append(MetaCond(field, op, _value(field, None, op, v)))
             continue
         kind = TYPED_FIELDS.get(field)
-        if kind == "date" and op in ("$eq", "$ne") and _day(v):
-            on_day = Cond(field, "$between", _value(field, kind, "$between", [v, v]))
-            out.append(on_day if op == "$eq" else Not(on_day))  # that whole day, not midnight
+        days = [v] if op in ("$eq", "$ne") else v if op in ("$in", "$nin") else None
+        if kind == "date" and isinstance(days, list | tuple) and days and all(map(_day, days)):
+            _value(field, kind, "$in", list(days))  # the list's own checks
+            on_days = [Cond(field, "$between", _value(field, kind, "$between", [d, d]))
+                       for d in days]  # each whole day, not its midnight
+            either = on_days[0] if len(on_days) == 1 else Or(tuple(on_days))
+            out.append(either if op in ("$eq", "$in") else Not(either))
             continue
         out.append(Cond(field, op, _value(field, kind, op, v)))
     return out
@@ -245,7 +256,7 @@ def as_datetime(field: str, v: Any, *, end: bool) -> datetime:
             dt = datetime.fromisoformat(v.strip())
         except ValueError:
             raise FilterError(f"{field} needs an ISO date, got {v!r:.40}") from None
-        if len(v.strip()) == 10 and end:
+        if end and _day(v):
             dt = datetime.combine(dt.date(), time.max)
     else:
         raise FilterError(f"{field} needs an ISO date, got {type(v).__name__}")
