@@ -23,6 +23,7 @@ A search returns each part, or each document, once (decision 0007).
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,14 @@ from langchain_core.documents import Document
 from kb_retriever import Hit, KnowledgeBase, StoredChunk, StoredDocument
 from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
 from kb_retriever.write.calls import Group, awrite_groups, write_groups
-from kb_retriever.write.from_memory import by_document, canonical_slug, chunks_of, derived_id, shared_fields
+from kb_retriever.write.from_memory import (
+    by_document,
+    canonical_slug,
+    chunks_of,
+    derived_id,
+    shared_fields,
+    with_frontmatter,
+)
 
 __all__ = ["WritePlan", "afetch", "awrite", "fetch", "plan_writes", "unit_id", "whole", "write"]
 
@@ -47,12 +55,38 @@ class WritePlan:
     parts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
+def _source(metadata: Any) -> Any:
+    """The file a record was loaded from (a loader's ``source``), when its metadata says."""
+    source = metadata.get("source") if isinstance(metadata, Mapping) else None
+    return source if isinstance(source, str) and source else None
+
+
+def _slugs(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> list[str | None]:
+    """The canonical slug of each record: its metadata's; else, for the splits of one file
+    (records of one ``source``), the one a frontmatter block that opens the first of them
+    gives (``TextLoader`` keeps the block in the text): every split of that file is a part of
+    it. A file added whole keeps its block in its text, a document of its own."""
+    sources = Counter(s for r in records if (s := _source(r["metadata"])) is not None)
+    opened: dict[str, str] = {}
+    out: list[str | None] = []
+    for record in records:
+        metadata, source = record["metadata"], _source(record["metadata"])
+        slug = canonical_slug(metadata, kb.settings) if isinstance(metadata, Mapping) else None
+        if slug is None and source is not None and sources[source] > 1:
+            if source not in opened and record["text"].startswith("---"):
+                if (found := canonical_slug(with_frontmatter(record["text"], metadata),
+                                            kb.settings)) is not None:
+                    opened[source] = found
+            slug = opened.get(source)
+        out.append(slug)
+    return out
+
+
 def plan_writes(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> WritePlan:
     """Sort ``records`` (``text``, ``metadata``, ``id``) into documents and parts."""
     plan = WritePlan()
-    for record in records:
+    for record, slug in zip(records, _slugs(records, kb), strict=True):
         metadata = record["metadata"]
-        slug = canonical_slug(metadata, kb.settings) if isinstance(metadata, Mapping) else None
         if slug is None:
             plan.whole.append(record)
             plan.ids.append("")  # the knowledge base's id, once written
@@ -76,8 +110,11 @@ def _fields(plan: WritePlan, stored: Sequence[StoredChunk]) -> dict[str, dict[st
     out = {}
     for slug, parts in plan.parts.items():
         ids = {p["id"] for p in parts}
-        out[slug] = shared_fields([*(c.metadata for c in kept.get(slug, ()) if c.id not in ids),
-                                   *(p["metadata"] for p in parts)])
+        stays = sorted((c for c in kept.get(slug, ()) if c.id not in ids), key=lambda c: c.order)
+        fields = shared_fields([*(c.metadata for c in stays), *(p["metadata"] for p in parts)])
+        # over the block that opens the document's first part (a loader's, kept in its text)
+        first = stays[0].text if stays and stays[0].order == 0 else parts[0]["text"]
+        out[slug] = dict(with_frontmatter(first, fields))
     return out
 
 

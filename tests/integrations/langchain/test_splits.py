@@ -9,6 +9,7 @@ from langchain_kb_retriever import KBVectorStore
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+from kb_retriever.vocabulary import CHUNKS_SOURCE_TYPE
 
 pytestmark = pytest.mark.db
 
@@ -121,3 +122,28 @@ def test_the_indexing_api_keeps_the_store_in_step_with_the_sources(make_kb, run:
     assert _contents(store) == sorted(d.page_content for d in edited + rest
                                       if d.metadata["source"] != "old.md")
     assert kb.get_by_ids(["dec-cache-v1"]) == []
+
+
+def test_the_splits_of_a_file_whose_text_opens_with_frontmatter_are_one_canonical_document(
+        make_kb):
+    """``TextLoader("adr.md")`` keeps the frontmatter block in the text: its first split became
+    a canonical document, and every other split a plain note of its own, so a superseded
+    decision's body was ranked without its penalty. A file added whole stays one document."""
+    kb: KnowledgeBase = make_kb(embedder=HashingEmbedder(128))
+    store = KBVectorStore(kb=kb)
+    head = "---\nslug: dec-cache-v1\ntype: decision\nstatus: superseded\n---\n# Cache v1\n\n"
+    loaded = Document(page_content=head + _text("memcached", 12), metadata={"source": "adr.md"})
+    splits = RecursiveCharacterTextSplitter(chunk_size=400, chunk_overlap=0).split_documents(
+        [loaded])
+    assert len(splits) > 2 and not splits[1].page_content.startswith("---")
+    ids = store.add_documents(splits)
+    (adr,) = kb.get_by_ids(["dec-cache-v1"])
+    assert (len(adr.chunks), adr.canonical_status) == (len(splits), "superseded")
+    assert [d.page_content for d in store.get_by_ids(ids)] == [d.page_content for d in splits]
+    hits = kb.search("memcached eviction policy", limit=5).primary
+    assert hits and {h.document.slug for h in hits} == {"dec-cache-v1"}
+    whole = Document(page_content=head.replace("v1", "v0") + "Memcached, first try.",
+                     metadata={"source": "old.md"})
+    store.add_documents([whole])
+    (alone,) = kb.get_by_ids(["dec-cache-v0"])
+    assert alone.source_type != adr.source_type == CHUNKS_SOURCE_TYPE  # chunked by its headings
