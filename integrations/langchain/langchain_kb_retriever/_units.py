@@ -110,12 +110,57 @@ def _fields(plan: WritePlan, stored: Sequence[StoredChunk]) -> dict[str, dict[st
     out = {}
     for slug, parts in plan.parts.items():
         ids = {p["id"] for p in parts}
-        stays = sorted((c for c in kept.get(slug, ()) if c.id not in ids), key=lambda c: c.order)
-        fields = shared_fields([*(c.metadata for c in stays), *(p["metadata"] for p in parts)])
-        # over the block that opens the document's first part (a loader's, kept in its text)
-        first = stays[0].text if stays and stays[0].order == 0 else parts[0]["text"]
-        out[slug] = dict(with_frontmatter(first, fields))
+        out[slug] = _document_fields([c for c in kept.get(slug, ()) if c.id not in ids], parts)
     return out
+
+
+def _document_fields(stays: Sequence[StoredChunk], parts: Sequence[dict[str, Any]]
+                     ) -> dict[str, Any]:
+    """The fields of a canonical document that will hold ``stays`` (its stored parts that
+    stay) and ``parts``: what they all share, over the frontmatter block that opens its first
+    part (a loader's, kept in the text)."""
+    fields = shared_fields([*(c.metadata for c in stays), *(p["metadata"] for p in parts)])
+    first = min(stays, key=lambda c: c.order).text if stays else parts[0]["text"]
+    return dict(with_frontmatter(first, fields))
+
+
+#: The chunks that are parts (a document of its own's chunks are not deleted by their ids).
+PARTS = {"source_types": [CHUNKS_SOURCE_TYPE]}
+
+
+def holders(kb: KnowledgeBase, ids: Sequence[str], scope: dict[str, Any]) -> list[str]:
+    """The canonical documents that hold parts among ``ids``."""
+    return sorted({c.document_id for c in kb.get_chunks(list(ids), filters=PARTS, consistent=True,
+                                                          **scope)})
+
+
+async def aholders(kb: KnowledgeBase, ids: Sequence[str], scope: dict[str, Any]) -> list[str]:
+    return sorted({c.document_id for c in await kb.aget_chunks(
+        list(ids), filters=PARTS, consistent=True, **scope)})
+
+
+def refresh(kb: KnowledgeBase, slugs: Sequence[str], scope: dict[str, Any]) -> None:
+    """Give each of the canonical documents ``slugs`` the fields its parts share, after a
+    delete of some (the fields of parts of two versions side by side lack what changed, as
+    when ``index()`` adds an ADR's new splits before it deletes the old ones): its first part
+    written again with them (unchanged, its row stays; the document takes the fields)."""
+    stored = [c for f in chunks_of(list(slugs)) for c in kb.get_chunks(filters=f, consistent=True,
+                                                                         **scope)]
+    for slug, chunks in by_document(stored).items():
+        head = min(chunks, key=lambda c: c.order)
+        kb.upsert_chunks(slug, [{"text": head.text, "id": head.id, "metadata": dict(head.metadata)}],
+                         metadata=_document_fields(chunks, []), **scope)
+
+
+async def arefresh(kb: KnowledgeBase, slugs: Sequence[str], scope: dict[str, Any]) -> None:
+    """The async twin of :func:`refresh`."""
+    stored = [c for f in chunks_of(list(slugs))
+              for c in await kb.aget_chunks(filters=f, consistent=True, **scope)]
+    for slug, chunks in by_document(stored).items():
+        head = min(chunks, key=lambda c: c.order)
+        await kb.aupsert_chunks(slug, [{"text": head.text, "id": head.id,
+                                        "metadata": dict(head.metadata)}],
+                                metadata=_document_fields(chunks, []), **scope)
 
 
 def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:

@@ -184,8 +184,10 @@ class KBVectorStore(VectorStore):
         kb = self._open()
         if ids is None:
             kb.clear(**self._scope())
-        else:
+        else:  # canonical documents that lose parts take what the rest share
+            slugs = _units.holders(kb, ids, self._scope())
             kb.delete_named(ids, **self._scope())
+            _units.refresh(kb, slugs, self._scope())
         return True
 
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
@@ -193,7 +195,9 @@ class KBVectorStore(VectorStore):
         if ids is None:
             await kb.aclear(**self._scope())
         else:
+            slugs = await _units.aholders(kb, ids, self._scope())
             await kb.adelete_named(ids, **self._scope())
+            await _units.arefresh(kb, slugs, self._scope())
         return True
 
     # --- reading --------------------------------------------------------------------------

@@ -147,3 +147,39 @@ def test_the_splits_of_a_file_whose_text_opens_with_frontmatter_are_one_canonica
     store.add_documents([whole])
     (alone,) = kb.get_by_ids(["dec-cache-v0"])
     assert alone.source_type != adr.source_type == CHUNKS_SOURCE_TYPE  # chunked by its headings
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_status_changed_through_the_indexing_api_reaches_the_document(make_kb, run: str):
+    """An ADR's status changed in its metadata gives each split a new id: ``index()`` adds the
+    new splits beside the old ones (the fields they share then lack ``status``), then deletes
+    the old ones, and nothing gave the document its fields again: it stayed non-canonical,
+    without the superseded penalty."""
+    import asyncio
+
+    from langchain_core.indexing import InMemoryRecordManager, aindex, index
+
+    kb: KnowledgeBase = make_kb(embedder=HashingEmbedder(128))
+    store = KBVectorStore(kb=kb)
+    manager = InMemoryRecordManager("kb")
+    manager.create_schema()
+
+    def sync(docs: list[Document]) -> None:
+        if run == "sync":
+            index(docs, manager, store, cleanup="incremental", source_id_key="source",
+                  key_encoder="sha256")
+        else:
+            asyncio.run(aindex(docs, manager, store, cleanup="incremental",
+                               source_id_key="source", key_encoder="sha256"))
+
+    def splits(status: str) -> list[Document]:
+        loaded = Document(page_content=_text("redis", 12), metadata={**ADR, "status": status})
+        return RecursiveCharacterTextSplitter(chunk_size=400, chunk_overlap=0).split_documents(
+            [loaded])
+
+    sync(splits("accepted"))
+    assert kb.get_by_ids(["dec-cache-v2"])[0].canonical_status == "accepted"
+    sync(splits("superseded"))
+    (adr,) = kb.get_by_ids(["dec-cache-v2"])
+    assert (adr.is_canonical, adr.canonical_status) == (True, "superseded")
+    assert len(adr.chunks) == len(splits("superseded"))
