@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from langchain_core.documents import Document
 
 from kb_retriever import ConfigError, FilterError, Hit, InputError, KnowledgeBase, SearchResult
+from kb_retriever.interop.vectors import hit_vectors
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.search.modes import Legs
 
@@ -122,10 +122,10 @@ def check_mmr(fetch_k: int, lambda_mult: float) -> None:
 def mmr_hits(kb: KnowledgeBase, result: SearchResult, k: int, fetch_k: int,
              lambda_mult: float) -> list[Hit]:
     """``k`` of the first ``fetch_k`` documents in MMR order: relevance is the pipeline's final
-    score, similarity the cosine between the documents' best chunks (embedded again, as
-    LangChain's stores do with their stored vectors)."""
+    score, similarity the cosine between the documents' best chunks' stored vectors, as
+    LangChain's stores read theirs."""
     hits = best_hits(result, fetch_k)
     if not hits:
         return []
-    vectors = np.asarray(kb.embedder.embed_documents([h.text for h in hits]), dtype=np.float32)
-    return [hits[i] for i in mmr_order([h.score for h in hits], vectors, k, lambda_mult)]
+    return [hits[i] for i in mmr_order([h.score for h in hits], hit_vectors(kb, hits), k,
+                                       lambda_mult)]

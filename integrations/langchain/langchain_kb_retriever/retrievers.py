@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-import numpy as np
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -17,6 +16,7 @@ from langchain_core.retrievers import BaseRetriever, LangSmithRetrieverParams
 from pydantic import ConfigDict, Field
 
 from kb_retriever import InputError, KnowledgeBase, SearchResult, Settings
+from kb_retriever.interop.vectors import hit_vectors
 from kb_retriever.models.results import CONTEXT_CUTOFF
 from kb_retriever.ranking.mmr import mmr_order
 
@@ -261,9 +261,8 @@ class KBRetriever(BaseRetriever):
         hits = result.top_k(call.limit)
         order: Any = range(len(hits))
         if len(hits) > 1:
-            vectors = np.asarray(self.kb.embedder.embed_documents([h.text for h in hits]),
-                                 dtype=np.float32)
-            order = mmr_order([h.score for h in hits], vectors, call.k, call.lambda_mult)
+            order = mmr_order([h.score for h in hits], hit_vectors(self.kb, hits), call.k,
+                              call.lambda_mult)
         return replace(result, primary=tuple(hits[i] for i in order)[:call.k],
                        runner_up=tuple(h for h in result.runner_up
                                        if not h.metadata.get(CONTEXT_CUTOFF)))

@@ -291,6 +291,43 @@ def test_mmr_mode_trades_relevance_for_diversity(make_kb):
     assert [n.ref_doc_id for n in diverse.nodes] == [plain[0], "other"]
 
 
+class _Counting(HashingEmbedder):
+    def __init__(self, dimension: int) -> None:
+        super().__init__(dimension)
+        self.documents = 0
+
+    def embed_documents(self, texts):  # type: ignore[no-untyped-def]
+        self.documents += len(texts)
+        return super().embed_documents(texts)
+
+
+def test_mmr_reads_the_stored_vectors_and_embeds_no_candidate(make_kb):
+    """Every MMR query embedded its candidates again: a call to a remote model (a paid one)
+    at each query. The adapters now read the stored vectors, as the stores they stand for
+    do; the LangChain store and retriever as well."""
+    from langchain_core.documents import Document as LcDocument
+    from langchain_kb_retriever import KBVectorStore as LcStore
+
+    embedder = _Counting(256)
+    kb = make_kb(embedder=embedder)
+    store = KBVectorStore(kb)
+    VectorStoreIndex.from_documents([
+        Document(doc_id="a", text="Redis cluster is the shared cache layer for the API."),
+        Document(doc_id="other", text="Lunch is at noon near the shared kitchen."),
+    ], storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=KBCoreEmbedding(kb.embedder))
+    lc = LcStore(kb=kb, project="lc")
+    lc.add_documents([LcDocument("Kafka is the event queue."), LcDocument("Deploys on Friday.")])
+    embedder.documents = 0
+    found = store.query(_query(store, "shared cache layer", similarity_top_k=2, mode="mmr",
+                               mmr_threshold=0.5))
+    assert len(found.nodes) == 2
+    assert len(lc.max_marginal_relevance_search("event queue", k=2, fetch_k=2)) == 2
+    retriever = lc.as_retriever(search_type="mmr", search_kwargs={"k": 2, "fetch_k": 2})
+    assert retriever.invoke("event queue")
+    assert embedder.documents == 0
+
+
 @pytest.mark.parametrize("factor", [float("inf"), float("nan"), 0.5, "2"])
 def test_an_mmr_prefetch_factor_that_is_no_finite_number_is_a_config_error(make_kb, factor):
     """inf and nan passed the check and raised a raw OverflowError / ValueError in int()."""

@@ -7,7 +7,6 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
@@ -28,6 +27,7 @@ from kb_retriever import (
     StoredChunk,
 )
 from kb_retriever.interop import hit_metadata
+from kb_retriever.interop.vectors import hit_vectors
 from kb_retriever.ranking.diversify import diversify
 from kb_retriever.ranking.mmr import mmr_order
 from kb_retriever.search.modes import Legs
@@ -259,9 +259,8 @@ class KBVectorStore(BasePydanticVectorStore):
                 hits.append(hit)
         if mode.mmr_lambda is not None:
             hits = hits[:mode.fetch_k]
-            vectors = np.asarray(self._kb.embedder.embed_documents([h.text for h in hits]),
-                                 dtype=np.float32) if hits else np.zeros((0, 1))
-            hits = [hits[i] for i in mmr_order([h.score for h in hits], vectors,
+            hits = [hits[i] for i in mmr_order([h.score for h in hits],
+                                                hit_vectors(self._kb, hits),
                                                 query.similarity_top_k, mode.mmr_lambda)]
         else:
             # The search asked for a few chunks per node, so its list may hold more of one
