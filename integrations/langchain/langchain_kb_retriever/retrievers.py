@@ -131,6 +131,9 @@ class KBRetriever(BaseRetriever):
     search_type: Literal["similarity", "mmr", "similarity_score_threshold"] = "similarity"
     #: Defaults for every call, with the names of :data:`CALL_OPTIONS`.
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
+    #: ``filter=`` reads the documents' metadata alone, as :class:`KBVectorStore`'s does (its
+    #: ``as_retriever()`` sets it); else a key that names a document field reads that field.
+    filter_on_metadata: bool = False
 
     def __init__(self, **data: Any) -> None:
         # Checked here, not in a pydantic validator: the caller gets InputError itself.
@@ -181,7 +184,14 @@ class KBRetriever(BaseRetriever):
                     raise InputError(f"filters must be a mapping, got {type(extra).__name__}")
                 filters = {**(filters or {}), **extra}
         # As in VectorStoreRetriever, a per-call filter= replaces search_kwargs' one.
-        filters = _merge_filters(filters, opts.get("filter"))
+        expression = opts.get("filter")
+        if self.filter_on_metadata and expression:
+            if not isinstance(expression, Mapping):
+                raise InputError(f"filter must be a mapping, got {type(expression).__name__}")
+            filters = {**(filters or {}), "metadata": {**(filters or {}).get("metadata", {}),
+                                                       **expression}}
+        else:
+            filters = _merge_filters(filters, expression)
         fetch_k, lambda_mult = opts.get("fetch_k", 20), opts.get("lambda_mult", 0.5)
         if isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1:
             raise InputError(f"fetch_k must be a positive integer, got {fetch_k!r}")

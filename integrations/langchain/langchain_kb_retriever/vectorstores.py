@@ -352,11 +352,10 @@ class KBVectorStore(VectorStore):
         and ``search_kwargs`` as in ``VectorStore.as_retriever``; here ``filter`` is over the
         documents' metadata, as in :meth:`similarity_search`."""
         search = dict(kwargs.get("search_kwargs") or {})
-        filters = dict(_ranked.filter_arg("filters", search.pop("filters", None)) or {})
-        if _ranked.filter_arg("filter", search.get("filter")):
-            filters["metadata"] = {**filters.get("metadata", {}), **search.pop("filter")}
-        search.pop("filter", None)
-        return KBRetriever(kb=self._open(), k=search.pop("k", 4), filters=filters or None,
+        filters = _ranked.filter_arg("filters", search.pop("filters", None))
+        _ranked.filter_arg("filter", search.get("filter"))  # (read as the store reads it)
+        return KBRetriever(kb=self._open(), k=search.pop("k", 4), filter_on_metadata=True,
+                           filters=dict(filters) if filters else None,
                            project=self.project, tenant=self.tenant,
                            search_type=kwargs.get("search_type", "similarity"),
                            search_kwargs=search,

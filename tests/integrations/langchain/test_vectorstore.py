@@ -474,3 +474,20 @@ def test_threads_that_use_a_new_store_at_once_open_it_once(new_database, pg_serv
     assert len(opened) == 1 and 0 < connections() <= store.kb.settings.pool_max_size
     store.close()
     assert connections() == 0
+
+
+def test_a_per_call_filter_on_the_stores_retriever_reads_metadata_as_the_store_does(store):
+    """``store.as_retriever().invoke(q, filter=...)`` read the keys that name a document
+    field as that field (``language`` as the detected language: nothing matched) and AND-ed
+    the call's filter with ``search_kwargs``' instead of replacing it, as
+    ``VectorStoreRetriever`` does."""
+    store.add_documents([
+        Document("def cache(): return redis", metadata={"language": "python", "team": "a"}),
+        Document("fn cache() -> Redis { }", metadata={"language": "rust", "team": "b"})])
+    retriever = store.as_retriever(search_kwargs={"k": 2, "filter": {"team": "a"}})
+    assert [d.page_content for d in retriever.invoke("cache redis")] == [
+        "def cache(): return redis"]
+    found = retriever.invoke("cache redis", filter={"language": "rust"})
+    assert [d.page_content for d in found] == ["fn cache() -> Redis { }"]
+    assert [d.page_content for d in store.similarity_search(
+        "cache redis", k=2, filter={"language": "rust"})] == ["fn cache() -> Redis { }"]
