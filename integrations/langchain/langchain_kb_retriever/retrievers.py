@@ -258,8 +258,9 @@ class KBRetriever(BaseRetriever):
                                    include_rejected=call.include_rejected)
 
     async def ato_documents(self, result: SearchResult, **kwargs: Any) -> list[Document]:
-        """The async twin of :meth:`to_documents`: MMR embeds the candidates again, in a worker
-        thread (the embedder is synchronous: the event loop stays free)."""
+        """The async twin of :meth:`to_documents`: MMR reads the candidates' vectors (a sync
+        read, and the embedder for any without one) in a worker thread, so the event loop
+        stays free."""
         if self.search_type == "mmr":
             return await asyncio.to_thread(self.to_documents, result, **kwargs)
         return self.to_documents(result, **kwargs)

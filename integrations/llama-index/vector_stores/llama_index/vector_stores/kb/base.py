@@ -283,7 +283,7 @@ class KBVectorStore(BasePydanticVectorStore):
         result = await self._kb.asearch(mode.text, **args)
         if mode.mmr_lambda is None:
             return self._result(result, query, mode)
-        # MMR embeds the candidates again, and the embedder is synchronous: keep the loop free
+        # MMR reads the candidates' stored vectors with a sync read: keep the loop free
         return await asyncio.to_thread(self._result, result, query, mode)
 
 
