@@ -144,6 +144,27 @@ def test_a_consistent_read_sees_this_processs_own_write(pair: Pair) -> None:
         assert caught_up.meta["server"] == "replica 1"
 
 
+def test_a_consistent_search_uses_no_cached_read_of_a_lagging_replica(pair: Pair) -> None:
+    """A write clears the process's read cache; a search that is not ``consistent`` then
+    filled it again from a replica that had not replayed the write, and the process's
+    ``consistent`` searches used those answers (here the synonyms) for the cache's TTL."""
+    primary, replica = pair.database()
+    with _kb(primary, replica) as kb:
+        kb.add_documents([{"id": "pto", "text": "# Time off\n\nRequest PTO in the HR portal."}])
+        _wait_for(replica, "pto")
+        pair.standby.sql("postgres", "SELECT pg_wal_replay_pause()")
+        try:
+            kb.add_synonyms("vacation", ["pto"])
+            stale = kb.search("vacation request")  # from the replica: no synonym yet
+            assert stale.meta["server"] == "replica 1"
+            assert stale.meta["search_strategy"]["synonym_phrases"] == []
+            seen = kb.search("vacation request", consistent=True)
+            assert seen.meta["server"] == "primary"
+            assert seen.meta["search_strategy"]["synonym_phrases"] == ["pto"]
+        finally:
+            pair.standby.sql("postgres", "SELECT pg_wal_replay_resume()")
+
+
 def test_a_replica_that_lags_past_the_bound_is_skipped(pair: Pair) -> None:
     primary, replica = pair.database()
     with _kb(primary, replica, replica_max_lag_s=0.5) as kb:

@@ -17,7 +17,7 @@ from ..errors import UnavailableError
 from ..models import SearchResult
 from ..settings import Settings
 from ..store.pools import Pools
-from ..store.reader import AsyncSearchSession, ReadCache, SearchSession
+from ..store.reader import AsyncSearchSession, CacheView, ReadCache, SearchSession
 from ..store.replicas import Target
 from .meta import SearchMeta
 from .pipeline import search_plan
@@ -39,7 +39,7 @@ def _attempts(pools: Pools) -> int:
     return len(pools.replicas) + 1 if pools.replicas else 1
 
 
-def _once(target: Target, pools: Pools, cache: ReadCache, settings: Settings,
+def _once(target: Target, pools: Pools, cache: ReadCache | CacheView, settings: Settings,
           req: SearchRequest, embed: Callable[[str], Any], *,
           record: list[Any] | None = None) -> tuple[SearchResult, str]:
     """One run of ``req``'s plan on ``target``: the result, and the statements it recorded
@@ -60,7 +60,7 @@ def _once(target: Target, pools: Pools, cache: ReadCache, settings: Settings,
         session.release()
 
 
-async def _aonce(target: Target, pools: Pools, cache: ReadCache, settings: Settings,
+async def _aonce(target: Target, pools: Pools, cache: ReadCache | CacheView, settings: Settings,
                  req: SearchRequest, embed: Callable[[str], Awaitable[Any]]) -> SearchResult:
     session = AsyncSearchSession(target.pool, cache, settings, distributed=pools.distributed,
                                  revive=pools.arevived if pools.revives(target) else None)
@@ -83,8 +83,9 @@ def search(pools: Pools, cache: ReadCache, settings: Settings, req: SearchReques
     revived = False
     for attempt in range(_attempts(pools) + 1):
         target = pools.read_target(consistent)
+        view = cache.view(target.replica is None or consistent)
         try:
-            return _answered(_once(target, pools, cache, settings, req, embed)[0], target)
+            return _answered(_once(target, pools, view, settings, req, embed)[0], target)
         except UnavailableError:
             if target.replica is not None and attempt + 1 < _attempts(pools):
                 pools.replicas.mark_down(target.replica)
@@ -104,7 +105,8 @@ async def asearch(pools: Pools, cache: ReadCache, settings: Settings, req: Searc
         target: Target | None = None
         try:
             target = await pools.aread_target(consistent)  # may open the loop's pool
-            return _answered(await _aonce(target, pools, cache, settings, req, embed), target)
+            view = cache.view(target.replica is None or consistent)
+            return _answered(await _aonce(target, pools, view, settings, req, embed), target)
         except UnavailableError:
             # No target: the loop's pool of the primary could not open (a replica's falls back).
             replica = target.replica if target is not None else None

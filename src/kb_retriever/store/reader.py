@@ -28,8 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
-import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
@@ -41,12 +39,13 @@ from psycopg_pool import PoolTimeout
 from ..settings import Settings
 from .connection import aput_back, atranslated, is_retryable, local_settings, translate, translated
 from .distribution import shard_settings
+from .read_cache import CacheView, ReadCache
 from .reads import Fetch, Parallel
 from .sql import Statement
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AsyncSearchSession", "ReadCache", "SearchSession"]
+__all__ = ["AsyncSearchSession", "CacheView", "ReadCache", "SearchSession"]
 
 # How long a search waits for an idle connection it saw in the pool for its second leg (a
 # timeout of 0 would fail at once even with connections idle: psycopg_pool checks it first).
@@ -83,52 +82,10 @@ def _local(settings: Settings, distributed: bool) -> list[Any] | None:
     return local or None
 
 
-class ReadCache:
-    """Answers of cacheable reads, each for its TTL. At most ``max_entries`` keys (the oldest
-    goes first: thousands of distinct project lists must not grow the process), and an answer
-    of more than ``max_rows`` rows is not kept."""
-
-    def __init__(self, *, max_entries: int = 256, max_rows: int = 20_000) -> None:
-        self.max_entries, self.max_rows = max_entries, max_rows
-        self._entries: dict[Any, tuple[float, Any]] = {}
-        self._lock = threading.Lock()
-        self.generation = 0  # one more at each clear: a read sent before it is not kept
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, req: Fetch) -> Any:
-        """The cached answer to ``req``, or None."""
-        if req.cache_key is None or req.cache_ttl <= 0:
-            return None
-        hit = self._entries.get(req.cache_key)
-        return hit[1] if hit and hit[0] > time.monotonic() else None
-
-    def answer(self, req: Fetch, rows: list[dict[str, Any]], since: int) -> Any:
-        """``req``'s answer (``req.parse(rows)`` when set), kept when ``req`` is cacheable and
-        no :meth:`clear` came since it was sent (``since``: the :attr:`generation` then): a
-        read that began before a write committed must not outlive the write's clear."""
-        answer = req.parse(rows) if req.parse is not None else rows
-        if req.cache_key is not None and req.cache_ttl > 0 and len(rows) <= self.max_rows:
-            with self._lock:
-                if since != self.generation:
-                    return answer
-                self._entries.pop(req.cache_key, None)
-                self._entries[req.cache_key] = (time.monotonic() + req.cache_ttl, answer)
-                while len(self._entries) > self.max_entries:
-                    del self._entries[next(iter(self._entries))]
-        return answer
-
-    def clear(self) -> None:
-        with self._lock:
-            self.generation += 1
-            self._entries.clear()
-
-
 class SearchSession:
     """One search's connections from a sync pool (see the module docstring)."""
 
-    def __init__(self, pool: Any, cache: ReadCache, settings: Settings,
+    def __init__(self, pool: Any, cache: ReadCache | CacheView, settings: Settings,
                  executor: Callable[[], ThreadPoolExecutor], *,
                  record: list[Fetch] | None = None, distributed: bool = False,
                  revive: Callable[[], bool] | None = None) -> None:
@@ -250,7 +207,7 @@ class SearchSession:
 class AsyncSearchSession:
     """The async twin of :class:`SearchSession` (parallel reads run as concurrent tasks)."""
 
-    def __init__(self, pool: Any, cache: ReadCache, settings: Settings, *,
+    def __init__(self, pool: Any, cache: ReadCache | CacheView, settings: Settings, *,
                  distributed: bool = False,
                  revive: Callable[[], Awaitable[bool]] | None = None) -> None:
         self._pool, self._cache, self._settings = pool, cache, settings
