@@ -374,3 +374,26 @@ def test_ten_megabyte_unclosed_frontmatter_does_not_hang() -> None:
     result = parse_frontmatter(text)
     assert time.perf_counter() - started < 2.0
     assert not result.has_frontmatter
+
+
+def test_a_link_with_an_alias_or_an_anchor_names_its_target() -> None:
+    """``[[b|Bee]]`` and ``[[e#Heading]]`` (Obsidian's alias and anchor) were dropped, with a
+    warning in frontmatter and silently in the body."""
+    from kb_retriever.ingest.chunking import extract_wikilinks
+
+    result = fm(CANONICAL + "related: ['[[b|Bee]]', '[[c#Setup]]', '[[d#Setup|Dee]]']\n")
+    assert result.related == ("b", "c", "d") and not result.warnings
+    assert extract_wikilinks("See [[d|Dee]] and [[e#Heading]] and [[f]].") == ("d", "e", "f")
+
+
+def test_yaml_1_1_numbers_and_booleans_keep_their_text_in_names() -> None:
+    """PyYAML reads YAML 1.1: ``slug: 0042`` became '34' (octal), ``id: 0010`` '8', the tag
+    ``no`` False (dropped), ``language: no`` (Norwegian) was ignored, and ``title: 12:30``
+    became '750' (base 60). A name is its text."""
+    result = fm("slug: 0042\ntype: decision\nstatus: accepted\nid: 0010\n"
+                "tags: [0042, no, ops]\nlanguage: no\ntitle: 12:30\n"
+                "related: ['[[0042]]', 0010]\n")
+    assert (result.slug, result.doc_id, result.tags) == ("0042", "0010", ("0042", "no", "ops"))
+    assert result.language == "no" and result.title == "12:30"
+    assert result.related == ("0042", "0010")
+    assert fm("slug: 2024\ntype: decision\nstatus: accepted\n").slug == "2024"

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from types import MappingProxyType
 
-from kb_retriever.ingest.frontmatter import as_slug, split_frontmatter
+from kb_retriever.ingest.frontmatter import as_slug, link_target, split_frontmatter
 from kb_retriever.models import ChunkDraft
 from kb_retriever.ranking.text import MAX_HEADING_CHARS, clip_words
 
@@ -131,7 +131,7 @@ def extract_wikilinks(text: str) -> tuple[str, ...]:
     prose = "\n".join(ln for ln, c in zip(lines, _code_mask(lines), strict=True) if not c)
     found: dict[str, None] = {}  # insertion-ordered set
     for match in _WIKILINK_RE.finditer(_INLINE_CODE_RE.sub("", prose)):
-        if (target := as_slug(match.group(1).strip())) is not None:
+        if (target := as_slug(link_target(match.group(1)))) is not None:
             found.setdefault(target)
     return tuple(found)
 

@@ -6,17 +6,18 @@ Malformed or hostile frontmatter never raises: the document is ingested as non-c
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import yaml
 
 from kb_retriever.models import CANONICAL_STATUSES, CANONICAL_TYPES
 from kb_retriever.settings import EDGE_TYPE_WEIGHTS
+
+from .yaml_block import UnsafeYaml, load_yaml, plain
 
 __all__ = ["EVIDENCE_TIERS", "TYPED_EDGE_KEYS", "FrontmatterResult", "as_slug", "storable_date",
            "frontmatter_from_mapping", "parse_frontmatter", "split_frontmatter"]
@@ -32,14 +33,16 @@ EVIDENCE_TIERS = ("guideline", "peer_reviewed", "official", "preprint", "news", 
 TYPED_EDGE_KEYS = tuple(t for t in EDGE_TYPE_WEIGHTS if t != "supersedes")
 DATE_KEYS = ("updated", "last_modified", "date")
 
-# Real frontmatter is a few hundred bytes; 256 KB leaves room for long summaries while keeping
-# the pure-YAML parse well under a second on hostile input.
-MAX_FRONTMATTER_BYTES = 256 * 1024
-# Each alias can multiply the expanded size ("billion laughs"); 10 aliases bound the expansion
-# to a few dozen times the raw size, and honest frontmatter needs none.
-MAX_YAML_ALIASES = 10
-# Deeper nesting is never legitimate here and would exhaust the recursion limit later on.
-MAX_YAML_DEPTH = 32
+
+
+def link_target(inner: str) -> str:
+    """The slug a wikilink's inside names: Obsidian's ``target#anchor|alias`` forms name
+    ``target``.
+
+    >>> link_target("dec-cache|the cache decision"), link_target(" runbook#Restart ")
+    ('dec-cache', 'runbook')
+    """
+    return inner.split("|", 1)[0].split("#", 1)[0].strip()
 
 
 def as_slug(text: str) -> str | None:
@@ -81,25 +84,6 @@ _CLOSE_RE = re.compile(r"\n---[ \t]*(?:\r?\n|\Z)")
 _WIKILINK_WRAPPER_RE = re.compile(r"^\[\[([^\[\]]+)\]\]$")
 _LANGUAGE_RE = re.compile(r"^([A-Za-z]{2})(?:[-_][A-Za-z0-9]{1,8})*$")
 _NUMBER_RE = re.compile(r"^\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*$")
-
-
-# The safe loader (libyaml's parser when present: 5-10x faster), with lenient timestamps below.
-_Loader: Any = type("_Loader", (getattr(yaml, "CSafeLoader", yaml.SafeLoader),), {})
-
-
-def _timestamp(loader: Any, node: Any) -> Any:
-    # `date: 2024-13-45` stays a string (and gets a warning) instead of failing the whole block.
-    try:
-        return loader.construct_yaml_timestamp(node)
-    except ValueError:
-        return loader.construct_scalar(node)
-
-
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
-
-
-class _UnsafeYaml(ValueError):
-    """The frontmatter is structurally hostile (too big, too many aliases, too deep, cyclic)."""
 
 
 @dataclass(frozen=True)
@@ -154,8 +138,8 @@ def parse_frontmatter(text: str) -> FrontmatterResult:
     if raw is None:
         return FrontmatterResult(data={}, body=text)
     try:
-        data = _load_yaml(raw)
-    except _UnsafeYaml as exc:
+        data = load_yaml(raw)
+    except UnsafeYaml as exc:
         return _rejected(body, f"frontmatter rejected: {exc}")
     except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
         reason = " ".join(str(exc).split())[:200]
@@ -178,48 +162,14 @@ def frontmatter_from_mapping(data: Any, body: str) -> FrontmatterResult:
     if not data:
         return FrontmatterResult(data={}, body=body)
     try:
-        plain = _plain(dict(data), 0, set())
-    except (_UnsafeYaml, RecursionError) as exc:
+        values = plain(dict(data), 0, set())
+    except (UnsafeYaml, RecursionError) as exc:
         return _rejected(body, f"metadata rejected: {exc}")
-    return _validate(plain, body)
+    return _validate(values, body)
 
 
 def _rejected(body: str, reason: str) -> FrontmatterResult:
     return FrontmatterResult(data={}, body=body, warnings=(reason,), has_frontmatter=True)
-
-
-def _load_yaml(raw: str) -> Any:
-    if len(raw.encode("utf-8", "surrogatepass")) > MAX_FRONTMATTER_BYTES:
-        raise _UnsafeYaml(f"larger than {MAX_FRONTMATTER_BYTES // 1024} KB")
-    # Count aliases on the event stream (linear in the capped size) before any object is built.
-    aliases = sum(isinstance(e, yaml.AliasEvent) for e in yaml.parse(raw, Loader=_Loader))
-    if aliases > MAX_YAML_ALIASES:
-        raise _UnsafeYaml(f"more than {MAX_YAML_ALIASES} YAML aliases")
-    return _plain(yaml.load(raw, Loader=_Loader), 0, set())  # _Loader is a SafeLoader
-
-
-def _plain(value: Any, depth: int, path: set[int]) -> Any:
-    """A JSON/jsonb-safe copy: str keys, ISO dates, no NUL characters, no NaN, no cycles."""
-    if depth > MAX_YAML_DEPTH:
-        raise _UnsafeYaml(f"nested deeper than {MAX_YAML_DEPTH} levels")
-    if isinstance(value, (dict, list, tuple, set)):
-        if id(value) in path:
-            raise _UnsafeYaml("YAML aliases form a cycle")
-        path = path | {id(value)}
-        if isinstance(value, dict):
-            return {str(_plain(k, depth + 1, path)): _plain(v, depth + 1, path)
-                    for k, v in value.items()}
-        items = sorted(value, key=str) if isinstance(value, set) else value
-        return [_plain(v, depth + 1, path) for v in items]
-    if isinstance(value, str):
-        return value.replace("\x00", "")  # PostgreSQL text/jsonb cannot store NUL
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return str(value)
 
 
 def _scalar_str(value: Any) -> str | None:
@@ -312,7 +262,7 @@ def _list(data: dict[str, Any], key: str, warnings: list[str], *, slugs: bool) -
     for item in _flatten(value) if slugs else value:
         text = _scalar_str(item)
         if slugs and text is not None and (match := _WIKILINK_WRAPPER_RE.match(text)):
-            text = match.group(1).strip()
+            text = link_target(match.group(1))
         if slugs and item in (None, ""):
             continue  # empty targets are skipped silently, as in the reference
         if slugs and text is not None:
