@@ -391,3 +391,17 @@ async def test_a_borrowed_async_pool_that_is_not_autocommit_gets_its_mode_back(n
             assert not conn.autocommit
             cur = await conn.execute("SELECT count(*) FROM kb_documents")
             assert (await cur.fetchone()) == (0,)
+
+
+def test_chunks_selected_by_doc_ids_are_those_documents_chunks_only(make_kb) -> None:
+    """The chunk statements left ``doc_ids`` out of their filter (it is the search's mention
+    list, which boosts): ``delete_chunks(filters={"doc_ids": [one]})`` deleted every chunk of
+    the project, then every document, and ``get_chunks`` with it read them all."""
+    kb = make_kb()
+    kb.add_documents([{"id": "a", "text": "# A\n\nalpha note"},
+                      {"id": "b", "text": "# B\n\nbeta note"}])
+    a_id = next(h.document.id for h in kb.search("alpha note").primary
+                if h.document.source_path == "a")
+    assert {c.document_id for c in kb.get_chunks(filters={"doc_ids": [a_id]})} == {"a"}
+    assert kb.delete_chunks(filters={"doc_ids": [a_id]}) == 1
+    assert [d.id for d in kb.get_by_ids(["a", "b"])] == ["b"]

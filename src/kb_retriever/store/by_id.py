@@ -65,8 +65,9 @@ def get_documents_sql(tenant: str, project: str, ids: Sequence[str], *,
 def _chunk_selection(tenant: str, project: str, ids: Sequence[str] | None,
                      filters: SearchFilters | None) -> tuple[sql.Composable, dict[str, Any]]:
     """``FROM … WHERE …`` of the chunks with these ids and/or matching these filters (the
-    search's own filter predicates, ``store.filter_sql.doc_filter_sql``)."""
-    filt, params = doc_filter_sql(filters or SearchFilters(), with_doc_ids=False)
+    search's own filter predicates, ``store.filter_sql.doc_filter_sql``; ``doc_ids`` selects
+    documents here, as the search's filter mode does: left out, a delete by them was a clear)."""
+    filt, params = doc_filter_sql(filters or SearchFilters(), with_doc_ids=True)
     by_id = sql.SQL(" AND c.chunk_uid = ANY(%(ids)s)") if ids is not None else sql.SQL("")
     return sql.SQL(
         "FROM kb_chunks c JOIN kb_documents d ON d.tenant_id = c.tenant_id "
