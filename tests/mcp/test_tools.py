@@ -106,3 +106,14 @@ def test_document_text_is_bounded_and_pages() -> None:
         document_text(big, project="p", offset=50)
     with pytest.raises(InputError):
         document_text(big, project="p", offset=-1)
+
+
+def test_document_text_bounds_the_metadata_too() -> None:
+    """The metadata was printed whole in the header of every page: 50 MB of it came back
+    past ``max_chars``."""
+    import dataclasses
+
+    doc = dataclasses.replace(_doc("short text"), metadata={"blob": "A" * 100_000})
+    text = document_text(doc, project="p", max_chars=1_000)
+    assert len(text) < 5_000
+    assert "more characters of metadata" in text and text.endswith("short text")

@@ -305,3 +305,13 @@ def test_cli_subprocess_unreachable_database(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "s3cret" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_metadata_past_the_size_of_a_file_is_an_input_error(kb64: KnowledgeBase) -> None:
+    """Only the metadata's depth was checked: 50 MB of it was stored, and served back whole."""
+    from kb_retriever import InputError
+    from kb_retriever.ingest.loaders import MAX_FILE_BYTES
+
+    with pytest.raises(InputError, match="metadata is larger than"):
+        kb64.add_documents([{"id": "big", "text": "x", "metadata": {"k": "A" * MAX_FILE_BYTES}}])
+    assert kb64.get_by_ids(["big"]) == []

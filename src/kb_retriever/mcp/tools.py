@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 #: room for a whole decision record or runbook without swamping an agent's context; longer
 #: documents are read in pages (``offset``).
 DOCUMENT_CHARS = 20_000
+METADATA_CHARS = 2_000  # of a document's metadata, in get_document's header
 # A failure's message is one line of at most this many characters: enough for a filter
 # error that lists the valid keys, short enough to sit in a model's context.
 _MESSAGE_CHARS = 600
@@ -141,8 +142,10 @@ def document_text(doc: StoredDocument, *, project: str, offset: int = 0,
         head.append(f"Type: {doc.canonical_type or 'unknown'} · "
                     f"Status: {doc.canonical_status or 'unknown'}")
     head.append(f"Chunks: {len(doc.chunks)}")
-    head.append("Metadata: " + json.dumps(dict(doc.metadata), ensure_ascii=False, default=str,
-                                          sort_keys=True))
+    meta = json.dumps(dict(doc.metadata), ensure_ascii=False, default=str, sort_keys=True)
+    if len(meta) > METADATA_CHARS:  # a page is bounded, its header too
+        meta = f"{meta[:METADATA_CHARS]}… ({len(meta) - METADATA_CHARS} more characters of metadata)"
+    head.append("Metadata: " + meta)
     total = len(doc.text)
     if offset and offset >= total:
         raise InputError(f"offset {offset} is past the end of the document ({total} characters)")

@@ -51,9 +51,12 @@ def json_metadata(value: Mapping[str, Any], what: str) -> dict[str, Any]:
         raise InputError(f"{what} must be a mapping, got {type(value).__name__}")
     _scan_json(value, what, strings=False)  # the depth, before json.dumps recurses
     try:  # jsonb: str keys; dates and other objects as strings (as frontmatter values are)
-        out = json.loads(json.dumps(dict(value), default=str, allow_nan=False))
+        text = json.dumps(dict(value), default=str, allow_nan=False)
+        out = json.loads(text)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} is not JSON-serialisable: {exc}") from None
+    if len(text) > MAX_FILE_BYTES:  # (ASCII: json.dumps escapes the rest) as large as a file
+        raise InputError(f"{what} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB as JSON")
     _scan_json(out, what, strings=True)
     return out
 
