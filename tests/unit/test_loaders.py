@@ -569,3 +569,57 @@ def test_no_line_costs_the_square_of_its_length(text: str) -> None:
               "chunk_markdown(text), _first_h1(text), join_hyphenation(text)\n")
     subprocess.run([sys.executable, "-c", script], input=text, text=True, check=True,
                    timeout=60)
+
+
+def test_a_heading_with_nothing_under_it_keeps_its_words(tmp_path: Path, settings: Settings) -> None:
+    """A section with a heading and no body vanished, heading included: a short bold DOCX
+    line taken for a heading ("NEVER restart the old primary" before the next heading, or as
+    the last paragraph) was in no chunk and no heading path. A heading whose section holds a
+    deeper one lives on in that one's path; the others are kept as chunks of their own."""
+    document = docx.Document()
+    document.add_paragraph().add_run("NEVER restart the old primary").bold = True
+    document.add_heading("Failover", level=2)
+    document.add_paragraph("Promote the replica with pg_ctl promote.")
+    document.add_paragraph().add_run("Approved by the CTO on 2024-05-01").bold = True
+    buffer = io.BytesIO()
+    document.save(buffer)
+    draft = parse_document(write(tmp_path, "f.docx", buffer.getvalue()), root=tmp_path,
+                           settings=settings)
+    text = "\n".join(c.text + " " + c.heading_path for c in draft.chunks)
+    assert "NEVER restart the old primary" in text and "Approved by the CTO" in text
+    assert [c.heading_path for c in draft.chunks] == ["", "Failover"]  # a real heading stays one
+
+
+def test_docx_text_in_insertions_content_controls_fields_and_nested_tables(
+        tmp_path: Path, settings: Settings) -> None:
+    """python-docx's ``Paragraph.text`` reads a paragraph's own runs: a tracked insertion, a
+    content control (inline, or around whole paragraphs), a field's result and a table in a
+    table cell were dropped without a word; a cell spanning three columns came three times."""
+    from docx.oxml import parse_xml
+    from docx.oxml.ns import nsdecls
+
+    w = nsdecls("w")
+    document = docx.Document()
+    p = document.add_paragraph("Before ")
+    p._p.append(parse_xml(f'<w:ins {w} w:id="1" w:author="a"><w:r><w:t>INSERTED</w:t></w:r></w:ins>'))
+    p._p.append(parse_xml(f'<w:sdt {w}><w:sdtContent><w:r><w:t xml:space="preserve"> INLINE-SDT'
+                          f'</w:t></w:r></w:sdtContent></w:sdt>'))
+    p._p.append(parse_xml(f'<w:fldSimple {w} w:instr="DATE"><w:r><w:t xml:space="preserve"> '
+                          f'FIELD-RESULT</w:t></w:r></w:fldSimple>'))
+    p._p.append(parse_xml(f'<w:del {w} w:id="2" w:author="a"><w:r><w:delText>DELETED'
+                          f'</w:delText></w:r></w:del>'))
+    document.element.body.append(parse_xml(
+        f'<w:sdt {w}><w:sdtContent><w:p><w:r><w:t>BLOCK-SDT paragraph</w:t></w:r></w:p>'
+        f'</w:sdtContent></w:sdt>'))
+    table = document.add_table(rows=2, cols=3)
+    table.cell(0, 0).merge(table.cell(0, 2)).text = "MERGED"
+    table.cell(1, 0).add_table(rows=1, cols=1).cell(0, 0).text = "NESTED-TABLE-TEXT"
+    buffer = io.BytesIO()
+    document.save(buffer)
+    draft = parse_document(write(tmp_path, "f.docx", buffer.getvalue()), root=tmp_path,
+                           settings=settings)
+    text = "\n".join(c.text for c in draft.chunks)
+    for shown in ("Before INSERTED INLINE-SDT FIELD-RESULT", "BLOCK-SDT paragraph",
+                  "NESTED-TABLE-TEXT"):
+        assert shown in text, text
+    assert "DELETED" not in text and text.count("MERGED") == 1

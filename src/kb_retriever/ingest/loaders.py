@@ -16,10 +16,9 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 from kb_retriever.errors import IngestError
-from kb_retriever.ingest.archive import check_archive
 from kb_retriever.ingest.budget import Budget
 from kb_retriever.ingest.chunking import (
     SECTION_AWARE,
@@ -27,6 +26,7 @@ from kb_retriever.ingest.chunking import (
     chunk_sections,
     extract_wikilinks,
 )
+from kb_retriever.ingest.docx_text import docx_markdown
 from kb_retriever.ingest.files import Listed, read_file
 from kb_retriever.ingest.frontmatter import FrontmatterResult, parse_frontmatter, storable_date
 from kb_retriever.ingest.language import with_language
@@ -48,24 +48,15 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # Portuguese); 8: slugs whose letters carry combining marks (Devanagari, Thai, Tamil); 9:
 # Romanian, Indonesian, Lithuanian, Greek, Arabic, Hindi, Nepali, Tamil, Armenian, Serbian
 # detected; 10: Catalan detected; 11: Chinese, Japanese or Korean with Latin words: no language
-PARSER_VERSION = "kb-retriever-ingest/11"
+# 12: DOCX text in insertions, content controls, fields and nested tables; names in frontmatter
+# as written
+PARSER_VERSION = "kb-retriever-ingest/12"
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
-_HEADING_STYLE_RE = re.compile(r"^heading ([1-6])$", re.IGNORECASE)
-# A "Normal" paragraph that is bold all through and this short reads as a heading: authors who
-# never use heading styles still mark sections that way. A sentence ends with punctuation.
-_BOLD_HEADING_MAX_CHARS = 80
-_BOLD_HEADING_MAX_WORDS = 10
-_SENTENCE_END = (".", ";", ",", ":", "!", "?")
-# The level of a bold pseudo-heading: below a title, like a section.
-_BOLD_HEADING_LEVEL = 2
 # A word broken across a PDF line: "connec-\ntion", "idle-in-\ntransaction" (soft hyphens too).
 _LINE_HYPHEN_RE = re.compile(r"(?<![\w-])(\w[\w-]*)(?:-|\u00ad)[ \t]*\n[ \t]*([a-z\u00e0-\u00ff]\w*)")
-# DOCX body lines that the markdown chunker would misread as a heading, a code fence or a
-# frontmatter delimiter; they get a backslash.
-_MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", re.MULTILINE)
 
 
 def parse_document(path: Path, *, root: Path, settings: Settings,
@@ -253,31 +244,14 @@ def _pdf_chunks(raw: bytes, rel: str, filename: str, hard_cap: int,
 
 
 def _docx_markdown(raw: bytes, rel: str, budget: Budget) -> tuple[str, datetime | None]:
-    """Body paragraphs and tables as markdown; headings (:func:`_heading_level`) become ``#``
-    headings, so chunks carry a heading path. The archive is checked before python-docx
-    reads it (:func:`~kb_retriever.ingest.archive.check_archive`), paragraphs, rows and
-    characters are counted as they are extracted."""
-    import docx  # the format libraries load only when such a file shows up
-    from docx.table import Table
-
+    """The document as markdown (``docx_text.docx_markdown``) and its modification date."""
     try:
-        check_archive(raw, budget)
-        document = docx.Document(io.BytesIO(raw))
-        styles: dict[str | None, _StyleInfo] = {}
-        blocks = []
-        for item in document.iter_inner_content():
-            if isinstance(item, Table):
-                blocks.append(_table_markdown(item, budget))
-            else:
-                budget.paragraph()
-                blocks.append(_paragraph_markdown(item, styles))
-            budget.text(len(blocks[-1]))
+        text, modified = docx_markdown(raw, budget)
     except IngestError:
         raise
     except Exception as exc:  # python-docx, lxml and zipfile share no base
         raise IngestError(f"{rel}: not a readable DOCX ({_describe(exc)})") from exc
-    text = "\n\n".join(block for block in blocks if block).replace("\x00", "")
-    return text, _aware(_safe(lambda: document.core_properties.modified))
+    return text, _aware(modified)
 
 
 def join_hyphenation(text: str) -> str:
@@ -302,84 +276,6 @@ def join_hyphenation(text: str) -> str:
         return solid
 
     return _LINE_HYPHEN_RE.sub(join, text)
-
-
-class _StyleInfo(NamedTuple):
-    """What a paragraph style says about headings, read once per style of a document: looking
-    a style up costs more than the rest of a paragraph (100k paragraphs took minutes)."""
-
-    name_level: int | None  # a ``Heading N`` style, or one based on it
-    outline_level: int | None  # the style's own ``w:outlineLvl``
-    bold: bool  # the style's font is bold
-
-
-def _paragraph_markdown(paragraph: Any, styles: dict[str | None, _StyleInfo]) -> str:
-    text = paragraph.text.strip()
-    level = _heading_level(paragraph, text, styles)
-    if level and text:
-        return "#" * level + " " + " ".join(text.split())
-    return _MARKDOWN_SYNTAX_RE.sub("\\\\", text)
-
-
-def _heading_level(paragraph: Any, text: str, styles: dict[str | None, _StyleInfo]) -> int | None:
-    """A paragraph's heading level: its style (``Heading N``, or a style based on one), its
-    outline level (``w:outlineLvl`` on the paragraph or its style), or a short paragraph that
-    is bold all through (:data:`_BOLD_HEADING_LEVEL`); None for body text."""
-    key = paragraph._p.style  # the style id (None: the default style), no lookup
-    info = styles.get(key)
-    if info is None:
-        info = styles[key] = _style_info(paragraph.style)
-    if info.name_level:
-        return info.name_level
-    own = _outline_level(paragraph._p)
-    if own or info.outline_level:
-        return own or info.outline_level
-    if (text and len(text) <= _BOLD_HEADING_MAX_CHARS and not text.endswith(_SENTENCE_END)
-            and len(text.split()) <= _BOLD_HEADING_MAX_WORDS and _all_bold(paragraph, info.bold)):
-        return _BOLD_HEADING_LEVEL
-    return None
-
-
-def _style_info(style: Any) -> _StyleInfo:
-    first, seen = style, 0
-    while style is not None and seen < 10:  # a style chain, guarded against cycles
-        match = _HEADING_STYLE_RE.match(style.name or "")
-        if match:
-            return _StyleInfo(int(match.group(1)), None, False)
-        style, seen = style.base_style, seen + 1
-    element = getattr(first, "element", None)
-    bold = bool(first is not None and first.font.bold)
-    return _StyleInfo(None, _outline_level(element) if element is not None else None, bold)
-
-
-def _outline_level(element: Any) -> int | None:
-    from docx.oxml.ns import qn
-
-    ppr = element.pPr
-    outline = ppr.find(qn("w:outlineLvl")) if ppr is not None else None
-    if outline is None:
-        return None
-    try:
-        value = int(outline.get(qn("w:val")))
-    except (TypeError, ValueError):
-        return None
-    return value + 1 if 0 <= value <= 5 else None  # 9 is "body text"; markdown has 6 levels
-
-
-def _all_bold(paragraph: Any, style_bold: bool) -> bool:
-    runs = [r for r in paragraph.runs if r.text.strip()]
-    if not runs:
-        return False
-    return all(r.bold or (r.bold is None and style_bold) for r in runs)
-
-
-def _table_markdown(table: Any, budget: Budget) -> str:
-    rows = []
-    for row in table.rows:
-        budget.paragraph()
-        cells = [" ".join(cell.text.split()) for cell in row.cells]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
 
 
 def _safe(get: Any) -> Any:
