@@ -206,10 +206,14 @@ def test_malformed_yaml_is_non_canonical_not_an_error(tmp_path: Path, settings: 
 
 
 def test_empty_markdown_has_zero_chunks(tmp_path: Path, settings: Settings) -> None:
-    for name, content in [("empty.md", ""), ("only-fm.md", CANONICAL_MD.split("# Auth")[0])]:
-        draft = parse_document(write(tmp_path, name, content), root=tmp_path, settings=settings)
-        assert draft.chunks == ()
-    assert draft.is_canonical  # a canonical document with an empty body is still canonical
+    draft = parse_document(write(tmp_path, "empty.md", ""), root=tmp_path, settings=settings)
+    assert draft.chunks == ()
+    # A canonical document with an empty body is still canonical, and stored: its title and
+    # summary are its one chunk (with none, the ingest skipped it and deleted what was stored).
+    draft = parse_document(write(tmp_path, "only-fm.md", CANONICAL_MD.split("# Auth")[0]),
+                           root=tmp_path, settings=settings)
+    assert draft.is_canonical and [c.text for c in draft.chunks] == [
+        "Authentication flow\n\nWe use OAuth."]
 
 
 def test_utf8_bom_is_accepted(tmp_path: Path, settings: Settings) -> None:
@@ -623,3 +627,25 @@ def test_docx_text_in_insertions_content_controls_fields_and_nested_tables(
                   "NESTED-TABLE-TEXT"):
         assert shown in text, text
     assert "DELETED" not in text and text.count("MERGED") == 1
+
+
+def test_a_canonical_record_with_no_body_is_stored_by_its_title_and_summary(
+        tmp_path: Path, settings: Settings) -> None:
+    """A rejected approach written as frontmatter and a title alone had no chunk: the ingest
+    skipped it ("no text to index") and deleted its stored version, slug, summary and edges."""
+    text = ("---\nslug: rej-memcached\ntype: rejected-approach\nstatus: accepted\n"
+            "summary: Memcached has no persistence and no replication.\n"
+            "related: ['[[dec-cache]]']\n---\n# Rejected: memcached\n")
+    draft = parse_document(write(tmp_path, "rej.md", text.encode()), root=tmp_path,
+                           settings=settings)
+    assert draft.is_canonical and [c.text for c in draft.chunks] == [
+        "Rejected: memcached\n\nMemcached has no persistence and no replication."]
+    assert [e.to_slug for e in draft.edges] == ["dec-cache"]
+
+
+def test_the_title_is_not_a_comment_in_a_code_block(tmp_path: Path, settings: Settings) -> None:
+    """A leading shell block's comment (``# restart the service``) was taken for the H1."""
+    text = "```bash\n# restart the service\nsystemctl restart api\n```\n\n# Real Title\n\nBody.\n"
+    draft = parse_document(write(tmp_path, "r.md", text.encode()), root=tmp_path,
+                           settings=settings)
+    assert draft.title == "Real Title"

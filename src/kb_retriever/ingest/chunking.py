@@ -125,6 +125,17 @@ def chunk_sections(
     return tuple(chunks)
 
 
+def outside_code(text: str) -> str:
+    """``text`` with the lines of fenced code blank (a ``#`` there is a comment, not a
+    heading).
+
+    >>> outside_code("```sh\\n# a comment\\n```\\n# Title")
+    '\\n\\n\\n# Title'
+    """
+    lines = _normalize_newlines(text).split("\n")
+    return "\n".join("" if c else ln for ln, c in zip(lines, _code_mask(lines), strict=True))
+
+
 def extract_wikilinks(text: str) -> tuple[str, ...]:
     """Valid ``[[slug]]`` targets outside fenced code and inline code, deduplicated, in order."""
     lines = _normalize_newlines(text).split("\n")

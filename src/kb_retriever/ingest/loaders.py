@@ -25,6 +25,7 @@ from kb_retriever.ingest.chunking import (
     chunk_markdown,
     chunk_sections,
     extract_wikilinks,
+    outside_code,
 )
 from kb_retriever.ingest.docx_text import docx_markdown
 from kb_retriever.ingest.files import Listed, read_file
@@ -148,9 +149,11 @@ _H1 = re.compile(r"^#[ \t]+(.+)$", re.MULTILINE)  # its closing #s stripped in c
 
 
 def _first_h1(body: str) -> str | None:
-    """The first level-1 heading, as a title (the reference used the file name, which reads
-    poorly in prompts and citations: ``rej-memcached-2023`` vs its real title)."""
-    match = _H1.search(body)
+    """The first level-1 heading outside fenced code, as a title (the reference used the file
+    name, which reads poorly in prompts and citations: ``rej-memcached-2023`` vs its real
+    title; a shell block's ``# restart the service`` is no heading)."""
+    prose = outside_code(body)
+    match = _H1.search(prose)
     return (match.group(1).rstrip(" \t#").strip()[:300] or None) if match else None
 
 
@@ -168,10 +171,14 @@ def _markdown_draft(draft: DocumentDraft, fm: FrontmatterResult, chunks: tuple[C
                    "superseded_by_slugs": list(fm.superseded_by), "tags": list(fm.tags),
                    "owners": list(fm.owners), "summary": fm.summary}
         frontmatter = {**fm.data, "_derived": derived}  # reference frontmatter_json shape
+    title = fm.title or _first_h1(fm.body) or draft.title
+    if canonical and not chunks:  # a record of frontmatter and a title: its words, searchable
+        words = "\n\n".join(w for w in (title, fm.summary) if w)
+        chunks = chunk_sections([("", words)], strategy=SECTION_AWARE,
+                                filename=Path(draft.source_path).name)
     # Descriptive fields apply to every document; the canonical ones only when canonical.
     return replace(
-        draft, source_type="markdown", chunks=chunks,
-        title=fm.title or _first_h1(fm.body) or draft.title,
+        draft, source_type="markdown", chunks=chunks, title=title,
         tags=fm.tags, owners=fm.owners, summary=fm.summary, language=fm.language,
         doc_date=fm.doc_date, generation_source=fm.generation_source,
         evidence_tier=fm.evidence_tier, frontmatter=MappingProxyType(frontmatter),
