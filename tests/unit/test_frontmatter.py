@@ -397,3 +397,14 @@ def test_yaml_1_1_numbers_and_booleans_keep_their_text_in_names() -> None:
     assert result.language == "no" and result.title == "12:30"
     assert result.related == ("0042", "0010")
     assert fm("slug: 2024\ntype: decision\nstatus: accepted\n").slug == "2024"
+
+
+@pytest.mark.parametrize("text", [
+    "\ufeff---\nslug: a\ntype: decision\nstatus: accepted\n---\n# Title\nBody",
+    "---\rslug: a\rtype: decision\rstatus: accepted\r---\r# Title\rBody"])
+def test_a_block_after_a_bom_or_with_cr_line_ends_is_frontmatter(text: str) -> None:
+    """Files are decoded first (the BOM dropped, line ends made \\n), an in-memory record's
+    text is not: LangChain's ``TextLoader`` keeps a BOM, and the block was indexed as text."""
+    result = parse_frontmatter(text)
+    assert result.is_canonical and result.slug == "a"
+    assert result.body.replace("\r", "\n") == "# Title\nBody"

@@ -79,8 +79,8 @@ def _without_marks(slug: str) -> str | None:
 
 # Reference regex `\A---\r?\n(.*?)\r?\n---\r?\n?` in two linear steps (a lazy `.*?` takes
 # half a second on 10 MB); unlike the reference, the closing `---` must end its line.
-_OPEN_RE = re.compile(r"---[ \t]*\r?\n")
-_CLOSE_RE = re.compile(r"\n---[ \t]*(?:\r?\n|\Z)")
+_OPEN_RE = re.compile(r"\ufeff?---[ \t]*(?:\r\n|\r|\n)")  # (an in-memory text may keep its
+_CLOSE_RE = re.compile(r"[\r\n]---[ \t]*(?:\r\n|\r|\n|\Z)")  # BOM, or old Mac line ends)
 _WIKILINK_WRAPPER_RE = re.compile(r"^\[\[([^\[\]]+)\]\]$")
 _LANGUAGE_RE = re.compile(r"^([A-Za-z]{2})(?:[-_][A-Za-z0-9]{1,8})*$")
 _NUMBER_RE = re.compile(r"^\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*$")
@@ -123,7 +123,7 @@ def split_frontmatter(text: str) -> tuple[str | None, str]:
     if opening is None or closing is None:
         return None, text
     raw = text[opening.end():max(opening.end(), closing.start())].removesuffix("\r")
-    return raw, text[closing.end():].lstrip("\r\n")
+    return raw.replace("\r\n", "\n").replace("\r", "\n"), text[closing.end():].lstrip("\r\n")
 
 
 def parse_frontmatter(text: str) -> FrontmatterResult:
