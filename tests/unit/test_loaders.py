@@ -649,3 +649,13 @@ def test_the_title_is_not_a_comment_in_a_code_block(tmp_path: Path, settings: Se
     draft = parse_document(write(tmp_path, "r.md", text.encode()), root=tmp_path,
                            settings=settings)
     assert draft.title == "Real Title"
+
+
+def test_a_text_that_opens_with_a_rule_keeps_what_stands_between_the_rules(
+        tmp_path: Path, settings: Settings) -> None:
+    """``---`` / a paragraph / ``---`` read as a frontmatter block that is no mapping: the
+    paragraph was indexed nowhere."""
+    text = "---\n\nIntro paragraph that matters.\n\n---\n\n# Heading\n\ntext\n"
+    draft = parse_document(write(tmp_path, "rule.md", text.encode()), root=tmp_path,
+                           settings=settings)
+    assert "Intro paragraph that matters." in "\n".join(c.text for c in draft.chunks)

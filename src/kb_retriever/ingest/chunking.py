@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from types import MappingProxyType
 
-from kb_retriever.ingest.frontmatter import as_slug, link_target, split_frontmatter
+from kb_retriever.ingest.frontmatter import as_slug, link_target, without_block
 from kb_retriever.models import ChunkDraft
 from kb_retriever.ranking.text import MAX_HEADING_CHARS, clip_words
 
@@ -58,8 +58,7 @@ def chunk_markdown(
         chunks = chunk_markdown("# Auth\\n\\nUse OAuth.\\n\\n## Tokens\\n\\nRotate daily.")
         assert [c.heading_path for c in chunks] == ["Auth", "Auth > Tokens"]
     """
-    _, body = split_frontmatter(body)
-    body = _normalize_newlines(body)
+    body = _normalize_newlines(without_block(body))
     if not body.strip():
         return ()
     strategy, sections = split_sections(body)

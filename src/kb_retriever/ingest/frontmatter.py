@@ -126,6 +126,20 @@ def split_frontmatter(text: str) -> tuple[str | None, str]:
     return raw.replace("\r\n", "\n").replace("\r", "\n"), text[closing.end():].lstrip("\r\n")
 
 
+def without_block(text: str) -> str:
+    """``text`` without its frontmatter block, when it has one: a block whose YAML reads as
+    a text or a list is no frontmatter but a text that opens with a rule (``---``), and
+    stays."""
+    raw, body = split_frontmatter(text)
+    if raw is None:
+        return text
+    try:
+        data = load_yaml(raw)
+    except (UnsafeYaml, yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError):
+        return body  # a block, malformed (its warning says so)
+    return body if data is None or isinstance(data, dict) else text
+
+
 def parse_frontmatter(text: str) -> FrontmatterResult:
     """Parse and validate the leading ``---`` YAML block of a markdown text.
 
@@ -144,9 +158,11 @@ def parse_frontmatter(text: str) -> FrontmatterResult:
     except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
         reason = " ".join(str(exc).split())[:200]
         return _rejected(body, f"frontmatter YAML could not be parsed: {reason}")
-    if not isinstance(data, dict):
-        what = "empty" if data is None else f"not a map (got {type(data).__name__})"
-        return _rejected(body, f"frontmatter is {what}")
+    if data is None:
+        return _rejected(body, "frontmatter is empty")
+    if not isinstance(data, dict):  # a text between rules, kept as text (without_block)
+        return _rejected(text, f"frontmatter is not a map (got {type(data).__name__}): "
+                               "read as text")
     return _validate(data, body)
 
 
