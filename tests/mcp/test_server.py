@@ -269,3 +269,17 @@ async def test_writes_only_when_allowed_and_only_in_scope(make_kb) -> None:
         again = await client.call_tool("get_document", {"id": "runbook-pager"})
         assert again.isError
     assert kb.get_by_ids(["runbook-pager"], project="ops") == []
+
+
+async def test_an_id_that_reads_as_json_is_kept_as_written(make_kb) -> None:
+    """The SDK decodes a JSON string given for a parameter typed ``str | None``: the id
+    "null" became None (a derived id), and '["a"]' a list (a validation error)."""
+    kb = make_kb()
+    server = build_server(kb, Scope(projects=("ops",), allow_writes=True))
+    async with connect(server) as client:
+        for given in ("null", '["a"]', "42"):
+            added = await client.call_tool("add_document", {"text": f"# N\n\nnote {given}",
+                                                            "id": given})
+            assert text_of(added) == f"Stored document {given!r} in project ops."
+    assert {d.id for d in kb.get_by_ids(["null", '["a"]', "42"], project="ops")} == {
+        "null", '["a"]', "42"}

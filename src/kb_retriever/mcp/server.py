@@ -242,13 +242,14 @@ def _add_write_tools(server: FastMCP, opened: _Opener, scope: Scope, h: dict[str
     WriteProject = Annotated[str | None, Field(description=h["write_project"])]
 
     async def add_document(text: Annotated[str, Field(description=h["text"])],
-                           id: Annotated[str | None, Field(description=h["new_id"])] = None,
+                           # str, not str | None: the SDK would decode "null" or '["a"]'
+                           id: Annotated[str, Field(description=h["new_id"])] = "",
                            metadata: Annotated[dict[str, Any] | None,
                                                Field(description=h["metadata"])] = None,
                            project: WriteProject = None) -> str:
         target = scope.one(project)
         record: dict[str, Any] = {"text": text, "metadata": metadata or {}}
-        if id is not None:
+        if id:  # (none: one is derived from the text and metadata)
             record["id"] = id
         base = await opened()
         ids = await base.aadd_documents([record], project=target, tenant=scope.tenant)
