@@ -130,14 +130,20 @@ def check_index(store: Diagnostics, *, tenant: str, project: str, samples: int =
         report.sizes_mb[rel] = round(store.relation_size(rel) / 2**20, 2)
     if not dist.citus:  # on Citus the shards, and so the graph's pages, are on the workers
         _buffers(store, report, space)
-    methods = {i["method"]: i for i in report.indexes}
     for method, what in (("hnsw", "vector"), ("gin", "full-text")):
-        if method not in methods:
+        if not any(i["method"] == method for i in report.indexes):
             report.hints.append(f"no {method.upper()} index on kb_chunks: {what} search scans "
                                 "every row (a bulk load with defer_indexes may have stopped early)")
-        elif not methods[method]["valid"]:
-            report.hints.append(f"{methods[method]['name']} is INVALID (a failed CREATE INDEX "
-                                f"CONCURRENTLY?): REINDEX INDEX {methods[method]['name']}")
+    for index in report.indexes:  # each one: an invalid index of one model beside a valid one
+        name = index["name"]
+        if index["valid"]:
+            continue
+        if name.endswith("_new"):  # (spaces.reindex builds the new one under this name)
+            report.hints.append(f"{name} is INVALID, left by an interrupted reindex: DROP INDEX "
+                                f"CONCURRENTLY {name} (searches use the index it was to replace)")
+        else:  # CONCURRENTLY: a plain REINDEX blocks the table's searches and writes meanwhile
+            report.hints.append(f"{name} is INVALID (a failed CREATE INDEX CONCURRENTLY?): "
+                                f"REINDEX INDEX CONCURRENTLY {name}")
     if count == 0 or space is None:
         report.hints.append(f"no chunks in tenant {tenant!r}, project {project!r}")
         return report

@@ -181,3 +181,23 @@ def test_bulk_load_items_with_wrong_vectors_are_input_errors(make_kb, vectors):
     project, draft, _ = next(iter(_items(1)))
     with pytest.raises(InputError, match="one finite vector"):
         bulk_load(kb.url, [(project, draft, vectors)], tenant="default", embedder=kb.embedder)
+
+
+def test_doctor_names_every_invalid_index_and_how_to_mend_it_without_blocking(make_kb):
+    """The doctor kept one index per access method: an INVALID HNSW index of one model hid
+    behind a valid one of another, and a leftover ``_new`` index of an interrupted reindex
+    got the hint ``REINDEX INDEX``, which blocks the table's searches and writes while the
+    whole index is built."""
+    kb, _ = _loaded(make_kb)
+    with psycopg.connect(kb.url, autocommit=True) as conn:
+        for name in ("kb_chunks_hnsw_0_new", "kb_chunks_hnsw_a"):  # sorted before _1
+            conn.execute(f"CREATE INDEX {name} ON kb_chunks USING hnsw "
+                         f"((embedding::vector({DIM})) vector_cosine_ops) WHERE model = 1")
+            conn.execute("UPDATE pg_index SET indisvalid = false "
+                         f"WHERE indexrelid = '{name}'::regclass")
+    with diagnostics.connect(kb.url) as store:
+        r = check_index(store, tenant="default", project="default", samples=3, k=5)
+    text = " ".join(r.hints)
+    assert "DROP INDEX CONCURRENTLY kb_chunks_hnsw_0_new" in text
+    assert "REINDEX INDEX CONCURRENTLY kb_chunks_hnsw_a" in text
+    assert "REINDEX INDEX kb_" not in text
