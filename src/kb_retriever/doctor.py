@@ -98,6 +98,24 @@ def _buffers(store: Diagnostics, report: DoctorReport, space: Space | None) -> N
         report.hints.append(hint)
 
 
+def _index_hints(indexes: list[dict[str, Any]]) -> list[str]:
+    """What the indexes of ``kb_chunks`` call for: a missing kind, and each invalid index (an
+    invalid one of a model beside a valid one of another) with a mend that does not block."""
+    hints = []
+    for method, what in (("hnsw", "vector"), ("gin", "full-text")):
+        if not any(i["method"] == method for i in indexes):
+            hints.append(f"no {method.upper()} index on kb_chunks: {what} search scans every "
+                         "row (a bulk load with defer_indexes may have stopped early)")
+    for name in (i["name"] for i in indexes if not i["valid"]):
+        if name.endswith("_new"):  # (spaces.reindex builds the new one under this name)
+            hints.append(f"{name} is INVALID, left by an interrupted reindex: DROP INDEX "
+                         f"CONCURRENTLY {name} (searches use the index it was to replace)")
+        else:  # CONCURRENTLY: a plain REINDEX blocks the table's searches and writes meanwhile
+            hints.append(f"{name} is INVALID (a failed CREATE INDEX CONCURRENTLY?): "
+                         f"REINDEX INDEX CONCURRENTLY {name}")
+    return hints
+
+
 def check_index(store: Diagnostics, *, tenant: str, project: str, samples: int = 20,
                 k: int = 10, ef_search: int = 100, settings: Settings | None = None,
                 reindex: bool = False) -> DoctorReport:
@@ -130,20 +148,7 @@ def check_index(store: Diagnostics, *, tenant: str, project: str, samples: int =
         report.sizes_mb[rel] = round(store.relation_size(rel) / 2**20, 2)
     if not dist.citus:  # on Citus the shards, and so the graph's pages, are on the workers
         _buffers(store, report, space)
-    for method, what in (("hnsw", "vector"), ("gin", "full-text")):
-        if not any(i["method"] == method for i in report.indexes):
-            report.hints.append(f"no {method.upper()} index on kb_chunks: {what} search scans "
-                                "every row (a bulk load with defer_indexes may have stopped early)")
-    for index in report.indexes:  # each one: an invalid index of one model beside a valid one
-        name = index["name"]
-        if index["valid"]:
-            continue
-        if name.endswith("_new"):  # (spaces.reindex builds the new one under this name)
-            report.hints.append(f"{name} is INVALID, left by an interrupted reindex: DROP INDEX "
-                                f"CONCURRENTLY {name} (searches use the index it was to replace)")
-        else:  # CONCURRENTLY: a plain REINDEX blocks the table's searches and writes meanwhile
-            report.hints.append(f"{name} is INVALID (a failed CREATE INDEX CONCURRENTLY?): "
-                                f"REINDEX INDEX CONCURRENTLY {name}")
+    report.hints += _index_hints(report.indexes)
     if count == 0 or space is None:
         report.hints.append(f"no chunks in tenant {tenant!r}, project {project!r}")
         return report
