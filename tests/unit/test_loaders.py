@@ -659,3 +659,14 @@ def test_a_text_that_opens_with_a_rule_keeps_what_stands_between_the_rules(
     draft = parse_document(write(tmp_path, "rule.md", text.encode()), root=tmp_path,
                            settings=settings)
     assert "Intro paragraph that matters." in "\n".join(c.text for c in draft.chunks)
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be"])
+def test_a_utf16_text_file_with_its_bom_is_read(tmp_path: Path, settings: Settings,
+                                                codec: str) -> None:
+    """Windows' "Unicode" (UTF-16 with a byte order mark) failed as "a binary file (contains
+    NUL bytes)"."""
+    text = "# Notes\n\nÇa marche: the cache is Redis.\n"
+    raw = text.encode(codec) if codec == "utf-16" else b"\xfe\xff" + text.encode(codec)
+    draft = parse_document(write(tmp_path, "w.md", raw), root=tmp_path, settings=settings)
+    assert draft.title == "Notes" and draft.chunks[0].text == "Ça marche: the cache is Redis."

@@ -202,15 +202,20 @@ def _relative_path(path: Path, root: Path) -> str:
 
 
 def _decode(raw: bytes, rel: str) -> str:
-    if b"\x00" in raw:
+    # UTF-16 with its byte order mark (Windows' "Unicode"), else UTF-8
+    codec = "utf-16" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    if codec != "utf-16" and b"\x00" in raw:
         raise IngestError(f"{rel}: looks like a binary file (contains NUL bytes)")
     try:
-        text = raw.decode("utf-8-sig")  # also accepts plain UTF-8; drops a leading BOM
+        text = raw.decode(codec)  # utf-8-sig also accepts plain UTF-8; a BOM is dropped
     except UnicodeDecodeError as exc:
         raise IngestError(
-            f"{rel}: not valid UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-            "re-save it as UTF-8"
+            f"{rel}: not valid {'UTF-16' if codec == 'utf-16' else 'UTF-8'} text (byte "
+            f"0x{raw[exc.start]:02x} at offset "
+            f"{exc.start}); re-save it as UTF-8"
         ) from None
+    if "\x00" in text:  # (a UTF-16 file's NUL characters: PostgreSQL stores none)
+        raise IngestError(f"{rel}: looks like a binary file (contains NUL characters)")
     # Windows (\r\n) and old Mac (\r) line ends as \n, before the frontmatter and the title
     # are read (an \r-only file was one line: its title held the whole text).
     return text.replace("\r\n", "\n").replace("\r", "\n")
