@@ -329,3 +329,10 @@ def test_property_without_headings_or_overlap_no_text_is_lost(body: str, cap: in
     chunks = chunk_markdown(body, hard_cap_tokens=cap, overlap_tokens=0)
     squash = re.compile(r"\s+")
     assert squash.sub("", "".join(texts(chunks))) == squash.sub("", body)
+
+
+def test_a_headings_closing_hashes_are_not_its_title() -> None:
+    """``# Setup ##`` gave the path 'Setup ##' (the document's title strips the closing #s)."""
+    chunks = chunk_markdown("# Setup ##\n\ntext one\n\n## C#\n\ntext two\n")
+    assert paths(chunks) == ["Setup", "Setup > C#"]
+    assert texts(chunks) == ["text one", "text two"]

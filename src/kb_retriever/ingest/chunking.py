@@ -90,7 +90,7 @@ def split_sections(body: str) -> tuple[str, list[tuple[str, str]]]:
         _flush(sections, path, buffer)  # heading-only sections vanish here (blank buffer)
         buffer = []
         level = len(match.group(1))
-        stack[level - 1] = clip_words(match.group(2).strip(), MAX_HEADING_CHARS)
+        stack[level - 1] = clip_words(_title(match.group(2)), MAX_HEADING_CHARS)
         stack[level:] = [""] * (6 - level)
         path = " > ".join(h for h in stack if h)
     _flush(sections, path, buffer)
@@ -177,6 +177,17 @@ def _code_mask(lines: list[str]) -> list[bool]:
             fence = None
         mask.append(True)
     return mask
+
+
+def _title(text: str) -> str:
+    """A heading's title: without the closing ``#`` sequence markdown allows (``# Setup ##``).
+
+    >>> _title(" Setup ## "), _title("C#"), _title("###")
+    ('Setup', 'C#', '')
+    """
+    words = text.strip()
+    bare = words.rstrip("#")
+    return words if bare and not bare[-1].isspace() else bare.strip()
 
 
 def _flush(sections: list[tuple[str, str]], path: str, buffer: list[str]) -> None:
