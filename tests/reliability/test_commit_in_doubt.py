@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -85,14 +86,25 @@ class _CommitCutter:
         self.listener.close()
 
 
-def test_a_write_committed_before_its_connection_died_is_reported_saved(
-        new_database: Callable[[], str]) -> None:
-    url = new_database()
+@contextlib.contextmanager
+def _behind_a_cutter(url: str, pool: tuple[int, int] = (1, 2)
+                     ) -> Iterator[tuple[KnowledgeBase, _CommitCutter]]:
+    """A knowledge base (``pool``: its pool's min and max size) whose connections go through
+    a :class:`_CommitCutter` in front of ``url``; both closed after."""
     proxy = _CommitCutter(conninfo_to_dict(url))
     via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
-    kb = KnowledgeBase(Settings(pool_min_size=1, pool_max_size=2), embedder=HashingEmbedder(64),
-                       database_url=via).open()
+    kb = KnowledgeBase(Settings(pool_min_size=pool[0], pool_max_size=pool[1]),
+                       embedder=HashingEmbedder(64), database_url=via).open()
     try:
+        yield kb, proxy
+    finally:
+        kb.close()
+        proxy.close()
+
+
+def test_a_write_committed_before_its_connection_died_is_reported_saved(
+        new_database: Callable[[], str]) -> None:
+    with _behind_a_cutter(new_database()) as (kb, proxy):
         kb.add_documents([{"text": "# First\n\nsaved before", "id": "first"}])
         proxy.armed = True
         ids = kb.add_documents([{"text": "# Second\n\nits reply was lost", "id": "second"}])
@@ -104,9 +116,6 @@ def test_a_write_committed_before_its_connection_died_is_reported_saved(
                               {"text": "# Fourth\n\ntwo", "id": "fourth"},
                               {"text": "# Fifth\n\nnever tried", "id": "fifth"}])
         assert err.value.saved == ["third"] and set(err.value.failed) == {"fourth", "fifth"}
-    finally:
-        kb.close()
-        proxy.close()
 
 
 def test_chunks_committed_before_their_connection_died_are_reported_saved(
@@ -114,14 +123,9 @@ def test_chunks_committed_before_their_connection_died_are_reported_saved(
     """``upsert_chunks`` (every LlamaIndex ``add`` and LangChain canonical split) had no such
     check: a commit whose reply was lost came back as UnavailableError, and the framework
     stores reported the saved group failed and every later one not written."""
-    url = new_database()
-    proxy = _CommitCutter(conninfo_to_dict(url))
-    via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
-    kb = KnowledgeBase(Settings(pool_min_size=1, pool_max_size=2), embedder=HashingEmbedder(64),
-                       database_url=via).open()
     chunks = [{"text": "Redis is the cache.", "id": "c1", "metadata": {"page": 1}},
               {"text": "Eviction is LRU.", "id": "c2", "metadata": {"page": 2, "at": None}}]
-    try:
+    with _behind_a_cutter(new_database()) as (kb, proxy):
         proxy.armed = True
         assert kb.upsert_chunks("dec-cache", chunks, metadata={"type": "decision"}) == ["c1", "c2"]
         assert proxy.cuts == 1
@@ -130,9 +134,6 @@ def test_chunks_committed_before_their_connection_died_are_reported_saved(
         with pytest.raises(UnavailableError):
             kb.upsert_chunks("dec-cache", [{**chunks[0], "text": "Memcached is the cache."}])
         assert [c.text for c in kb.get_chunks(["c1"])] == ["Redis is the cache."]
-    finally:
-        kb.close()
-        proxy.close()
 
 
 @pytest.mark.parametrize("call", ["add_documents", "upsert_chunks"])
@@ -141,12 +142,7 @@ def test_a_commit_in_doubt_is_checked_on_a_live_connection(
     """The usual causes of a lost reply (a server restart, a failover, a pooler's restart)
     cut the pool's idle connections too: the check of the commit took one of them, failed,
     and a committed write was reported failed."""
-    url = new_database()
-    proxy = _CommitCutter(conninfo_to_dict(url))
-    via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
-    kb = KnowledgeBase(Settings(pool_min_size=3, pool_max_size=3), embedder=HashingEmbedder(64),
-                       database_url=via).open()
-    try:
+    with _behind_a_cutter(new_database(), pool=(3, 3)) as (kb, proxy):
         kb.search("warm the pool")
         proxy.armed = proxy.cut_all = True
         if call == "add_documents":
@@ -154,9 +150,6 @@ def test_a_commit_in_doubt_is_checked_on_a_live_connection(
         else:
             assert kb.upsert_chunks("d", [{"text": "Redis is the cache.", "id": "c1"}]) == ["c1"]
         assert proxy.cuts == 1 and [d.id for d in kb.get_by_ids(["d"])] == ["d"]
-    finally:
-        kb.close()
-        proxy.close()
 
 
 def test_an_upsert_that_changes_only_the_documents_fields_is_not_reported_saved_uncommitted(
@@ -164,14 +157,9 @@ def test_an_upsert_that_changes_only_the_documents_fields_is_not_reported_saved_
     """The check compared the chunks only: an upsert of the same chunks with the document's
     status changed, whose COMMIT never reached the server, was reported saved; the
     document kept its old status."""
-    url = new_database()
-    proxy = _CommitCutter(conninfo_to_dict(url))
-    via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
-    kb = KnowledgeBase(Settings(pool_min_size=1, pool_max_size=2), embedder=HashingEmbedder(64),
-                       database_url=via).open()
     chunks = [{"text": "Redis is the cache.", "id": "c1"}]
     accepted = {"type": "decision", "status": "accepted", "slug": "dec-cache"}
-    try:
+    with _behind_a_cutter(new_database()) as (kb, proxy):
         kb.upsert_chunks("dec-cache", chunks, metadata=accepted)
         proxy.armed = proxy.lose_commit = True
         proxy.after = b"UPDATE kb_documents"
@@ -184,26 +172,15 @@ def test_an_upsert_that_changes_only_the_documents_fields_is_not_reported_saved_
                                 metadata={**accepted, "status": "superseded"}) == ["c1"]
         assert proxy.cuts == 2
         assert kb.get_by_ids(["dec-cache"])[0].metadata["status"] == "superseded"
-    finally:
-        kb.close()
-        proxy.close()
 
 
 def test_a_write_whose_connection_is_lost_after_it_committed_is_reported_saved(
         new_database: Callable[[], str]) -> None:
     """The connection lost after the write's last commit, while the search's statement
     timeout was put back: the error of that reset came out of the write, reported failed."""
-    url = new_database()
-    proxy = _CommitCutter(conninfo_to_dict(url))
-    via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
-    kb = KnowledgeBase(Settings(pool_min_size=1, pool_max_size=2), embedder=HashingEmbedder(64),
-                       database_url=via).open()
-    try:
+    with _behind_a_cutter(new_database()) as (kb, proxy):
         proxy.armed = proxy.lose_commit = True
         proxy.cut_at = b"SELECT set_config('statement_timeout'"
         assert kb.add_documents([{"text": "# Doc\n\nsaved, then cut", "id": "d"}]) == ["d"]
         assert proxy.cuts == 1 and [d.id for d in kb.get_by_ids(["d"])] == ["d"]
         assert kb.search("saved").primary  # the pool goes on without the cut connection
-    finally:
-        kb.close()
-        proxy.close()
