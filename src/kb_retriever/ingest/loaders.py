@@ -202,8 +202,10 @@ def _relative_path(path: Path, root: Path) -> str:
 
 
 def _decode(raw: bytes, rel: str) -> str:
-    # UTF-16 with its byte order mark (Windows' "Unicode"), else UTF-8
-    codec = "utf-16" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    # UTF-16 with its byte order mark (Windows' "Unicode"; its line breaks and spaces hold
+    # NUL bytes: "\xff\xfe" before bytes that are no UTF-8 is not reason enough), else UTF-8
+    utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff") and b"\x00" in raw
+    codec = "utf-16" if utf16 else "utf-8-sig"
     if codec != "utf-16" and b"\x00" in raw:
         raise IngestError(f"{rel}: looks like a binary file (contains NUL bytes)")
     try:

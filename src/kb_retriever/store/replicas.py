@@ -31,8 +31,9 @@ __all__ = ["WRITTEN", "Replica", "Replicas", "Target", "Written", "latest_lsn"]
 
 logger = logging.getLogger(__name__)
 
-# Lag, as the replica tells it: none while it streams from the primary and has replayed all it received (an
-# idle primary sends nothing, and the last replayed transaction's time would only grow); else
+# Lag, as the replica tells it: none while it streams from the primary and has replayed all
+# it received (an idle primary sends nothing, and the last replayed transaction's time would
+# only grow); else
 # the age of its last replayed transaction. One that streams nothing (cut off from the primary:
 # no WAL receiver, or one not streaming) is as old as that, and infinitely when it replayed none:
 # equal positions then only say that nothing arrives. (Without pg_read_all_stats a receiver's
