@@ -7,12 +7,13 @@ writes whole documents and chunks by id (the logic is ``write.from_memory``'s, t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .checks import valid_name
 from .embedding import Embedder
-from .errors import InputError, UnavailableError, WriteError
+from .errors import InputError, KbError, UnavailableError, WriteError
 from .filters.dimensions import SearchFilters, parse_filters
 from .models import DocumentSummary, ProjectSummary, StoredChunk, StoredDocument
 from .settings import Settings
@@ -23,6 +24,8 @@ from .write import from_memory as docs
 from .write.recalibrate import after_write
 
 __all__ = ["DocumentMethods", "valid_name"]
+
+logger = logging.getLogger(__name__)
 
 
 def _selection(ids: Iterable[str] | None, filters: SearchFilters | Mapping[str, Any] | None
@@ -191,12 +194,13 @@ class DocumentMethods:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _write(self, batch: records.Batch, tenant: str, project: str) -> int:
-        """Run ``batch`` in one transaction (again, if PostgreSQL aborts it as a deadlock victim);
-        its counted statements' counts (returned or affected), summed."""
+        """Run ``batch`` (a delete) in one transaction (again, if PostgreSQL aborts it as a
+        deadlock victim); its counted statements' counts (returned or affected), summed. What
+        it deleted counts toward the project's recalibration, as writes do (``after_write``)."""
         try:
             with self._pools.writing() as session:
                 count = session.run(batch)
-                session.settle(tenant, project)
+                after_write(session, self.embedder, tenant, project, count)
         finally:
             self._reads.clear()
         return count
@@ -208,7 +212,18 @@ class DocumentMethods:
                 await session.settle(tenant, project)
         finally:
             self._reads.clear()
+        if count:  # a calibration embeds its probes: in a worker thread, as writes run
+            await self._pools.thread_writes.run(self._counted, tenant, project, count)
         return count
+
+    def _counted(self, tenant: str, project: str, count: int) -> None:
+        """``after_write`` for an async delete that committed: never its error."""
+        try:
+            with self._pools.writing() as session:
+                after_write(session, self.embedder, tenant, project, count)
+        except KbError as exc:  # the delete is done; the next write counts and calibrates
+            logger.warning("calibration of %s/%s postponed: %s", tenant, project, exc)
+        self._reads.clear()
 
     def get_by_ids(self, ids: Iterable[str], *, project: str | None = None,
                    tenant: str | None = None, with_embeddings: bool = False,

@@ -74,3 +74,24 @@ def test_a_project_in_another_script_is_measured_with_that_scripts_questions(new
         assert None not in both.null_top1[han] and both.null_top1[dict(GROUPS)["greek"]] == (
             None,) * 6
         assert kb.search("缓存", project=["zh", "en"]).meta["calibration"]["calibrated"]
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_deletes_count_toward_recalibration(new_database, run):
+    """Only writes counted (migration 0006 says deletes do too): after most of a project was
+    deleted, the refusal gate kept the larger corpus's calibration until later writes."""
+    import asyncio
+
+    url = new_database()
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(64), database_url=url,
+                       project="p") as kb:
+        kb.add_documents([{"text": f"Note {i} about the payment service and its queue {i}.",
+                           "id": f"n{i}"} for i in range(30)])
+        first = _state(url)[2]
+        gone = [f"n{i}" for i in range(20)]
+        if run == "sync":
+            assert kb.delete(gone) == 20
+        else:
+            assert asyncio.run(kb.adelete(gone)) == 20
+        chunks, written, at = _state(url)
+        assert chunks == 10 and written == 0 and at > first  # calibrated again, on 10 chunks
