@@ -209,7 +209,8 @@ class DocumentMethods:
         try:
             async with self._pools.awriting() as session:
                 count = await session.run(batch)
-                await session.settle(tenant, project)
+                if not count:  # else _counted settles, with the count (once, not twice)
+                    await session.settle(tenant, project)
         finally:
             self._reads.clear()
         if count:  # a calibration embeds its probes: in a worker thread, as writes run

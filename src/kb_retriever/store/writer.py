@@ -94,8 +94,9 @@ def refresh_document_stats(conn: psycopg.Connection) -> None:
         conn.execute("ANALYZE (SKIP_LOCKED) kb_documents")
 
 
-def doc_lock_key(tenant: str, project: str, source_path: str) -> str:
-    return "\x1f".join(("kb-doc", tenant, project, source_path))
+def doc_lock_key(tenant: str, project: str, source_path: str, *, kind: str = "kb-doc") -> str:
+    """The advisory lock key of a document's id (``kind`` ``kb-file``: of a file's path)."""
+    return "\x1f".join((kind, tenant, project, source_path))
 
 
 def document_values(draft: DocumentDraft) -> dict[str, Any]:
@@ -170,10 +171,9 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
     ``source_root``, the documents that hold the same file under another root (a folder
     ingested, then its parent; or both at once) are deleted in the same transaction, under a
     lock on the file, so the file stays one document. The document's root is checked under
-    the lock to be ``seen_root`` (what
-    the caller read, None: no root or no document) or this one: another root's ingest that
-    wrote it meanwhile is an error, not overwritten; unchanged text under a new root (a moved
-    folder) takes the new root.
+    the lock to be ``seen_root`` (what the caller read, None: no root or no document) or this
+    one: another root's ingest that wrote it meanwhile is an error, not overwritten;
+    unchanged text under a new root (a moved folder) takes the new root.
     """
     values = document_values(draft)
     if source_root is not None:
@@ -306,7 +306,7 @@ def _take_file(conn: psycopg.Connection, tenant: str, project: str, root: str,
     documents that hold it under another root's id: a folder and its parent ingested one
     after the other, or at once, where each read the project before the other wrote."""
     file = PurePath(root, source_path)
-    conn.execute(_LOCK_SQL, ["\x1f".join(("kb-file", tenant, project, str(file)))])
+    conn.execute(_LOCK_SQL, [doc_lock_key(tenant, project, str(file), kind="kb-file")])
     others = [(str(folder), file.relative_to(folder).as_posix())
               for folder in file.parents if str(folder) != root]
     if not others:
