@@ -146,21 +146,27 @@ def refresh(kb: KnowledgeBase, slugs: Sequence[str], scope: dict[str, Any]) -> N
     written again with them (unchanged, its row stays; the document takes the fields)."""
     stored = [c for f in chunks_of(list(slugs)) for c in kb.get_chunks(filters=f, consistent=True,
                                                                          **scope)]
-    for slug, chunks in by_document(stored).items():
-        head = min(chunks, key=lambda c: c.order)
-        kb.upsert_chunks(slug, [{"text": head.text, "id": head.id, "metadata": dict(head.metadata)}],
-                         metadata=_document_fields(chunks, []), **scope)
+    for slug, head, fields in _refreshed(stored):
+        kb.upsert_chunks(slug, [head], metadata=fields, **scope)
 
 
 async def arefresh(kb: KnowledgeBase, slugs: Sequence[str], scope: dict[str, Any]) -> None:
     """The async twin of :func:`refresh`."""
     stored = [c for f in chunks_of(list(slugs))
               for c in await kb.aget_chunks(filters=f, consistent=True, **scope)]
+    for slug, head, fields in _refreshed(stored):
+        await kb.aupsert_chunks(slug, [head], metadata=fields, **scope)
+
+
+def _refreshed(stored: Sequence[StoredChunk]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """For each document of the ``stored`` parts: its slug, its first part as written again,
+    and the fields all its parts share."""
+    out = []
     for slug, chunks in by_document(stored).items():
         head = min(chunks, key=lambda c: c.order)
-        await kb.aupsert_chunks(slug, [{"text": head.text, "id": head.id,
-                                        "metadata": dict(head.metadata)}],
-                                metadata=_document_fields(chunks, []), **scope)
+        out.append((slug, {"text": head.text, "id": head.id, "metadata": dict(head.metadata)},
+                    _document_fields(chunks, [])))
+    return out
 
 
 def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:
