@@ -32,6 +32,12 @@ _BOLD_HEADING_LEVEL = 2
 _MARKDOWN_SYNTAX_RE = re.compile(r"^(?=#{1,6}\s| {0,3}(?:```|~~~)|---[ \t]*$)", re.MULTILINE)
 
 
+def _w(name: str) -> str:
+    """The qualified name of a WordprocessingML element or attribute (as python-docx's
+    ``qn("w:" + name)``, without importing it)."""
+    return "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}" + name
+
+
 class _StyleInfo(NamedTuple):
     """What a paragraph style says about headings, read once per style of a document: looking
     a style up costs more than the rest of a paragraph (100k paragraphs took minutes)."""
@@ -59,7 +65,7 @@ def docx_markdown(raw: bytes, budget: Budget) -> tuple[str, Any]:
     blocks: list[_Block] = []
     for element in _blocks(document.element.body):
         budget.paragraph()
-        if element.tag == _qn("w:tbl"):
+        if element.tag == _w("tbl"):
             blocks.append(_Block(_table_markdown(element, budget), None, False))
         else:
             blocks.append(_paragraph_block(element, document, styles))
@@ -75,34 +81,31 @@ def docx_markdown(raw: bytes, budget: Budget) -> tuple[str, Any]:
     return "\n\n".join(lines).replace("\x00", ""), _modified(document)
 
 
-def _qn(tag: str) -> str:
-    from docx.oxml.ns import qn
-
-    return str(qn(tag))
-
-
 def _blocks(container: Any) -> Iterator[Any]:
     """The paragraphs and tables of ``container`` (the body, a cell), in order, including
     those inside block content controls."""
     for child in container.iterchildren():
-        if child.tag in (_qn("w:p"), _qn("w:tbl")):
+        if child.tag in (_w("p"), _w("tbl")):
             yield child
-        elif child.tag == _qn("w:sdt"):
-            content = child.find(_qn("w:sdtContent"))
+        elif child.tag == _w("sdt"):
+            content = child.find(_w("sdtContent"))
             if content is not None:
                 yield from _blocks(content)
+
+
+# What a paragraph's elements show: a ``w:t`` its text (None here), the others white space.
+_SHOWN = {_w("t"): None, _w("tab"): "\t", _w("br"): "\n", _w("cr"): "\n"}
+_MOVED_FROM = _w("moveFrom")
 
 
 def _text(paragraph: Any) -> str:
     """The text a paragraph shows: its ``w:t`` (tabs and breaks as white space), wherever it
     sits (runs, links, insertions, content controls, field results), save a move's source."""
-    moved_from = _qn("w:moveFrom")
     out = []
-    for node in paragraph.iter(_qn("w:t"), _qn("w:tab"), _qn("w:br"), _qn("w:cr")):
-        if any(a.tag == moved_from for a in node.iterancestors()):
+    for node in paragraph.iter(*_SHOWN):
+        if any(a.tag == _MOVED_FROM for a in node.iterancestors()):
             continue
-        out.append(node.text or "" if node.tag == _qn("w:t") else
-                   "\t" if node.tag == _qn("w:tab") else "\n")
+        out.append(_SHOWN[node.tag] or node.text or "")
     return "".join(out)
 
 
@@ -151,11 +154,11 @@ def _style_info(style: Any) -> _StyleInfo:
 
 def _outline_level(element: Any) -> int | None:
     ppr = element.pPr
-    outline = ppr.find(_qn("w:outlineLvl")) if ppr is not None else None
+    outline = ppr.find(_w("outlineLvl")) if ppr is not None else None
     if outline is None:
         return None
     try:
-        value = int(outline.get(_qn("w:val")))
+        value = int(outline.get(_w("val")))
     except (TypeError, ValueError):
         return None
     return value + 1 if 0 <= value <= 5 else None  # 9 is "body text"; markdown has 6 levels
@@ -172,16 +175,16 @@ def _table_markdown(table: Any, budget: Budget) -> str:
     """One line per row, its cells' text (a cell spanning several columns once; a table in a
     cell as its text)."""
     rows = []
-    for row in table.iterchildren(_qn("w:tr")):
+    for row in table.iterchildren(_w("tr")):
         budget.paragraph()
         cells = [" ".join(_cell_text(cell, budget).split())
-                 for cell in row.iterchildren(_qn("w:tc"))]
+                 for cell in row.iterchildren(_w("tc"))]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
 def _cell_text(cell: Any, budget: Budget) -> str:
-    return " ".join(_table_markdown(block, budget) if block.tag == _qn("w:tbl") else _text(block)
+    return " ".join(_table_markdown(block, budget) if block.tag == _w("tbl") else _text(block)
                     for block in _blocks(cell))
 
 
