@@ -34,7 +34,6 @@ TYPED_EDGE_KEYS = tuple(t for t in EDGE_TYPE_WEIGHTS if t != "supersedes")
 DATE_KEYS = ("updated", "last_modified", "date")
 
 
-
 def link_target(inner: str) -> str:
     """The slug a wikilink's inside names: Obsidian's ``target#anchor|alias`` forms name
     ``target``.

@@ -50,7 +50,13 @@ def load_yaml(raw: str) -> Any:
     aliases = sum(isinstance(e, yaml.AliasEvent) for e in yaml.parse(raw, Loader=_Loader))
     if aliases > MAX_YAML_ALIASES:
         raise UnsafeYaml(f"more than {MAX_YAML_ALIASES} YAML aliases")
-    return _as_written(raw, plain(yaml.load(raw, Loader=_Loader), 0, set()))  # a SafeLoader
+    loader = _Loader(raw)  # a SafeLoader; its node tree read once, for the names too
+    try:
+        node = loader.get_single_node()
+        data = None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
+    return _as_written(node, plain(data, 0, set()))
 
 
 # Keys whose values are names, read as written: YAML 1.1 (PyYAML's) reads the plain scalar
@@ -63,13 +69,10 @@ _READ_AS_NUMBER_OR_FLAG = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002
                                      "tag:yaml.org,2002:bool"})
 
 
-def _as_written(raw: str, data: Any) -> Any:
-    """``data`` with each name (:data:`_NAME_KEYS`, or an item of a list of them) that YAML
-    read as a number or a flag given back as its text."""
-    if not isinstance(data, dict) or not (_NAME_KEYS | _NAME_LISTS) & data.keys():
-        return data
-    root = yaml.compose(raw, Loader=_Loader)
-    if not isinstance(root, yaml.MappingNode):
+def _as_written(root: Any, data: Any) -> Any:
+    """``data`` (constructed from the node ``root``) with each name (:data:`_NAME_KEYS`, or an
+    item of a list of them) that YAML read as a number or a flag given back as its text."""
+    if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
         return data
     out = dict(data)
     for key, node in root.value:
