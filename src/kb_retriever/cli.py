@@ -215,9 +215,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps({**exc.report.__dict__, "interrupted": exc.interrupted,
                                   "remaining": exc.remaining}, indent=2, default=str))
-            # Files not ingested, as when some failed: not bad input or configuration (2).
-            print(f"kb-retriever: {printable(str(exc))}", file=sys.stderr)
-            return EXIT_FAILURE
+            raise
     if args.json:
         print(json.dumps(report.__dict__, indent=2, default=str))
     else:
@@ -362,7 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except KbError as exc:
         print(f"kb-retriever: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_USAGE
+        # An ingest a lost connection stopped left files out, as one whose files failed (1):
+        # no bad input or configuration (2).
+        return EXIT_FAILURE if isinstance(exc, IngestInterruptedError) else EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
