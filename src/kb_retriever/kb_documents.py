@@ -20,6 +20,7 @@ from .settings import Settings
 from .store import by_id as records
 from .store.pools import Pools
 from .store.reader import ReadCache
+from .store.writer import PieceKey, whole_metadata
 from .write import from_memory as docs
 from .write.recalibrate import after_write
 
@@ -106,7 +107,8 @@ class DocumentMethods:
 
     def upsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
                       metadata: Mapping[str, Any] | None = None, version: str | None = None,
-                      project: str | None = None, tenant: str | None = None) -> list[str]:
+                      project: str | None = None, tenant: str | None = None,
+                      piece_key: PieceKey = whole_metadata) -> list[str]:
         """Add chunks to a document, or replace the chunks with the same ids; its other chunks
         stay. Returns the chunks' ids, in order.
 
@@ -120,9 +122,11 @@ class DocumentMethods:
 
         ``version`` (a hash of the source, say) marks a version of the document: chunks added
         with another version than the stored one replace all its chunks, and within one
-        version a chunk whose text a stored chunk already has replaces it (the same piece
-        added again under a new id: LlamaIndex gives every node a new id; two stored chunks
-        of one text stand for two new ones). A document of its own (:meth:`add_documents`)
+        version a chunk replaces a stored chunk (that the call does not name) of its text and
+        its ``piece_key``: the same piece added again under a new id (LlamaIndex gives every
+        node a new id; two stored chunks of one piece stand for two new ones). ``piece_key``
+        maps a chunk's metadata to what tells pieces of one text apart; by default all of it,
+        so a footer on two pages is two chunks. A document of its own (:meth:`add_documents`)
         whose id a chunk takes goes, in the same transaction: an id names one thing.
 
         Example::
@@ -137,7 +141,8 @@ class DocumentMethods:
             with self._pools.writing() as session:
                 written = docs.write_chunks(
                     session, self.embedder, tenant=tenant, project=project, draft=draft,
-                    stored=lambda uids: self._stored_chunks(tenant, project, draft, uids))
+                    stored=lambda uids: self._stored_chunks(tenant, project, draft, uids),
+                    piece_key=piece_key)
                 after_write(session, self.embedder, tenant, project, len(written))
         finally:
             self._reads.clear()
@@ -146,13 +151,14 @@ class DocumentMethods:
     async def aupsert_chunks(self, document_id: str, chunks: Iterable[Any], *,
                              metadata: Mapping[str, Any] | None = None,
                              version: str | None = None, project: str | None = None,
-                             tenant: str | None = None) -> list[str]:
+                             tenant: str | None = None,
+                             piece_key: PieceKey = whole_metadata) -> list[str]:
         """The async twin of :meth:`upsert_chunks` (in a worker thread, as
         :meth:`aadd_documents`)."""
         items = list(chunks) if isinstance(chunks, Iterable) else chunks
         return await self._pools.thread_writes.run(
             self.upsert_chunks, document_id, items, metadata=metadata, version=version,
-            project=project, tenant=tenant)
+            project=project, tenant=tenant, piece_key=piece_key)
 
     async def aadd_documents(self, documents: Iterable[Any], *, project: str | None = None,
                              tenant: str | None = None) -> list[str]:

@@ -106,3 +106,22 @@ def test_delete_named_deletes_what_each_id_names_in_one_call(make_kb, run: str) 
     assert kb.delete_named(["p3"]) == 1 and kb.get_by_ids(["dec-q"]) == []  # its last part
     with pytest.raises(InputError):
         kb.delete_named([None])
+
+
+def test_chunks_of_one_text_and_other_metadata_are_other_pieces(make_kb):
+    """Within one version a later chunk of a stored chunk's text replaced it whatever its
+    metadata: a footer on page 2, written in a later call, took page 1's away."""
+    kb = make_kb()
+    kb.upsert_chunks("report", [{"text": "Findings.", "id": "a", "metadata": {"page": 1}},
+                                {"text": "Confidential.", "id": "b", "metadata": {"page": 1}}],
+                     version="v1")
+    kb.upsert_chunks("report", [{"text": "Confidential.", "id": "c", "metadata": {"page": 2}}],
+                     version="v1")
+    (doc,) = kb.get_by_ids(["report"])
+    assert [(c.id, c.metadata["page"]) for c in doc.chunks] == [("a", 1), ("b", 1), ("c", 2)]
+    # the caller says what tells pieces apart: here only the page
+    kb.upsert_chunks("report", [{"text": "Confidential.", "id": "d",
+                                 "metadata": {"page": 2, "seen": "again"}}],
+                     version="v1", piece_key=lambda m: m.get("page"))
+    (doc,) = kb.get_by_ids(["report"])
+    assert [c.id for c in doc.chunks] == ["a", "b", "d"]

@@ -221,9 +221,10 @@ class Session:
 
     @_typed_errors
     def merge_chunks(self, tenant: str, project: str, draft: DocumentDraft,
-                     embeddings: Sequence[Any]) -> list[str]:
+                     embeddings: Sequence[Any],
+                     piece_key: writer.PieceKey = writer.whole_metadata) -> list[str]:
         return writer.merge_chunks(self.conn, tenant=tenant, project=project, draft=draft,
-                                   embeddings=embeddings, space=self.space)
+                                   embeddings=embeddings, space=self.space, piece_key=piece_key)
 
     # --- embedding models (store/spaces.py) ------------------------------------------------
     @_typed_errors

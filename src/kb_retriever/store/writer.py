@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
@@ -28,6 +29,9 @@ from .spaces import Space, bind
 from .stats import deleted_chunks_logged, log_document_chunks
 
 logger = logging.getLogger(__name__)
+
+PieceKey = Callable[[Mapping[str, Any]], Hashable]
+"""Of a chunk's metadata: which chunks of one text are the same piece (:func:`merge_chunks`)."""
 
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 # Several keys in one order (their sort), so two writers that lock keys in common never wait
@@ -183,8 +187,15 @@ def write_document(conn: psycopg.Connection, *, tenant: str, project: str, draft
                                       space, seen_root))
 
 
+def whole_metadata(metadata: Mapping[str, Any]) -> str:
+    """The default :data:`PieceKey`: chunks of one text are the same piece when all their
+    metadata is."""
+    return json.dumps(metadata, sort_keys=True)
+
+
 def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: DocumentDraft,
-                 embeddings: Sequence[Any], space: Space) -> list[str]:
+                 embeddings: Sequence[Any], space: Space,
+                 piece_key: PieceKey = whole_metadata) -> list[str]:
     """Add the draft's chunks to its document, or replace the chunks of the same ids, leaving
     the document's other chunks as they are; the document is created from the draft's fields
     when missing, and takes them when it exists. The ids of the chunks written (a chunk whose
@@ -193,13 +204,14 @@ def merge_chunks(conn: psycopg.Connection, *, tenant: str, project: str, draft: 
     A draft with a ``content_hash`` is a version of the document: when the stored document is
     another version, all its chunks are replaced (not when some of its chunks were deleted:
     its version is unknown then, and the draft's chunks join the rest); within one version, a
-    chunk whose text a stored chunk already has replaces that one (the same piece added again
-    under a new id).
+    chunk replaces a stored chunk that the draft does not name, of its text and of its
+    ``piece_key`` (the same piece added again under a new id). Two chunks of one text that
+    differ there (a page footer on two pages) are two pieces: both stay.
     """
     values = document_values(draft)
     with _keys_taken(draft):
         return retried(lambda: _merge(conn, tenant, project, draft, embeddings, values,
-                                      space))
+                                      space, piece_key))
 
 
 @contextlib.contextmanager
@@ -332,7 +344,8 @@ def _take_ids(conn: psycopg.Connection, tenant: str, project: str, ids: Sequence
 
 
 def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,
-           embeddings: Sequence[Any], values: dict[str, Any], space: Space) -> list[str]:
+           embeddings: Sequence[Any], values: dict[str, Any], space: Space,
+           piece_key: PieceKey) -> list[str]:
     uids = chunk_uids(draft)
     with conn.transaction():
         bind(conn, tenant, project, space)
@@ -352,19 +365,19 @@ def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
             replaced_all, have = list(have), {}  # another version: none of its chunks stay
         else:
             replaced_all = []
-        # text hash -> the stored chunks with that text, in order, that the draft does not
-        # name: each stands for one new chunk of the same text (two alike are two chunks)
-        by_hash: dict[str, list[str]] = {}
+        # (text hash, piece key) -> the stored chunks of that piece, in order, that the draft
+        # does not name: each stands for one new chunk of the same piece (two alike are two)
+        by_piece: dict[tuple[str, Hashable], list[str]] = {}
         named = set(uids)
-        for uid, (_, text_hash, _) in sorted(have.items(), key=lambda kv: kv[1][0]):
+        for uid, (_, text_hash, metadata) in sorted(have.items(), key=lambda kv: kv[1][0]):
             if versioned and uid not in named:
-                by_hash.setdefault(text_hash, []).append(uid)
+                by_piece.setdefault((text_hash, piece_key(metadata)), []).append(uid)
         last = max((order for order, _, _ in have.values()), default=-1)
         rows, written, replaced = [], [], list(replaced_all)
         for row, uid in zip(chunk_rows(tenant, project, doc_pk, draft, embeddings, space),
                             uids, strict=True):
             old = have.get(uid)
-            twins = by_hash.get(row[6]) if old is None else None
+            twins = by_piece.get((row[6], piece_key(row[8].obj))) if old is None else None
             twin = twins.pop(0) if twins else None
             if old is not None and (old[1], old[2]) == (row[6], row[8].obj):
                 continue  # the same text and metadata: nothing to write

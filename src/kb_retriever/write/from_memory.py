@@ -352,20 +352,20 @@ def _committed(draft: DocumentDraft, stored_hash: Callable[[DocumentDraft], str 
 
 
 def write_chunks(session: Session, embedder: Embedder, *, tenant: str, project: str,
-                 draft: DocumentDraft,
-                 stored: Stored | None = None) -> list[str]:
-    """Add or replace the draft's chunks in its document (:func:`chunks_draft`); the ids of
-    the chunks written. When the connection is lost during the write, ``stored`` (the chunks
-    of the given ids and whether the document holds the draft's fields, read on another
-    connection) tells whether its commit went through: a write found saved is reported
-    saved, as :func:`write_records` does."""
+                 draft: DocumentDraft, stored: Stored | None = None,
+                 piece_key: writer.PieceKey = writer.whole_metadata) -> list[str]:
+    """Add or replace the draft's chunks in its document (:func:`chunks_draft`,
+    :func:`~kb_retriever.store.writer.merge_chunks`); the ids of the chunks written. When the
+    connection is lost during the write, ``stored`` (the chunks of the given ids and whether
+    the document holds the draft's fields, read on another connection) tells whether its
+    commit went through: a write found saved is reported saved, as :func:`write_records`."""
     for w in draft.canonical_warnings:
         logger.warning("%s: %s", draft.source_path, w)
     session.check_project(tenant, project)
     vectors = _vectors(session, embedder, tenant, draft)
     session.prepare_writes()
     try:
-        return session.merge_chunks(tenant, project, draft, vectors)
+        return session.merge_chunks(tenant, project, draft, vectors, piece_key)
     except KbError:
         if session.broken and stored is not None and _chunks_committed(draft, stored):
             return writer.chunk_uids(draft)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Sequence
+import json
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -135,8 +136,9 @@ class KBVectorStore(BasePydanticVectorStore):
         The nodes of one ``ref_doc_id`` are the chunks of one document, kept as given. The hash
         of their source document is its version: nodes of a new version replace all of the
         document's (re-inserting a changed file), nodes of the same version are added to it
-        (``insert_nodes``, or the batches of a large document) and replace a stored node of the
-        same text (the same document inserted again: LlamaIndex gives each node a new id).
+        (``insert_nodes``, or the batches of a large document) and replace a stored node that is
+        the same piece (the same document inserted again: LlamaIndex gives each node a new id;
+        :func:`_piece`).
         The document's fields are what all its nodes, stored and new, share
         (:func:`_document_fields`).
         """
@@ -153,6 +155,7 @@ class KBVectorStore(BasePydanticVectorStore):
             source = group[-1].source_node
             version = source.hash if source is not None and source.hash else None
             out.append({"document_id": doc_id, "chunks": chunks, "version": version,
+                        "piece_key": _piece,
                         "metadata": _document_fields(group, chunks, kept.get(doc_id, []),
                                                      version)})
         return out
@@ -315,6 +318,21 @@ def _hit_node(hit: Hit) -> BaseNode:
         if key not in node.excluded_embed_metadata_keys:
             node.excluded_embed_metadata_keys.append(key)
     return node
+
+
+def _piece(metadata: Mapping[str, Any]) -> Hashable:
+    """What tells a document's stored nodes of one text apart, of a node's stored metadata:
+    all but its id, which LlamaIndex draws anew at each insert. That is its own metadata, its
+    place in the source and its neighbours' hashes, so a footer repeated on every page, met
+    again in a later batch of the same document, is another node, not the first one again."""
+    content = metadata.get("_node_content")
+    node = json.loads(content) if isinstance(content, str) else {}
+    links = node.get("relationships") or {}
+    around = [(links.get(r.value) or {}).get("hash") if isinstance(links.get(r.value), dict)
+              else None for r in (NodeRelationship.PREVIOUS, NodeRelationship.NEXT)]
+    own = node.get("metadata", {k: v for k, v in metadata.items() if not k.startswith("_")})
+    return json.dumps([own, node.get("start_char_idx"), node.get("end_char_idx"), around],
+                      sort_keys=True, default=str)
 
 
 def _of_documents(nodes: Sequence[BaseNode]) -> list[dict[str, Any]]:
