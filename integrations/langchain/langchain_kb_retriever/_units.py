@@ -61,31 +61,103 @@ def _source(metadata: Any) -> Any:
     return source if isinstance(source, str) and source else None
 
 
-def _slugs(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> list[str | None]:
+def _opened(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> dict[str, str]:
+    """Of each ``source`` among ``records`` without a slug of their own: the slug that a
+    frontmatter block opening its first such record gives (``TextLoader`` keeps the block
+    in the text)."""
+    out: dict[str, str] = {}
+    for record in records:
+        metadata, source = record["metadata"], _source(record["metadata"])
+        if source is None or source in out or not record["text"].startswith("---"):
+            continue
+        if isinstance(metadata, Mapping) and canonical_slug(metadata, kb.settings) is None:
+            if (found := canonical_slug(with_frontmatter(record["text"], metadata),
+                                        kb.settings)) is not None:
+                out[source] = found
+    return out
+
+
+def _unsettled(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> list[str]:
+    """The sources whose records without a slug of their own the call alone cannot place
+    (:func:`_slugs`): no block opens them, or one record alone (a whole file, or a split)."""
+    counts = Counter(_source(r["metadata"]) for r in records)
+    opened = _opened(records, kb)
+    return sorted({s for r in records if (s := _source(r["metadata"])) is not None
+                   and canonical_slug(r["metadata"], kb.settings) is None
+                   and (s not in opened or counts[s] == 1)})
+
+
+def _joined_filter(sources: Sequence[str]) -> dict[str, Any]:
+    return {"$and": [{"source": {"$in": list(sources)}},
+                     {"$or": [{"source_type": CHUNKS_SOURCE_TYPE}, {"is_canonical": True}]}]}
+
+
+def _joinable(documents: Sequence[StoredDocument]) -> dict[str, StoredDocument]:
+    """Of each source: the stored document that its splits without a slug join, the canonical
+    document that holds its splits (the first by id when several do), else a canonical
+    document of its own whose text opens with a frontmatter block (the file's first split,
+    stored alone when it ended a call: ``index()`` adds a hundred at a time)."""
+    out: dict[str, StoredDocument] = {}
+    for doc in sorted(documents, key=lambda d: (d.source_type != CHUNKS_SOURCE_TYPE, d.id)):
+        source = _source(doc.metadata)
+        if source is not None and (doc.source_type == CHUNKS_SOURCE_TYPE
+                                   or doc.text.startswith("---")) and doc.slug:
+            out.setdefault(source, doc)
+    return out
+
+
+def _stored_sources(kb: KnowledgeBase, records: Sequence[dict[str, Any]],
+                    scope: dict[str, Any]) -> dict[str, StoredDocument]:
+    """The stored documents that the records of :func:`_unsettled` sources join."""
+    if not (sources := _unsettled(records, kb)):
+        return {}
+    ids = {c.document_id for c in kb.get_chunks(filters=_joined_filter(sources),
+                                                consistent=True, **scope)}
+    return _joinable(kb.get_by_ids(sorted(ids), consistent=True, **scope)) if ids else {}
+
+
+async def _astored_sources(kb: KnowledgeBase, records: Sequence[dict[str, Any]],
+                           scope: dict[str, Any]) -> dict[str, StoredDocument]:
+    if not (sources := _unsettled(records, kb)):
+        return {}
+    ids = {c.document_id for c in await kb.aget_chunks(filters=_joined_filter(sources),
+                                                       consistent=True, **scope)}
+    return _joinable(await kb.aget_by_ids(sorted(ids), consistent=True, **scope)) if ids else {}
+
+
+def _slugs(records: Sequence[dict[str, Any]], kb: KnowledgeBase,
+           stored: Mapping[str, StoredDocument]) -> list[str | None]:
     """The canonical slug of each record: its metadata's; else, for the splits of one file
     (records of one ``source``), the one a frontmatter block that opens the first of them
-    gives (``TextLoader`` keeps the block in the text): every split of that file is a part of
-    it. A file added whole keeps its block in its text, a document of its own."""
-    sources = Counter(s for r in records if (s := _source(r["metadata"])) is not None)
-    opened: dict[str, str] = {}
+    gives, when the call has more of them or the file's splits are stored (every split of
+    that file is a part of it); else the slug of the ``stored`` document its file's splits
+    are part of (a split added on its own: ``index()`` adds only what changed, in batches).
+    A file added whole keeps its block in its text, a document of its own."""
+    counts = Counter(_source(r["metadata"]) for r in records)
+    opened = _opened(records, kb)
     out: list[str | None] = []
     for record in records:
         metadata, source = record["metadata"], _source(record["metadata"])
         slug = canonical_slug(metadata, kb.settings) if isinstance(metadata, Mapping) else None
-        if slug is None and source is not None and sources[source] > 1:
-            if source not in opened and record["text"].startswith("---"):
-                if (found := canonical_slug(with_frontmatter(record["text"], metadata),
-                                            kb.settings)) is not None:
-                    opened[source] = found
-            slug = opened.get(source)
+        if slug is None and source is not None:
+            held = stored.get(source)
+            if source in opened:
+                if counts[source] > 1 or (held and held.source_type == CHUNKS_SOURCE_TYPE):
+                    slug = opened[source]
+            elif held is not None:
+                slug = held.slug
         out.append(slug)
     return out
 
 
-def plan_writes(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> WritePlan:
-    """Sort ``records`` (``text``, ``metadata``, ``id``) into documents and parts."""
+def plan_writes(records: Sequence[dict[str, Any]], kb: KnowledgeBase,
+                stored: Mapping[str, StoredDocument] | None = None) -> WritePlan:
+    """Sort ``records`` (``text``, ``metadata``, ``id``) into documents and parts, given the
+    ``stored`` documents their files' splits join (:func:`_joinable`). A first split stored
+    as a document of its own becomes the first part of its slug, in the same write."""
     plan = WritePlan()
-    for record, slug in zip(records, _slugs(records, kb), strict=True):
+    stored = stored or {}
+    for record, slug in zip(records, _slugs(records, kb, stored), strict=True):
         metadata = record["metadata"]
         if slug is None:
             plan.whole.append(record)
@@ -94,6 +166,10 @@ def plan_writes(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> WritePl
         doc_id = record["id"] if record["id"] is not None else derived_id(record["text"], metadata)
         plan.parts.setdefault(slug, []).append({**record, "id": doc_id})
         plan.ids.append(doc_id)
+    for held in stored.values():
+        if held.source_type != CHUNKS_SOURCE_TYPE and held.slug in plan.parts:
+            plan.parts[held.slug].insert(0, {"text": held.text, "id": held.id,
+                                             "metadata": dict(held.metadata)})
     return plan
 
 
@@ -118,10 +194,12 @@ def _document_fields(stays: Sequence[StoredChunk], parts: Sequence[dict[str, Any
                      ) -> dict[str, Any]:
     """The fields of a canonical document that will hold ``stays`` (its stored parts that
     stay) and ``parts``: what they all share, over the frontmatter block that opens its first
-    part (a loader's, kept in the text)."""
+    part that opens with one (a loader's, kept in the text: an edited first split comes
+    after the others, and its block is the one that stays)."""
     fields = shared_fields([*(c.metadata for c in stays), *(p["metadata"] for p in parts)])
-    first = min(stays, key=lambda c: c.order).text if stays else parts[0]["text"]
-    return dict(with_frontmatter(first, fields))
+    texts = [*(c.text for c in sorted(stays, key=lambda c: c.order)), *(p["text"] for p in parts)]
+    return dict(with_frontmatter(next((t for t in texts if t.startswith("---")), texts[0]),
+                                 fields))
 
 
 #: The chunks that are parts (a document of its own's chunks are not deleted by their ids).
@@ -169,12 +247,15 @@ def _refreshed(stored: Sequence[StoredChunk]) -> list[tuple[str, dict[str, Any],
     return out
 
 
-def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:
-    """Write the plan: the documents of their own, then the parts of each slug, each in a
-    transaction of its own that also removes what the other kind held under the same ids
-    (the knowledge base keeps one thing per id, under the ids' locks: of two writers of one id,
-    the later one stays). When a part of the call fails after another was saved, the call
-    raises ``WriteError`` with both (``kb_retriever.write.calls``)."""
+def write(kb: KnowledgeBase, records: Sequence[dict[str, Any]], scope: dict[str, Any]
+          ) -> list[str]:
+    """Write ``records`` as :func:`plan_writes` sorts them: the documents of their own, then
+    the parts of each slug, each in a transaction of its own that also removes what the other
+    kind held under the same ids (the knowledge base keeps one thing per id, under the ids'
+    locks: of two writers of one id, the later one stays). When a part of the call fails
+    after another was saved, the call raises ``WriteError`` with both
+    (``kb_retriever.write.calls``)."""
+    plan = plan_writes(records, kb, _stored_sources(kb, records, scope))
     whole_ids: list[str] = []
     groups: list[Group] = []
     if plan.whole:
@@ -189,7 +270,9 @@ def write(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str
     return _with_ids(plan, whole_ids)
 
 
-async def awrite(kb: KnowledgeBase, plan: WritePlan, scope: dict[str, Any]) -> list[str]:
+async def awrite(kb: KnowledgeBase, records: Sequence[dict[str, Any]], scope: dict[str, Any]
+                 ) -> list[str]:
+    plan = plan_writes(records, kb, await _astored_sources(kb, records, scope))
     whole_ids: list[str] = []
 
     async def add_whole() -> None:

@@ -155,14 +155,12 @@ class KBVectorStore(VectorStore):
         """Store each text as given and return its id (module ``_units``: texts whose metadata
         names a canonical slug are the chunks of that canonical document)."""
         kb = self._open()
-        return _units.write(kb, _units.plan_writes(self._records(texts, metadatas, ids), kb),
-                            self._scope())
+        return _units.write(kb, self._records(texts, metadatas, ids), self._scope())
 
     async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None,
                          *, ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
         kb = await self._aopen()
-        return await _units.awrite(
-            kb, _units.plan_writes(self._records(texts, metadatas, ids), kb), self._scope())
+        return await _units.awrite(kb, self._records(texts, metadatas, ids), self._scope())
 
     def add_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:
         documents = _documents(documents)
