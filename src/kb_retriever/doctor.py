@@ -106,6 +106,9 @@ def _index_hints(indexes: list[dict[str, Any]]) -> list[str]:
         if not any(i["method"] == method for i in indexes):
             hints.append(f"no {method.upper()} index on kb_chunks: {what} search scans every "
                          "row (a bulk load with defer_indexes may have stopped early)")
+    for name in (i["name"] for i in indexes if i["valid"] and i["name"].endswith("_new")):
+        hints.append(f"{name} was left by a reindex that stopped before it was renamed (it "
+                     "serves searches meanwhile): doctor --reindex finishes it")
     for name in (i["name"] for i in indexes if not i["valid"]):
         if name.endswith("_new"):  # (spaces.reindex builds the new one under this name)
             hints.append(f"{name} is INVALID, left by an interrupted reindex: DROP INDEX "

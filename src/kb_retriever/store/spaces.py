@@ -14,6 +14,7 @@ as a literal (``c.model = 3``), so PostgreSQL matches the partial index.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -266,17 +267,46 @@ def index_memory(conn: psycopg.Connection[Any], model: int | None = None) -> int
     return mb
 
 
+_REBUILD_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('kb-reindex:' || %s, 0))"
+_REBUILD_POLL_S = 0.25
+_REBUILD_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('kb-reindex:' || %s, 0))"
+# Whether the index a rebuild builds (%(new)s) is the space's only one: a rebuild stopped
+# between the old index's drop and the rename.
+_ONLY_NEW = ("SELECT to_regclass(%(name)s) IS NULL AND coalesce((SELECT indisvalid FROM pg_index "
+             "WHERE indexrelid = to_regclass(%(new)s)), false)")
+
+
 def rebuild_index(conn: psycopg.Connection[Any], space: Space, settings: Settings) -> Space:
     """Build the space's index again with the settings' ``m``, ``ef_construction`` and type
     (``conn`` in autocommit): the new index is built concurrently beside the old one, which
     serves searches meanwhile and is dropped after; writes are never blocked. Returns the space
-    as it is now."""
+    as it is now.
+
+    Two rebuilds of one space run one after the other (a session lock; the second rebuilds
+    what the first left). It is tried, not waited for: a statement waiting on a lock holds
+    a snapshot, and the first rebuild's ``CREATE INDEX CONCURRENTLY`` waits for every
+    snapshot (a deadlock). A rebuild that stopped after the old index's drop left the new one
+    under its building name: it is renamed first, so searches keep an index throughout."""
+    while conn.execute(_REBUILD_LOCK, [str(space.id)]).fetchone() != (True,):
+        time.sleep(_REBUILD_POLL_S)
+    try:
+        return _rebuild(conn, by_id(conn, space.id) or space, settings)
+    finally:
+        if not conn.broken:
+            conn.execute(_REBUILD_UNLOCK, [str(space.id)])
+
+
+def _rebuild(conn: psycopg.Connection[Any], space: Space, settings: Settings) -> Space:
     kind = index_type_for(space.dimension, settings)
     new = Space(space.id, space.model_id, space.dimension, kind,
                 None if kind == "none" else f"kb_chunks_hnsw_{space.id}",
                 None if kind == "none" else settings.hnsw_m,
                 None if kind == "none" else settings.hnsw_ef_construction)
     building = f"kb_chunks_hnsw_{space.id}_new"
+    if space.index_name is not None and conn.execute(
+            _ONLY_NEW, {"name": space.index_name, "new": building}).fetchone() == (True,):
+        conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
+            sql.Identifier(building), sql.Identifier(space.index_name)))
     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
         sql.Identifier(building)))  # a build that failed before leaves an invalid index
     if new.index_name is not None:
