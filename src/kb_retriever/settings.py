@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -252,6 +253,8 @@ class Settings(BaseSettings):
     refusal_min_chunks: int = _field(1, "KB_REFUSAL_MIN_CHUNKS", ge=0)
 
     # --- chunking -------------------------------------------------------------------------
+    # The reference's connector chunkers' target; the Markdown chunker cuts at headings and,
+    # within a long section, at the hard cap (kept for the reference's configuration).
     chunk_target_tokens: int = _field(512, "KB_CHUNK_TARGET_TOKENS", ge=16)
     chunk_hard_cap_tokens: int = _field(
         1024, "KB_CHUNK_HARD_CAP_TOKENS", ge=16
@@ -367,7 +370,25 @@ class Settings(BaseSettings):
         if self.default_limit > self.max_limit:
             raise ValueError(f"KB_DEFAULT_LIMIT ({self.default_limit}) must be <= KB_MAX_LIMIT "
                              f"({self.max_limit}): every search would fail")
+        if self.hybrid_semantic_weight == 0 and (self.hybrid_fts_weight == 0
+                                                 or not self.hybrid_search_enabled):
+            raise ValueError("KB_HYBRID_SEMANTIC_WEIGHT is 0 and no full-text leg runs (its "
+                             "weight is 0 or hybrid search is off): every fused score would "
+                             "be 0 and the order that of the chunk ids")
+        if self.chunk_overlap_tokens * 2 > self.chunk_hard_cap_tokens:
+            raise ValueError(f"KB_CHUNK_OVERLAP_TOKENS ({self.chunk_overlap_tokens}) must be at "
+                             f"most half KB_CHUNK_HARD_CAP_TOKENS ({self.chunk_hard_cap_tokens}):"
+                             " each chunk would mostly repeat the one before")
         return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Settings:
+        """A copy with ``update`` applied, validated as the constructor validates (pydantic's
+        own copy checks nothing: a limit of 0 or a NaN weight went through); a bad value is a
+        :class:`ConfigError`. Every value is given, so the environment changes none."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return type(self)(**{**self.model_dump(), **update})
 
 
 def load_settings(**overrides: Any) -> Settings:

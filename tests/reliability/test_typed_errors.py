@@ -71,10 +71,25 @@ def test_empty_tenant_in_the_constructor_is_an_error() -> None:
 @pytest.mark.parametrize("values", [
     {"vector_weight": float("nan")}, {"keyword_weight": float("inf")},
     {"max_limit": 5}, {"pool_min_size": 9, "pool_max_size": 2},
+    {"hybrid_semantic_weight": 0, "hybrid_fts_weight": 0},  # every fused score 0
+    {"hybrid_semantic_weight": 0, "hybrid_search_enabled": False},
+    {"chunk_overlap_tokens": 600},  # each chunk mostly the one before
 ])
 def test_settings_are_validated_and_cross_validated(values: dict) -> None:
     with pytest.raises(ConfigError):
         Settings(**values)
+    # the documented way to change one (model_copy) checked nothing
+    with pytest.raises(ConfigError):
+        Settings().model_copy(update=values)
+
+
+def test_a_copy_keeps_every_other_value_and_reads_no_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    base = Settings(hybrid_search_enabled=False, replica_urls=("postgresql://r1/kb",))
+    monkeypatch.setenv("KB_RRF_K", "7")
+    copy = base.model_copy(update={"default_limit": 5})
+    assert copy.default_limit == 5 and copy.rrf_k == base.rrf_k == 60
+    assert copy.model_dump() == {**base.model_dump(), "default_limit": 5}
 
 
 def test_nan_from_the_environment_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
