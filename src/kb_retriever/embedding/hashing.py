@@ -45,8 +45,11 @@ class HashingEmbedder:
             vec[bucket] += 1.0 if int(digest[8], 16) % 2 == 0 else -1.0
         norm = math.sqrt(sum(v * v for v in vec))
         if norm == 0:
-            # Token-less text: a fixed unit vector keeps cosine defined (similarity ~0 to all).
-            vec[0] = 1.0
+            # Token-less text (no ASCII word: Chinese, Cyrillic, "!!!"): a unit vector of the
+            # whole text's bucket keeps cosine defined, 1 to the same text and ~0 to others
+            # (one fixed vector made every two such texts identical).
+            digest = hashlib.md5(text.strip().lower().encode()).hexdigest()
+            vec[int(digest[:8], 16) % self._dimension] = 1.0
             return vec
         return [v / norm for v in vec]
 
