@@ -76,3 +76,18 @@ def test_unreadable_or_invalid_yaml(tmp_path):
     bad.write_text("queries: [unclosed", encoding="utf-8")
     with pytest.raises(InputError, match="not valid YAML"):
         load_queries(bad)
+
+
+def test_a_key_given_twice_is_an_error_not_a_dropped_label(tmp_path: Path) -> None:
+    """``yaml.safe_load`` keeps the last of two keys: a second ``relevance:`` block dropped
+    the first one's labels, and ``a`` and ``a `` merged, the last grade winning."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("queries:\n  - id: q1\n    query: x\n    relevance:\n      oauth: 1\n"
+                     "    relevance:\n      key-rotation: 3\n", encoding="utf-8")
+    with pytest.raises(InputError, match="twice"):
+        load_queries(twice)
+    spaced = tmp_path / "spaced.yaml"
+    spaced.write_text('queries:\n  - id: q1\n    query: x\n    relevance:\n      a: 3\n'
+                      '      "a ": 1\n', encoding="utf-8")
+    with pytest.raises(InputError, match="twice"):
+        load_queries(spaced)

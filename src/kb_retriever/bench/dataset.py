@@ -55,6 +55,21 @@ class BenchQuery:
         return keys
 
 
+class _UniqueKeysLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (the safe loader
+    keeps the last: a second ``relevance:`` block dropped the first's labels)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_queries(path: str | Path) -> list[BenchQuery]:
     """Read and validate a queries YAML file (top-level ``queries:`` list)."""
     p = Path(path)
@@ -63,7 +78,7 @@ def load_queries(path: str | Path) -> list[BenchQuery]:
     except (OSError, UnicodeError) as exc:
         raise InputError(f"cannot read queries file {p}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise InputError(f"queries file {p} is not valid YAML: {exc}") from None
     return parse_queries(data, source=str(p))
@@ -152,5 +167,7 @@ def _grades(value: Any, where: str) -> dict[str, int]:
                 f"{where}: relevance grade of {doc!r} must be an integer 0..{MAX_GRADE}, "
                 f"got {grade!r}"
             )
+        if doc in grades:  # ("a" and "a ": one doc key)
+            raise InputError(f"{where}: relevance names {doc!r} twice")
         grades[doc] = grade
     return grades
