@@ -155,3 +155,33 @@ def test_a_k_past_the_limit_fails_before_the_corpus_is_read(make_kb, tmp_path):
     with pytest.raises(InputError, match=r"k must be between 1 and 200 \(KB_MAX_LIMIT\), got 201"):
         run_benchmark(kb, corpus, parse_queries(QUERIES), k=201)
     assert kb.list_documents() == []
+
+
+def test_grades_of_zero_answers_and_warnings_alone_are_not_scored_as_misses(report):
+    """A query grading its documents 0 only scored nDCG and MRR 0 (it could never score
+    more); one that only expects an answer's words had a context precision of 0; a query
+    expecting two warnings passed ``rejected_recall`` with one shown."""
+    import dataclasses
+
+    from kb_retriever.bench.runner import QueryRun
+
+    @dataclasses.dataclass(frozen=True)
+    class Warned(QueryRun):
+        @property
+        def rejected(self) -> list[str]:
+            return ["redis-cache"]
+
+    run = report.runs[0]
+    bare = dataclasses.replace(run.query, relevance={}, expect_citation=None)
+    zeros = dataclasses.replace(
+        run, query=dataclasses.replace(bare, id="zeros", relevance={"redis-cache": 0}))
+    answer = dataclasses.replace(run, query=dataclasses.replace(bare, id="answer-only"))
+    two = Warned(query=dataclasses.replace(bare, id="two-warnings",
+                                           expect_rejected=("redis-cache", "release-notes")),
+                 result=run.result, latency_ms=run.latency_ms)
+    rescored = score([*report.runs, zeros, answer, two], K)
+    for key in ("ndcg_at_k", "mrr", "precision_at_k", "recall_at_k", "context_precision"):
+        assert rescored.aggregates[key] == report.aggregates[key], key
+    rows = {row["id"]: row for row in rescored.per_query}
+    assert rows["zeros"]["ndcg"] is None and rows["answer-only"]["context_precision"] is None
+    assert rows["two-warnings"]["rejected_ok"] is False

@@ -36,6 +36,11 @@ def run_bench_command(args: argparse.Namespace) -> int:
         # the runner-up list must hold all of it: with hybrid search that is up to twice
         # k × multiplier (both legs), hence the maximum. It changes nothing else.
         settings = settings.model_copy(update={"runner_up_limit": RUNNER_UP_MAX})
+    elif settings.runner_up_limit < args.k:
+        # the ranking scored is the top k with the hits the adaptive cutoff moved to the
+        # runner-ups (QueryRun.ranked): all of them, whatever the cap, or nDCG would depend
+        # on KB_RUNNER_UP_LIMIT and on --tune
+        settings = settings.model_copy(update={"runner_up_limit": args.k})
     kb = KnowledgeBase(settings, database_url=args.database_url, home=args.home,
                        tenant=args.tenant, project=args.project or corpus_project(args.corpus))
     with kb:

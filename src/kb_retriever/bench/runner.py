@@ -156,9 +156,10 @@ def _check_alone(kb: KnowledgeBase, report: IngestReport, project: str | None,
 
 def score(runs: Sequence[QueryRun], k: int, ingest: IngestReport | None = None) -> BenchReport:
     """Per-query rows and aggregates for finished searches (pure: no I/O). The ranking
-    metrics are over the queries that grade documents (``relevance``): a refusal query, or one
-    that labels only warnings or related documents, has none (n/a), instead of zeros."""
-    ranked = [r for r in runs if not r.query.expect_refusal and r.query.relevance]
+    metrics are over the queries that grade a document relevant (``relevance`` above 0): a
+    refusal query, one that labels only warnings or related documents, or only grades of 0,
+    has none (n/a), instead of zeros."""
+    ranked = [r for r in runs if not r.query.expect_refusal and r.query.relevant]
     rank = ranking_metrics({r.query.id: r.ranked for r in ranked},
                            {r.query.id: r.query.relevance for r in ranked}, k)
     rows = [_row(r, rank.get(r.query.id), k) for r in runs]
@@ -219,8 +220,8 @@ def _row(r: QueryRun, rank: dict[str, float] | None, k: int) -> dict[str, Any]:
     row["related_ok"] = (
         None if not q.expect_related else all(d in context for d in q.expect_related)
     )
-    row["rejected_ok"] = (
-        None if not q.expect_rejected else any(d in r.rejected for d in q.expect_rejected)
+    row["rejected_ok"] = (  # every warning expected, as related_ok wants every neighbour
+        None if not q.expect_rejected else all(d in r.rejected for d in q.expect_rejected)
     )
     # An injected rejected approach is warranted when the query expects the warning; on an
     # off-topic query every injection is a false alarm.
@@ -235,16 +236,17 @@ def context_scores(r: QueryRun) -> tuple[float | None, float | None]:
 
     Precision: the share of the documents in the Context and RELATED blocks (primary and
     expanded) that the query grades relevant or expects (related or cited); None for an
-    off-topic query or an empty context. Recall: the share of the relevant and expected-related
-    documents that reach the prompt in any block, the ⚠ block included; None when the query
-    labels none.
+    off-topic query, an empty context, or a query that labels no such document (one that
+    only expects an answer's words or a warning: nothing in its context could count).
+    Recall: the share of the relevant and expected-related documents that reach the prompt
+    in any block, the ⚠ block included; None when the query labels none.
     """
     q = r.query
     wanted = q.relevant | set(q.expect_related)
     context = unique_keys([*r.context, *r.expanded])
     precision = None
-    if not q.expect_refusal and context:
-        good = wanted | ({q.expect_citation} if q.expect_citation else set())
+    good = wanted | ({q.expect_citation} if q.expect_citation else set())
+    if not q.expect_refusal and context and good:
         precision = round(sum(d in good for d in context) / len(context), 4)
     reached = set(context) | set(r.rejected)
     recall = round(len(wanted & reached) / len(wanted), 4) if wanted else None
