@@ -178,12 +178,15 @@ def _port(value: str) -> int:
     return port
 
 
-def _kb(args: argparse.Namespace, **kw: Any) -> Any:
-    from .kb import KnowledgeBase
+def _kb(args: argparse.Namespace, *, catalog: bool = False, **kw: Any) -> Any:
+    """The command's knowledge base (``catalog``: one that lists and deletes only, and leaves
+    the embedder's model alone: ``kb.CatalogBase``)."""
+    from .kb import CatalogBase, KnowledgeBase
 
     kw.setdefault("project", getattr(args, "project", "default"))
-    return KnowledgeBase(database_url=args.database_url, home=args.home,
-                         tenant=getattr(args, "tenant", "default"), **kw)
+    return (CatalogBase if catalog else KnowledgeBase)(
+        database_url=args.database_url, home=args.home,
+        tenant=getattr(args, "tenant", "default"), **kw)
 
 
 def _progress(label: str = "ingest") -> Any:

@@ -70,7 +70,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 def cmd_projects(args: argparse.Namespace, kb_for: Callable[..., Any],
                  printable: Callable[[str], str]) -> int:
-    with kb_for(args, project="default") as kb:
+    with kb_for(args, project="default", catalog=True) as kb:
         listed = kb.list_projects(tenant=args.tenant)
     if args.json:
         print(json.dumps([p.to_dict() for p in listed], indent=2, ensure_ascii=False))
@@ -87,7 +87,7 @@ def cmd_projects(args: argparse.Namespace, kb_for: Callable[..., Any],
 
 def cmd_documents(args: argparse.Namespace, kb_for: Callable[..., Any],
                   printable: Callable[[str], str]) -> int:
-    with kb_for(args) as kb:
+    with kb_for(args, catalog=True) as kb:
         listed = kb.list_documents(project=args.project, tenant=args.tenant)
     if args.json:
         print(json.dumps([d.to_dict() for d in listed], indent=2, ensure_ascii=False))
@@ -105,7 +105,7 @@ def cmd_documents(args: argparse.Namespace, kb_for: Callable[..., Any],
 
 def cmd_delete(args: argparse.Namespace, kb_for: Callable[..., Any],
                printable: Callable[[str], str]) -> int:
-    with kb_for(args) as kb:
+    with kb_for(args, catalog=True) as kb:
         ids, missing = resolve_keys(args.keys, kb.list_documents(project=args.project,
                                                                  tenant=args.tenant))
         deleted = kb.delete(ids, project=args.project, tenant=args.tenant) if ids else 0

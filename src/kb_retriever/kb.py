@@ -16,13 +16,12 @@ from .embedding import Embedder, default_embedder, embedder_errors, reads
 from .embedding.base import check_vector
 from .errors import ConfigError, InputError
 from .filters.dimensions import SearchFilters, parse_filters
-from .filters.expressions import is_row_id
 from .kb_documents import DocumentMethods, valid_name
 from .models import SearchResult
 from .search import drive
 from .search.modes import Legs
 from .search.pipeline import validate_limit, validate_query
-from .search.plan import SearchRequest
+from .search.plan import SearchRequest, mention_ids, moment
 from .settings import Settings, is_blank, load_settings
 from .store import schema
 from .store.connection import finish
@@ -46,23 +45,6 @@ def _quietly(load: Any) -> None:
         load()
     except Exception:  # the first embed raises it again, typed, where the caller sees it
         logger.debug("embedder warm-up failed", exc_info=True)
-
-
-def _doc_ids(values: Any) -> frozenset[int]:
-    if values is None:
-        return frozenset()
-    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
-        raise InputError("mention_doc_ids takes a list of document ids (integers)")
-    ids = tuple(values)
-    if bad := [v for v in ids if not is_row_id(v)]:
-        raise InputError(f"mention_doc_ids takes positive integer document ids, not {bad[0]!r:.40}")
-    return frozenset(ids)
-
-
-def _moment(value: Any) -> datetime | None:
-    if value is not None and not isinstance(value, datetime):
-        raise InputError(f"now takes a datetime, not {type(value).__name__}")
-    return value
 
 
 class KnowledgeBase(DocumentMethods):
@@ -94,6 +76,10 @@ class KnowledgeBase(DocumentMethods):
             print(result.primary[0].document.slug)
             print(compose_prompt(result))
     """
+
+    #: Whether :meth:`open` registers the embedder's model (and builds its index) and loads
+    #: it: not for the CLI's listings and deletes (``cli_listing.Catalog``).
+    _registers_model = True
 
     def __init__(self, settings: Settings | None = None, *, embedder: Embedder | None = None,
                  database_url: str | None = None, home: str | Path | None = None,
@@ -155,7 +141,7 @@ class KnowledgeBase(DocumentMethods):
 
     def _open_once(self) -> KnowledgeBase:
         load = getattr(self.embedder, "load", None)
-        if callable(load) and self._loader is None:
+        if callable(load) and self._loader is None and self._registers_model:
             self._loader = threading.Thread(target=_quietly, args=(load,),
                                             name="kb-retriever-load", daemon=True)
             self._loader.start()
@@ -178,7 +164,8 @@ class KnowledgeBase(DocumentMethods):
             self._pools.restart = lambda: restart_if_stopped(home)  # a search's last resort
         self._pools.open(url, schema.Choices(dimension=self.embedder.dimension,
                                              model_id=self.embedder.model_id,
-                                             fts_language=self.settings.fts_language))
+                                             fts_language=self.settings.fts_language,
+                                             register=self._registers_model))
         return self
 
     def close(self) -> None:
@@ -316,10 +303,10 @@ class KnowledgeBase(DocumentMethods):
         tenant_key = valid_name("tenant", self.tenant if tenant is None else tenant)
         project_keys = tuple(dict.fromkeys(valid_name("project", p) for p in projects))
         size = validate_limit(self.settings.default_limit if limit is None else limit, self.settings)
-        parsed, mentions, moment = parse_filters(filters), _doc_ids(mention_doc_ids), _moment(now)
+        parsed, mentions, at = parse_filters(filters), mention_ids(mention_doc_ids), moment(now)
         return SearchRequest(
             query=text, scope=Scope(tenant=tenant_key, projects=project_keys, space=self._pools.space),
-            limit=size, filters=parsed, mention_doc_ids=mentions, query_embedding=vec, now=moment,
+            limit=size, filters=parsed, mention_doc_ids=mentions, query_embedding=vec, now=at,
             legs=legs, embedder_reads=reads(self.embedder, text))
 
     def _query_text(self, query: Any, *, by_vector: bool, legs: Legs) -> str:
@@ -398,3 +385,12 @@ class KnowledgeBase(DocumentMethods):
         if kwargs:
             raise InputError(f"search_sql got unknown argument(s) {sorted(kwargs)}")
         return drive.search_sql(self._pools, self.settings, req, self._embed)
+
+
+class CatalogBase(KnowledgeBase):
+    """A knowledge base opened to list and delete (the CLI's ``projects``, ``documents`` and
+    ``delete``): :meth:`open` neither registers the embedder's model (so builds no index for
+    it, a ``CREATE INDEX`` that holds writes back) nor loads it. A delete recalibrates the
+    project when the embedder is the project's model; searches need a :class:`KnowledgeBase`."""
+
+    _registers_model = False

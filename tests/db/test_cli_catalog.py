@@ -119,3 +119,35 @@ def test_explain_names_where_the_legs_ranked_a_chunk(url: str,
                            legs=Legs(min_similarity=-1.0))
     text = render_result(result, explain=True)
     assert "full-text leg: off" in text and "full-text leg #" not in text
+
+
+def test_listing_and_deleting_with_another_embedder_leave_the_models_and_calibration_alone(
+        url: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run with another embedder than the data's (``KB_EMBEDDER`` unset: MiniLM), the listing
+    and delete commands registered its model, built its index (a ``CREATE INDEX`` that holds
+    every write back) and loaded it; the delete then calibrated the project with probes that
+    find none of its chunks, and left it uncalibrated."""
+    import psycopg
+
+    def state() -> tuple[list[tuple[str, int]], list[str], tuple[str, int]]:
+        with psycopg.connect(url) as conn:
+            models = conn.execute("SELECT model_id, dimension FROM kb_models ORDER BY id").fetchall()
+            indexes = [r[0] for r in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'kb_chunks_hnsw_%' "
+                "ORDER BY 1")]
+            calibration = conn.execute(
+                "SELECT probe_model, cardinality(probe_similarity) FROM kb_scope_stats "
+                "WHERE project_key = 'platform'").fetchone()
+        return models, indexes, calibration
+
+    before = state()
+    assert before[2][1] > 0  # calibrated by the ingest
+    monkeypatch.delenv("KB_EMBEDDER")
+    _json(capsys, "--database-url", url, "projects", "--json")
+    docs = _json(capsys, "--database-url", url, "documents", "--project", "platform", "--json")
+    notes = next(d["id"] for d in docs if d["slug"] is None)  # type: ignore[attr-defined]
+    deleted = _json(capsys, "--database-url", url, "delete", notes, "--project", "platform",
+                    "--json")
+    assert deleted["deleted_count"] == 1  # type: ignore[index]
+    assert state() == before

@@ -10,12 +10,14 @@ sync and async entry points share every line of logic and differ only in how the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..errors import InputError
 from ..filters import SearchFilters
+from ..filters.expressions import is_row_id
 from ..models import SearchResult
 from ..store import sql as q
 from ..store.reads import Fetch, Parallel
@@ -101,3 +103,22 @@ async def arun_plan(plan: Plan, fetch: Callable[[Fetch], Awaitable[Any]],
             request = plan.send(answer)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+def mention_ids(values: Any) -> frozenset[int]:
+    """``mention_doc_ids`` as given to a search, checked."""
+    if values is None:
+        return frozenset()
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise InputError("mention_doc_ids takes a list of document ids (integers)")
+    ids = tuple(values)
+    if bad := [v for v in ids if not is_row_id(v)]:
+        raise InputError(f"mention_doc_ids takes positive integer document ids, not {bad[0]!r:.40}")
+    return frozenset(ids)
+
+
+def moment(value: Any) -> datetime | None:
+    """``now`` as given to a search, checked."""
+    if value is not None and not isinstance(value, datetime):
+        raise InputError(f"now takes a datetime, not {type(value).__name__}")
+    return value

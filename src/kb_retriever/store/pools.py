@@ -158,7 +158,8 @@ class Pools:
     def space(self) -> spaces.Space:
         """The embedder's space: its model's row and index (the knowledge base must be open)."""
         if self._space is None:
-            raise StoreError("the knowledge base is not open; call open() or use `with`")
+            raise StoreError("the knowledge base is not open (or was opened to list and delete "
+                             "only); call open() or use `with`")
         return self._space
 
     def read_target(self, consistent: bool = False) -> Target:

@@ -185,6 +185,9 @@ class Choices(NamedTuple):
     dimension: int
     model_id: str
     fts_language: str
+    #: False: a knowledge base opened to list and delete finds the model's space, if any,
+    #: and creates none (no index is built for a model that only reads the catalog).
+    register: bool = True
 
 
 @contextlib.contextmanager
@@ -199,7 +202,8 @@ def _as_migrator(conn: psycopg.Connection) -> Iterator[None]:
         yield
 
 
-def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings) -> spaces.Space:
+def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings
+            ) -> spaces.Space | None:
     """Migrate, fix or check the full-text language (:func:`ensure_fixed_choices`), find or
     create the embedder's space, then distribute the tables on a Citus coordinator
     (``store/distribution.py``): last, so that a new database's tables are complete (tsv stored
@@ -208,7 +212,9 @@ def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings) -> s
         migrate(conn)
         ensure_fixed_choices(conn, fts_language=choices.fts_language)
         with _as_migrator(conn):
-            space = spaces.ensure(conn, choices.model_id, choices.dimension, settings)
+            space = (spaces.ensure(conn, choices.model_id, choices.dimension, settings)
+                     if choices.register else
+                     spaces.find(conn, choices.model_id, choices.dimension))
             distribution.distribute(conn)
     except psycopg.errors.InsufficientPrivilege as exc:
         # A role granted only reads and writes opens a database that is set up; setting it up
@@ -222,7 +228,7 @@ def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings) -> s
     return space
 
 
-def check_current(conn: psycopg.Connection, choices: Choices) -> spaces.Space:
+def check_current(conn: psycopg.Connection, choices: Choices) -> spaces.Space | None:
     """On a read-only server (a replica while the primary is down): the schema must be the
     library's current one and know the embedder's model; a :class:`SchemaError` says what
     differs. The embedder's space."""
@@ -231,7 +237,7 @@ def check_current(conn: psycopg.Connection, choices: Choices) -> spaces.Space:
         raise SchemaError(f"this server holds schema version {have}, the library needs {latest}: "
                           "open the knowledge base with its primary reachable to migrate it")
     space = spaces.find(conn, choices.model_id, choices.dimension)
-    if space is None:
+    if space is None and choices.register:
         raise SchemaError(f"this database has never stored {choices.dimension}-d embeddings of "
                           f"{choices.model_id!r}: open the knowledge base once with its primary "
                           "reachable")

@@ -232,6 +232,12 @@ class Session:
         """The embedding model the project is bound to (None: it never held chunks)."""
         return spaces.project_space(self.conn, tenant, project)
 
+    def embeds_project(self, tenant: str, project: str) -> bool:
+        """Whether the project is embedded with this session's model (only that model's
+        probes can measure the project's null: another's find none of its chunks)."""
+        bound = self.project_space(tenant, project)
+        return bound is not None and self._space is not None and bound.id == self._space.id
+
     @_typed_errors
     def project_chunks(self, tenant: str, project: str) -> list[tuple[int, str, str]]:
         """(id, text hash, text) of every chunk of the project."""

@@ -73,8 +73,9 @@ def calibrate_after_write(session: Session, embedder: Embedder, *, tenant: str, 
     """Count ``chunks_written`` against the project's calibration and recalibrate it when
     :func:`needs_calibration` says so; True when it did."""
     state = session.count_written(tenant, project, chunks_written)
-    if not needs_calibration(state, embedder.model_id):
-        return False
+    if not needs_calibration(state, embedder.model_id) or not session.embeds_project(tenant,
+                                                                                     project):
+        return False  # (a base of another model, as the CLI's delete may be: counted only)
     calibrate_project(session, embedder, tenant=tenant, project=project)
     return True
 
@@ -90,7 +91,8 @@ def after_write(session: Session, embedder: Embedder, tenant: str, project: str,
         if not chunks_written and not recalibrate:
             return
         if recalibrate:
-            calibrate_project(session, embedder, tenant=tenant, project=project)
+            if session.embeds_project(tenant, project):
+                calibrate_project(session, embedder, tenant=tenant, project=project)
         else:
             calibrate_after_write(session, embedder, tenant=tenant, project=project,
                                   chunks_written=chunks_written)
