@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,9 @@ def _field(default: Any, *env: str, **kw: Any) -> Any:
 
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
+# A comma that starts another connection string (a URI, or a ``key=value`` one): those in
+# ``postgresql://u@r1:5432,r2:5432/kb`` or ``host=r1,r2`` list one server's hosts.
+_NEXT_CONNINFO = re.compile(r",\s*(?=postgres(?:ql)?://|[A-Za-z_]+\s*=)")
 _PG_MAX_INT = 2_147_483_647  # PostgreSQL's integer settings (statement_timeout) stop here
 
 
@@ -314,8 +318,8 @@ class Settings(BaseSettings):
     @field_validator("replica_urls", mode="before")
     @classmethod
     def _split_urls(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, str):  # a comma inside one (a multi-host URI) does not split it
+            value = [part.strip() for part in _NEXT_CONNINFO.split(value)]
         if isinstance(value, (list, tuple)):
             if not all(isinstance(v, str) for v in value):
                 raise ValueError("replica URLs must be strings")

@@ -362,3 +362,13 @@ def test_a_kb_home_that_is_a_symlink_loop_is_a_config_error(
     assert main(["search", "redis"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "KB_HOME" in err and "Traceback" not in err
+
+
+def test_replica_urls_with_several_hosts_are_not_cut_at_their_commas(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``KB_REPLICA_URLS`` was split at every comma: a multi-host URI (libpq's failover
+    list) became two broken connection strings."""
+    monkeypatch.setenv("KB_REPLICA_URLS", "postgresql://u@r1:5432,r2:5432/kb,"
+                       "postgresql://u@r3/kb, host=r4,r5 dbname=kb")
+    assert Settings().replica_urls == ("postgresql://u@r1:5432,r2:5432/kb",
+                                       "postgresql://u@r3/kb", "host=r4,r5 dbname=kb")
