@@ -80,3 +80,21 @@ def test_min_chunks_two() -> None:
 
 def test_accepts_any_iterable() -> None:
     assert not should_refuse(iter([make_hit(1, score=0.0, similarity=0.9)]), S)
+
+
+def test_min_chunks_means_the_same_on_a_calibrated_scope() -> None:
+    """The calibrated gate counted any hits against ``refusal_min_chunks``: with 0 it refused
+    a weak hit the absolute rule keeps, with 3 it kept one strong and two junk hits the
+    absolute rule refuses. A project's refusals changed when it was calibrated."""
+    from kb_retriever.ranking.calibration import PROBE_VERSION, PROBES, Calibration
+
+    calibration = Calibration.from_rows([{"probe_version": PROBE_VERSION,
+                                          "probe_similarity": [0.2] * len(PROBES)}])
+    weak = [make_hit(1, score=0.0, similarity=0.1)]
+    mixed = [make_hit(1, score=0.0, similarity=0.9), make_hit(2, score=0.0, similarity=0.1),
+             make_hit(3, score=0.0, similarity=0.1)]
+    for chunks, hits, refused in ((0, weak, False), (3, mixed, True), (1, mixed, False),
+                                  (1, weak, True)):
+        for rule in ("absolute", "calibrated"):
+            settings = make_settings(refusal_min_chunks=chunks, refusal_rule=rule)
+            assert should_refuse(hits, settings, calibration) is refused, (chunks, rule)

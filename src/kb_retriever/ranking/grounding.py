@@ -38,15 +38,21 @@ def calibrated_evidence(hit: Hit, settings: Settings, calibration: Calibration) 
 def refuse_calibrated(hits: list[Hit], settings: Settings, calibration: Calibration) -> bool:
     """The calibrated gate: refuse unless the query's evidence, ``margin(best cosine) +
     evidence_lexical_weight · best keyword signal`` over ``hits``, reaches
-    ``refusal_min_evidence`` (and there are ``refusal_min_chunks`` hits). The best cosine and
-    the best keyword match may be different chunks: a chunk close in meaning and another that
-    holds the query's rare word are evidence together."""
-    if not hits or len(hits) < settings.refusal_min_chunks:
-        return True
+    ``refusal_min_evidence``. The best cosine and the best keyword match may be different
+    chunks: a chunk close in meaning and another that holds the query's rare word are
+    evidence together. ``refusal_min_chunks`` means what it means under the absolute rule:
+    0 refuses only an empty result, and above 1 that many hits must each be grounded
+    (:func:`calibrated_evidence`); it counted any hits here, grounded or not."""
+    needed = settings.refusal_min_chunks
+    if not hits or needed == 0:
+        return not hits
     best_sim = max((_similarity(h) or 0.0) for h in hits)
     best_keyword = max(h.scores.keyword for h in hits)
     evidence = calibration.margin(best_sim) + settings.evidence_lexical_weight * best_keyword
-    return evidence < settings.refusal_min_evidence
+    if evidence < settings.refusal_min_evidence:
+        return True
+    return needed > 1 and sum(calibrated_evidence(h, settings, calibration)
+                              >= settings.refusal_min_evidence for h in hits) < needed
 
 
 def uses_calibration(settings: Settings, calibration: Calibration | None) -> bool:
@@ -92,7 +98,8 @@ def is_grounded(hit: Hit, settings: Settings, calibration: Calibration | None = 
 
 def should_refuse(hits: Iterable[Hit], settings: Settings,
                   calibration: Calibration | None = None) -> bool:
-    """True when fewer than ``refusal_min_chunks`` hits are grounded; always true for no hits.
+    """True when fewer than ``refusal_min_chunks`` hits are grounded; always true for no hits
+    (on a calibrated scope, :func:`refuse_calibrated`: the query's evidence first).
 
     Example: ``if should_refuse(result.primary, settings): return "__NO_GROUNDED_ANSWER__"``.
     """
