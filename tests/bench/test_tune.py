@@ -66,3 +66,21 @@ def test_tune_keeps_weights_when_nothing_helps():
     out = tune(pools, Settings(), k=1, now=NOW)
     assert out["train_ndcg_before"] == 1.0 and out["heldout_ndcg_before"] == 1.0
     assert out["env"] == [] and out["weights_after"] == out["weights_before"]
+
+
+def test_queries_that_grade_nothing_do_not_dilute_the_tuners_ndcg():
+    """The tuner averaged every non-refusal query, those grading nothing at 0: a perfect set
+    plus as many warning-only queries read 0.5 where the benchmark says 1.0, and a held-out
+    set of none read 0.0."""
+    pools = []
+    for n in range(6):
+        p = _pool(n)
+        right = next(c for c in p.candidates if c.document.doc_key.startswith("right"))
+        pools.append(Pool(p.query, (replace(right, vector_similarity=0.9, fused_score=0.9),
+                                    *[c for c in p.candidates if c is not right])))
+    warned = [Pool(replace(p.query, id=f"w{p.query.id}", relevance={},
+                           expect_rejected=("wrong0",)), p.candidates) for p in pools]
+    out = tune([*pools, *warned], Settings(), k=1, now=NOW)
+    assert out["train_ndcg_before"] == 1.0 and out["heldout_ndcg_before"] == 1.0
+    alone = tune(pools[:1], Settings(), k=1, now=NOW)  # one query: none held out
+    assert alone["heldout_queries"] == 0 and alone["heldout_ndcg_before"] is None

@@ -79,14 +79,19 @@ def _tune(report: Any, kb: KnowledgeBase, k: int) -> dict[str, Any]:
     return result
 
 
+def _metric(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def _render_tuning(t: dict[str, Any]) -> str:
     lines = [
         f"Tuning (coordinate ascent on {t['train_queries']} train queries, "
         f"{t['heldout_queries']} held out, seed {t['seed']}; pools reproduce live ranking for "
         f"{t['pools_reproducing_live_ranking']} queries):",
-        f"  train    nDCG@{t['k']}  {t['train_ndcg_before']:.4f} -> {t['train_ndcg_after']:.4f}",
-        f"  held-out nDCG@{t['k']}  {t['heldout_ndcg_before']:.4f} -> "
-        f"{t['heldout_ndcg_after']:.4f}",
+        f"  train    nDCG@{t['k']}  {_metric(t['train_ndcg_before'])} -> "
+        f"{_metric(t['train_ndcg_after'])}",
+        f"  held-out nDCG@{t['k']}  {_metric(t['heldout_ndcg_before'])} -> "
+        f"{_metric(t['heldout_ndcg_after'])}",
         f"  refusal accuracy (all) {t['refusal_accuracy_before']:.4f} -> "
         f"{t['refusal_accuracy_after']:.4f}",
         "  weights:",

@@ -88,15 +88,23 @@ def _top(pool: Pool, settings: Settings, k: int, now: datetime) -> list[Hit]:
     return diversify(ranked, k, settings.max_chunks_per_doc)[0]
 
 
-def _mean_ndcg(pools: Sequence[Pool], settings: Settings, k: int, now: datetime) -> float:
-    graded = [p for p in pools if not p.query.expect_refusal]
+def _mean_ndcg(pools: Sequence[Pool], settings: Settings, k: int, now: datetime
+               ) -> float | None:
+    """The mean nDCG@k over the queries that grade a document relevant (as the benchmark's
+    own nDCG); None when none does (n/a, not 0: a query with only warnings or related
+    documents to expect has no ranking to score)."""
+    graded = [p for p in pools if p.query.relevant and not p.query.expect_refusal]
     if not graded:
-        return 0.0
+        return None
     return sum(
         ndcg_at_k(unique_keys(h.document.doc_key for h in _top(p, settings, k, now)),
                   p.query.relevance, k)
         for p in graded
     ) / len(graded)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def _refusal_accuracy(pools: Sequence[Pool], settings: Settings, k: int, now: datetime) -> float:
@@ -124,13 +132,13 @@ def tune(pools: Sequence[Pool], settings: Settings, *, k: int = 5, train_fractio
     best = settings
     best_score = _mean_ndcg(train, best, k, at)
     history = []
-    for round_no in range(1, MAX_ROUNDS + 1):
+    for round_no in range(1, MAX_ROUNDS + 1 if best_score is not None else 1):
         improved = False
         for name, grid in GRIDS.items():
             for value in grid:
                 trial = best.model_copy(update={name: value})
                 s = _mean_ndcg(train, trial, k, at)
-                if s > best_score + MIN_GAIN:
+                if s is not None and best_score is not None and s > best_score + MIN_GAIN:
                     best, best_score, improved = trial, s, True
                     history.append({"round": round_no, "weight": name, "value": value,
                                     "train_ndcg": round(s, 4)})
@@ -144,10 +152,10 @@ def tune(pools: Sequence[Pool], settings: Settings, *, k: int = 5, train_fractio
         "seed": seed,
         "train_queries": len(train),
         "heldout_queries": len(held),
-        "train_ndcg_before": round(_mean_ndcg(train, settings, k, at), 4),
-        "train_ndcg_after": round(best_score, 4),
-        "heldout_ndcg_before": round(_mean_ndcg(held, settings, k, at), 4),
-        "heldout_ndcg_after": round(_mean_ndcg(held, best, k, at), 4),
+        "train_ndcg_before": _rounded(_mean_ndcg(train, settings, k, at)),
+        "train_ndcg_after": _rounded(best_score),
+        "heldout_ndcg_before": _rounded(_mean_ndcg(held, settings, k, at)),
+        "heldout_ndcg_after": _rounded(_mean_ndcg(held, best, k, at)),
         # The weights also feed the grounding gate, so show its accuracy on all queries too.
         "refusal_accuracy_before": round(_refusal_accuracy(pools, settings, k, at), 4),
         "refusal_accuracy_after": round(_refusal_accuracy(pools, best, k, at), 4),
