@@ -343,3 +343,26 @@ def test_a_central_page_enters_on_a_strong_edge_and_a_hub_never(make_kb, tmp_pat
     result = kb.search("widget caching decision", limit=1)
     assert slugs(result.primary) == ["answer"]
     assert slugs(result.expanded) == ["central-typed"]
+
+
+def test_the_warning_block_shows_only_what_the_filters_let_the_search_see(make_kb, tmp_path):
+    """The ⚠ block ignored the search's filters (graph expansion applies them): a metadata
+    filter used to keep a team to its own records still showed another team's rejected
+    approach, text and all."""
+    def record(slug: str, type_: str, team: str, body: str) -> str:
+        return (f"---\nslug: {slug}\ntype: {type_}\nstatus: accepted\nteam: {team}\n---\n"
+                f"# {slug}\n\n{body}\n")
+
+    kb = make_kb(settings=Settings(rejected_rule="absolute", rejected_min_similarity=0.2))
+    kb.ingest([write_kb(tmp_path / "kb", {
+        "dec-queue": record("dec-queue", "decision", "data",
+                            "widget queue caching runs on kafka for widget events"),
+        "rej-queue": record("rej-queue", "rejected-approach", "sre",
+                            "widget queue caching on rabbitmq was rejected for widget events"),
+    })])
+    query = "widget queue caching for widget events"
+    assert slugs(kb.search(query).rejected) == ["rej-queue"]
+    assert kb.search(query, filters={"metadata": {"team": "data"}}).rejected == ()
+    both = {"metadata": {"team": {"$in": ["data", "sre"]}}}
+    assert slugs(kb.search(query, filters=both).rejected) == ["rej-queue"]
+    assert kb.search(query, filters={"canonical_types": ["decision"]}).rejected == ()

@@ -11,7 +11,7 @@ LangChain's ``filter=``), AND-ed with the dimensions::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -49,6 +49,11 @@ class SearchFilters:
             (self.source_types, self.canonical_types, self.tags, self.languages, self.doc_ids,
              self.folder_globs, self.date_from, self.date_to, self.metadata, self.where)
         )
+
+    def narrows_documents(self) -> bool:
+        """Whether the filters narrow the documents a search sees beyond ``doc_ids`` (which pin
+        the primary ones): what graph expansion and the ⚠ block apply."""
+        return not replace(self, doc_ids=()).is_empty()
 
     def count(self) -> int:
         """How many dimensions are set (``meta.search_strategy.filters_applied``)."""

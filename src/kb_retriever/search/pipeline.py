@@ -139,6 +139,9 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     if settings.rejected_injection_enabled:
         with watch.lap("rejected"):
             pool = yield reads.rejected_chunks(req.scope, catalog.trust_ttl, unit_vectors)
+            if pool.ids and req.filters.narrows_documents():  # as graph expansion does
+                pool = pool.only((yield reads.rejected_passing(req.scope, req.filters,
+                                                               pool.documents)))
             common = common_words(req.query, ranked)
             channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings,
                                       top=req.limit, ratio=ratio, query=req.query, shared=common)

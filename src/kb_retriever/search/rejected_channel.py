@@ -72,6 +72,20 @@ class RejectedVectors:
         """Chunk id -> its row of ``unit``."""
         return {chunk: i for i, (_, chunk) in enumerate(self.ids)}
 
+    @property
+    def documents(self) -> list[int]:
+        """The rejected documents' ids, each once."""
+        return list(dict.fromkeys(doc for doc, _ in self.ids))
+
+    def only(self, docs: Collection[int]) -> RejectedVectors:
+        """These chunks of the documents ``docs`` alone (those a search's filters pass)."""
+        keep = [i for i, (doc, _) in enumerate(self.ids) if doc in docs]
+        if len(keep) == len(self.ids):
+            return self
+        return RejectedVectors([self.ids[i] for i in keep], self.unit[keep],
+                               {c: ch for c, ch in self.chunks.items() if ch.document.id in docs},
+                               {d: links for d, links in self.links.items() if d in docs})
+
 
 def unit_vectors(rows: Sequence[Mapping[str, Any]]) -> RejectedVectors:
     """Parse the rows of :func:`~kb_retriever.store.catalog_sql.rejected_chunks_sql`."""

@@ -183,3 +183,14 @@ def needs_doc_join(filters: SearchFilters, *, with_doc_ids: bool) -> bool:
         or (with_doc_ids and filters.doc_ids) or filters.folder_globs or filters.date_from
         or filters.date_to or filters.metadata or filters.where is not None
     )
+
+
+def rejected_passing_sql(filters: SearchFilters) -> tuple[sql.Composed, Params]:
+    """Which of the rejected-approach documents ``%(docs)s`` pass the user's filters, as graph
+    expansion applies them (not ``doc_ids``, which pin the primary documents): a document
+    passes when one of its chunks does, as a candidate's does. Params: tenant, docs."""
+    filt, p = doc_filter_sql(filters, with_doc_ids=False)
+    return sql.SQL(
+        "SELECT d.id FROM kb_documents d WHERE d.tenant_id = %(tenant)s "
+        "AND d.id = ANY(%(docs)s) AND EXISTS (SELECT 1 FROM kb_chunks c "
+        "WHERE c.tenant_id = d.tenant_id AND c.document_id = d.id{})").format(filt), p

@@ -20,6 +20,7 @@ from ..ranking.calibration import Calibration
 from ..vocabulary import ACCEPTED, EXPANDABLE_STATUSES, REJECTED_APPROACH
 from . import catalog_sql as catalog
 from . import sql as q
+from .filter_sql import rejected_passing_sql
 from .rows import hybrid_result, leg_result, neighbours_from_rows, successor_map
 
 __all__ = ["Fetch", "FirstHop", "LegQuery", "Parallel", "Prefixed", "TextConfigs", "calibration",
@@ -124,6 +125,14 @@ def rejected_chunks(scope: q.Scope, ttl: float, parse: Callable[[Rows], Any]) ->
     answered by ``parse``."""
     return _scoped(catalog.rejected_chunks_sql(), scope, "rejected_vectors", ttl, parse,
                    binary=True, rejected=REJECTED_APPROACH, accepted=ACCEPTED)
+
+
+def rejected_passing(scope: q.Scope, filters: SearchFilters, docs: Sequence[int]) -> Fetch:
+    """The ids of the rejected-approach documents ``docs`` that pass ``filters``
+    (``filter_sql.rejected_passing_sql``), a frozenset; read per search, as the filters vary."""
+    stmt, fparams = rejected_passing_sql(filters)
+    return Fetch(stmt, {**fparams, "tenant": scope.tenant, "docs": list(docs)}, "rejected",
+                 lambda rows: frozenset(int(r["id"]) for r in rows))
 
 
 class LegQuery(NamedTuple):
