@@ -6,7 +6,8 @@ scores and ranks are always the core's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from langchain_core.documents import Document
 
@@ -14,7 +15,8 @@ from kb_retriever import Hit, SearchResult
 from kb_retriever.interop import ForeignDocument, hit_metadata, result_from_documents
 from kb_retriever.write.from_memory import with_frontmatter
 
-__all__ = ["documents_to_result", "foreign", "hit_to_document", "result_to_documents"]
+__all__ = ["documents_to_result", "foreign", "hit_to_document", "result_hits",
+           "with_added_metadata"]
 
 
 def hit_to_document(hit: Hit) -> Document:
@@ -26,9 +28,8 @@ def hit_to_document(hit: Hit) -> Document:
         **hit_metadata(hit)})
 
 
-def result_to_documents(result: SearchResult, *, k: int | None = None,
-                        include_context: bool = False, include_expanded: bool = True,
-                        include_rejected: bool = True) -> list[Document]:
+def result_hits(result: SearchResult, *, k: int | None = None, include_context: bool = False,
+                include_expanded: bool = True, include_rejected: bool = True) -> list[Hit]:
     """Primary hits first (``k`` of them when the ranking holds that many: the adaptive
     cutoff's runner-ups fill up, :meth:`SearchResult.top_k`), then expanded and rejected ones
     when asked."""
@@ -38,7 +39,19 @@ def result_to_documents(result: SearchResult, *, k: int | None = None,
             hits += result.expanded
         if include_rejected:
             hits += result.rejected
-    return [hit_to_document(h) for h in hits]
+    return hits
+
+
+#: The keys a hit's ``Document`` keeps over the metadata its document was added with.
+_OURS = frozenset({"kb", "score", "relevance_score"})
+
+
+def with_added_metadata(doc: Document, added: Mapping[str, Any]) -> Document:
+    """``doc`` whose metadata also holds what its document (or part) was added with:
+    those keys win (the ``source`` a loader gave, the caller's own), but the scores and the
+    ``"kb"`` record."""
+    return Document(id=doc.id, page_content=doc.page_content, metadata={
+        **doc.metadata, **{k: v for k, v in added.items() if k not in _OURS}})
 
 
 def foreign(doc: Document) -> ForeignDocument:

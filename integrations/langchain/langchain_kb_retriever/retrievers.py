@@ -20,7 +20,8 @@ from kb_retriever.interop.vectors import hit_vectors
 from kb_retriever.models.results import CONTEXT_CUTOFF
 from kb_retriever.ranking.mmr import mmr_order
 
-from ._convert import result_to_documents
+from . import _units
+from ._convert import hit_to_document, result_hits, with_added_metadata
 
 __all__ = ["KBRetriever"]
 
@@ -253,15 +254,32 @@ class KBRetriever(BaseRetriever):
             result = replace(
                 result, primary=tuple(h for h in result.primary if h.score >= threshold),
                 runner_up=tuple(h for h in result.runner_up if h.score >= threshold))
-        return result_to_documents(result, k=k, include_context=call.include_context,
-                                   include_expanded=call.include_expanded,
-                                   include_rejected=call.include_rejected)
+        hits = result_hits(result, k=k, include_context=call.include_context,
+                           include_expanded=call.include_expanded,
+                           include_rejected=call.include_rejected)
+        docs = [hit_to_document(h) for h in hits]
+        return self._as_added(hits, docs) if self.filter_on_metadata else docs
+
+    def _as_added(self, hits: list[Any], docs: list[Document]) -> list[Document]:
+        """``docs`` with the metadata their documents (or parts) were added with, as the
+        store's own searches return them (a store's retriever: ``as_retriever()``): one read
+        per project of the hits."""
+        added: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for tenant, project in dict.fromkeys((h.document.tenant_id, h.document.project_key)
+                                             for h in hits):
+            ids = [_units.unit_id(h) for h in hits
+                   if (h.document.tenant_id, h.document.project_key) == (tenant, project)]
+            for stored in _units.fetch(self.kb, ids, {"tenant": tenant, "project": project}):
+                added[tenant, project, str(stored.id)] = stored.metadata
+        return [with_added_metadata(doc, added.get((h.document.tenant_id, h.document.project_key,
+                                                     _units.unit_id(h)), {}))
+                for h, doc in zip(hits, docs, strict=True)]
 
     async def ato_documents(self, result: SearchResult, **kwargs: Any) -> list[Document]:
         """The async twin of :meth:`to_documents`: MMR reads the candidates' vectors (a sync
-        read, and the embedder for any without one) in a worker thread, so the event loop
-        stays free."""
-        if self.search_type == "mmr":
+        read, and the embedder for any without one), and a store's retriever the metadata its
+        documents were added with, in a worker thread, so the event loop stays free."""
+        if self.search_type == "mmr" or self.filter_on_metadata:
             return await asyncio.to_thread(self.to_documents, result, **kwargs)
         return self.to_documents(result, **kwargs)
 

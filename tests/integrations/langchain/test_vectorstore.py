@@ -491,3 +491,23 @@ def test_a_per_call_filter_on_the_stores_retriever_reads_metadata_as_the_store_d
     assert [d.page_content for d in found] == ["fn cache() -> Redis { }"]
     assert [d.page_content for d in store.similarity_search(
         "cache redis", k=2, filter={"language": "rust"})] == ["fn cache() -> Redis { }"]
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_the_stores_retriever_returns_the_metadata_documents_were_added_with(store, run):
+    """``store.as_retriever()`` returned each chunk with the knowledge base's fields alone: a
+    loader's ``source`` was replaced by the store's id, the caller's keys (``page``,
+    ``team``) were gone, so a chain citing ``doc.metadata["source"]`` broke (langchain-postgres'
+    retriever returns them)."""
+    import asyncio
+
+    store.add_documents([
+        Document("The shared cache layer is Redis cluster.",
+                 metadata={"source": "notes/cache.md", "page": 3, "team": "platform"}),
+        Document("Lunch is at noon on Fridays.", metadata={"source": "notes/lunch.md"})])
+    retriever = store.as_retriever(search_kwargs={"k": 1})
+    (doc,) = (retriever.invoke("shared cache layer") if run == "sync"
+              else asyncio.run(retriever.ainvoke("shared cache layer")))
+    assert (doc.metadata["source"], doc.metadata["page"], doc.metadata["team"]) == (
+        "notes/cache.md", 3, "platform")
+    assert doc.metadata["kb"]["origin"] == "primary" and doc.metadata["score"] > 0
