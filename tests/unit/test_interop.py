@@ -149,3 +149,32 @@ def test_reranked_metadata_keeps_every_key_and_an_earlier_record():
     assert after["source"] == "v1.md" and after["kb"]["origin"] == "primary"
     assert after["kb"]["rerank_rank"] == 1 and after["kb"]["retrieval_score"] == 0.9
     assert after["kb"]["scores"]["total"] == pytest.approx(hit.score, abs=1e-6)
+
+
+def test_metadata_from_dataframes_and_other_scales_is_read_not_crashed_on():
+    """A NumPy array in metadata (pandas, Parquet) raised "truth value of an array is
+    ambiguous"; a ``retrieval_priority`` of another scale (100000) outranked every document;
+    a ``date`` was read as no date; NumPy similarities left float32 scores that JSON refuses;
+    two projects' ``README.md`` were one document under the per-document cap."""
+    import json
+    from datetime import date
+
+    import numpy as np
+
+    from kb_retriever.interop.coerce import as_date
+    from kb_retriever.interop.documents import document_numbers
+
+    arrays = ForeignDocument("text", {"source": "a.md", "tags": np.array(["x", "y"]),
+                                      "title": np.array(["T"])})
+    assert document_ref(arrays, 1).tags == ("x", "y")
+    loud = ForeignDocument("t", {"source": "b.md", "type": "decision", "status": "accepted",
+                                 "retrieval_priority": 100000})
+    assert document_ref(loud, 1).retrieval_priority == 50
+    assert as_date(date(2026, 1, 2)) == datetime(2026, 1, 2)
+    assert as_date(np.datetime64("2026-01-02")) == datetime(2026, 1, 2)
+    hits = rerank_documents("q", [ForeignDocument("t", {"source": "c.md"})], Settings(),
+                            similarities={0: np.float32(0.5)})
+    json.dumps([hit_metadata(h) for h in hits])
+    readmes = [ForeignDocument("t", {"source": "README.md", "project_key": p})
+               for p in ("payments", "search", "payments")]
+    assert document_numbers(readmes) == [1, 2, 1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 __all__ = ["as_date", "as_flag", "as_float", "as_int", "as_opt_str", "as_tags"]
@@ -33,7 +33,8 @@ def as_int(value: Any, default: Any = None) -> Any:
 
 
 def as_float(value: Any, default: Any = None) -> Any:
-    """A finite float, or ``default`` (None, junk, NaN and inf all fall back)."""
+    """A finite float (a Python one: a NumPy float32 is not JSON), or ``default`` (None,
+    junk, NaN and inf all fall back)."""
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -56,9 +57,18 @@ def as_tags(value: Any) -> tuple[str, ...]:
 
 
 def as_date(value: Any) -> datetime | None:
-    """A datetime from a datetime or an ISO-8601 string; ``None`` otherwise."""
+    """A datetime from a datetime, a date (its midnight), a NumPy ``datetime64`` or an ISO-8601
+    string; ``None`` otherwise.
+
+    >>> as_date(date(2026, 1, 2)), as_date("2026-01-02T03:00")
+    (datetime.datetime(2026, 1, 2, 0, 0), datetime.datetime(2026, 1, 2, 3, 0))
+    """
     if isinstance(value, datetime):
         return value
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day)
+    if type(value).__name__ == "datetime64":  # (numpy's, without importing numpy here)
+        value = str(value)
     if isinstance(value, str):
         try:
             return datetime.fromisoformat(value.strip())

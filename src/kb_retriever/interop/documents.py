@@ -76,6 +76,11 @@ def kb_record(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
     return kb if isinstance(kb, Mapping) else {}
 
 
+def _blank(value: Any) -> bool:
+    """None or the empty string (``value in (None, "")`` asks a NumPy array's elements)."""
+    return value is None or (isinstance(value, str) and not value)
+
+
 class _Fields:
     """Look a field up in the top-level metadata, then in our nested document records."""
 
@@ -86,7 +91,7 @@ class _Fields:
     def __call__(self, *names: str) -> Any:
         for layer in self.layers:
             for name in names:
-                if layer.get(name) not in (None, ""):
+                if not _blank(layer.get(name)):
                     return layer[name]
         return None
 
@@ -137,27 +142,40 @@ def document_ref(item: ForeignDocument, doc_id: int, *, position: int = 0) -> Do
         title=str(field("title") or field("file_name") or doc_key), source_path=path,
         source_type=str(field("source_type") or DEFAULT_SOURCE_TYPE), slug=slug,
         is_canonical=canonical, canonical_type=ctype, canonical_status=status,
-        retrieval_priority=as_int(field("retrieval_priority"), 50),
+        retrieval_priority=_priority(field("retrieval_priority")),
         generation_source=str(field("generation_source") or "human"),
         evidence_tier=as_opt_str(field("evidence_tier")), tags=as_tags(field("tags")),
         summary=as_opt_str(field("summary")), doc_date=as_date(field("doc_date", "date")),
     )
 
 
+def _priority(value: Any) -> int:
+    """``retrieval_priority`` as the frontmatter takes it, 0 to 100; 50 otherwise (another
+    scale's 100000 outranked every other document)."""
+    priority = as_int(value, 50)
+    return priority if 0 <= priority <= 100 else 50
+
+
 def document_numbers(items: Sequence[ForeignDocument]) -> list[int]:
     """One number per document across ``items`` (the per-document cap groups by it): the
-    ``source_id``, else the path, else the slug; an item with none stands alone."""
-    seen: dict[str, int] = {}
+    ``source_id``, else the path, else the slug, within the item's project (two projects'
+    ``README.md`` are two documents); an item with none stands alone."""
+    seen: dict[tuple[str, str], int] = {}
     out = []
     for i, item in enumerate(items):
         field = _Fields(item.metadata)
         key = item.source_id or field(*_PATH_KEYS) or field("slug")
-        out.append(seen.setdefault(str(key) if key else f"\x00{i}", len(seen) + 1))
+        project = str(field("project_key") or DEFAULT_PROJECT)
+        out.append(seen.setdefault((project, str(key)) if key else ("", f"\x00{i}"),
+                                   len(seen) + 1))
     return out
 
 
 def heading_path(metadata: Mapping[str, Any]) -> str:
-    return str(metadata.get("heading_path") or kb_record(metadata).get("heading_path") or "")
+    for value in (metadata.get("heading_path"), kb_record(metadata).get("heading_path")):
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def to_candidates(items: Sequence[ForeignDocument], *, rrf_k: int,
@@ -166,7 +184,7 @@ def to_candidates(items: Sequence[ForeignDocument], *, rrf_k: int,
     maps hits back. The vector signal is ``similarities[position]`` when given, else
     :attr:`ForeignDocument.similarity`, else 0. The fused score is RRF over the input rank
     (``1 / (rrf_k + rank)``), so with reranking off the retriever's order stands."""
-    given = similarities or {}
+    given = {i: as_float(v) for i, v in (similarities or {}).items()}
     numbers = document_numbers(items)
     out = []
     for i, item in enumerate(items):
