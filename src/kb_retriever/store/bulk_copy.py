@@ -27,7 +27,15 @@ from .distribution import is_citus
 from .session import Session
 from .spaces import bind, index_memory, matching
 from .stats import log_document_chunks
-from .writer import chunk_rows, copy_chunks, document_values, edge_rows, insert_edges
+from .writer import (
+    LOCK_ALL_SQL,
+    chunk_rows,
+    copy_chunks,
+    doc_lock_key,
+    document_values,
+    edge_rows,
+    insert_edges,
+)
 
 __all__ = ["BulkSession", "connect"]
 
@@ -64,6 +72,13 @@ class BulkSession(Session):
         with self.conn.transaction():
             self.conn.execute(_NO_TIMEOUT)
             yield
+
+    def lock_documents(self, tenant: str, documents: Sequence[tuple[str, str]]) -> None:
+        """Take the (project, source path) documents' locks for the transaction, all at once
+        and in one order (the writers' keys: a bulk batch and an ingest, or two batches, that
+        write one document take turns, and see each other's commit)."""
+        self.conn.execute(LOCK_ALL_SQL, [[doc_lock_key(tenant, project, path)
+                                           for project, path in documents]])
 
     def present(self, tenant: str, project: str, paths: Sequence[str]) -> set[str]:
         """Which of ``paths`` the project holds already."""

@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import valid_name
 from ..embedding import Embedder
-from ..errors import InputError
+from ..errors import InputError, KbError
 from ..models import DocumentDraft
 from ..store.bulk_copy import BulkSession, connect
 from .recalibrate import calibrate_project
@@ -68,10 +69,22 @@ def _batches(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]],
 
 def _checked(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], dimension: int
              ) -> Iterator[tuple[str, DocumentDraft, Sequence[Any]]]:
-    """The items, each checked before it is queued: one finite vector of ``dimension`` per
-    chunk (a short list was a raw ValueError in a writer, a NaN or another dimension a
-    DataError that aborted the load)."""
+    """The items, each checked before it is queued: a project name as the knowledge base
+    takes it, each document once in the load (two batches with one document ran at once and
+    the load failed on the key, or the older version won), at least one chunk, and one finite
+    vector of ``dimension`` per chunk (a short list was a raw ValueError in a writer, a NaN or
+    another dimension a DataError that aborted the load)."""
+    seen: set[int] = set()  # hashes: a million documents' paths would hold 100 MB
     for project, draft, vectors in items:
+        valid_name("project", project)
+        key = hash((project, draft.source_path))
+        if key in seen:
+            raise InputError(f"bulk_load: {draft.source_path} appears twice in project "
+                             f"{project!r}: give each document once")
+        seen.add(key)
+        if not draft.chunks:
+            raise InputError(f"bulk_load: {draft.source_path} has no chunks (an empty "
+                             "document): leave it out, as an ingest does")
         try:
             values = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
         except (TypeError, ValueError):  # ragged, or not numbers
@@ -120,6 +133,8 @@ def _writer(url: str, tenant: str, model: tuple[str | None, int], work: queue.Qu
                 if errors:
                     continue  # drain: another stream failed, stop writing
                 with session.transaction():
+                    session.lock_documents(tenant, [(project, d.source_path) for project, batch
+                                                    in groups.items() for d, _ in batch])
                     for project, batch in groups.items():
                         _write_batch(session, tenant, project, batch, report)
                 if not fresh_stats:  # after the first batch: see Session.prepare_writes
@@ -188,11 +203,15 @@ def _rebuild_after_failure(session: BulkSession, saved: Sequence[tuple[str, str]
     try:
         session.build_indexes(saved)
     except BaseException as exc:
-        logger.error("bulk_load failed, and building its dropped search indexes again failed "
-                     "too (%s): run these statements to restore them: %s", exc,
-                     "; ".join(definition for _, definition in saved))
+        _log_unbuilt(saved, f"bulk_load failed, and building its dropped search indexes again "
+                            f"failed too ({exc})")
         if not isinstance(exc, Exception):
             raise
+
+
+def _log_unbuilt(saved: Sequence[tuple[str, str]], what: str) -> None:
+    logger.error("%s: run these statements to restore them: %s", what,
+                 "; ".join(definition for _, definition in saved))
 
 
 def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], *,
@@ -215,6 +234,7 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
     those channels use their absolute thresholds until the project's next ingest.
     """
     report = BulkReport()
+    valid_name("tenant", tenant)
     model: tuple[str | None, int]
     if embedder is not None:
         model = (embedder.model_id, embedder.dimension)
@@ -235,8 +255,12 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
             _rebuild_after_failure(session, saved)
             raise
         report.load_s = time.perf_counter() - t0
-        if saved:
-            report.index_build_s.update(session.build_indexes(saved))
+        if saved:  # (the load is committed: a build that fails says what to run)
+            try:
+                report.index_build_s.update(session.build_indexes(saved))
+            except BaseException:
+                _log_unbuilt(saved, "building its deferred search indexes failed")
+                raise
         t = time.perf_counter()
         session.analyze()
         report.index_build_s["analyze"] = round(time.perf_counter() - t, 3)
@@ -244,5 +268,9 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
             session.settle(tenant, project)
         if embedder is not None:
             for project in sorted(projects):
-                calibrate_project(session, embedder, tenant=tenant, project=project)
+                try:  # the load is saved whatever happens here, as after an ingest
+                    calibrate_project(session, embedder, tenant=tenant, project=project)
+                except KbError as exc:
+                    logger.warning("calibration of %s/%s postponed to its next write: %s",
+                                   tenant, project, exc)
     return report

@@ -1,0 +1,75 @@
+"""``bulk_load`` under real use: a document twice, an empty one, two loads and an ingest of
+one document at once, a calibration that fails after the load."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import psycopg
+import pytest
+
+from kb_retriever import HashingEmbedder, InputError
+from kb_retriever.write.bulk import bulk_load
+from tests.db.test_doctor import DIM, _items
+
+pytestmark = pytest.mark.db
+
+
+def test_a_document_twice_in_a_load_or_empty_is_a_clear_input_error(make_kb):
+    """Twice in two batches, two writers COPYed it at once ("duplicate key") or the older
+    version replaced the newer; an empty document failed as "needs one finite vector … for
+    each of its 0 chunks"."""
+    kb = make_kb(embedder=HashingEmbedder(DIM))
+    items = list(_items(3))
+    with pytest.raises(InputError, match="d/0.md appears twice"):
+        bulk_load(kb.url, [*items, items[0]], tenant="default", batch_docs=1)
+    project, draft, _ = items[1]
+    with pytest.raises(InputError, match="has no chunks"):
+        bulk_load(kb.url, [(project, replace(draft, source_path="e.md", chunks=()), [])],
+                  tenant="default", embedder=kb.embedder)
+    with pytest.raises(InputError):
+        bulk_load(kb.url, [(" default", *items[2][1:])], tenant="default")
+    with pytest.raises(InputError):
+        bulk_load(kb.url, items, tenant="")
+
+
+def test_two_loads_of_one_corpus_at_once_both_succeed_with_each_document_once(make_kb):
+    """Each load checked which documents existed without a lock: two loads (or a load and an
+    ingest) of the same documents both COPYed the new ones, and one failed on the key."""
+    kb = make_kb(embedder=HashingEmbedder(DIM))
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def load(seed: int) -> None:
+        start.wait()
+        try:
+            bulk_load(kb.url, _items(120, seed=seed), tenant="default", batch_docs=10,
+                      workers=2)
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load, args=(seed,)) for seed in (3, 4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not errors, errors
+    with psycopg.connect(kb.url) as conn:
+        docs, paths = conn.execute("SELECT count(*), count(DISTINCT source_path) "
+                                   "FROM kb_documents").fetchone()
+        chunks = conn.execute("SELECT count(*) FROM kb_chunks").fetchone()[0]
+    assert (docs, paths, chunks) == (120, 120, 600)
+
+
+def test_a_calibration_that_fails_after_the_load_keeps_its_report(make_kb, caplog):
+    """The load was committed, then the embedder's failure in the calibration raised and the
+    caller lost the report (an ingest postpones a calibration that fails)."""
+    class Failing(HashingEmbedder):
+        def embed_query(self, text: str) -> list[float]:
+            raise ConnectionError("rate limited")
+
+    kb = make_kb(embedder=HashingEmbedder(DIM))
+    report = bulk_load(kb.url, _items(5), tenant="default", embedder=Failing(DIM))
+    assert (report.documents, report.chunks) == (5, 25)
+    assert "postponed" in caplog.text
