@@ -100,12 +100,10 @@ def test_a_file_swapped_for_a_symlink_after_listing_is_not_read(
     kb = make_kb()
     report = kb.ingest([root], follow_symlinks=follow)
     failed = dict(report.failed)
-    if follow:  # alias.md leads to alias-target.md, listed already: read once, never as alias
-        assert ("alias.md", "the same file as alias-target.md, read once") in report.skipped
-        assert sorted(failed) == ["note.md", "sub/inner.md"], report
-    else:
-        assert sorted(failed) == ["alias.md", "note.md", "sub/inner.md"], report
-        assert "changed between listing and reading" in failed["alias.md"]
+    # alias.md leads to alias-target.md, listed already: read once, never as alias (without
+    # follow_symlinks too: it was a second document of the same file)
+    assert ("alias.md", "the same file as alias-target.md, read once") in report.skipped
+    assert sorted(failed) == ["note.md", "sub/inner.md"], report
     assert "changed between listing and reading" in failed["sub/inner.md"]
     assert "became one after it was listed" in failed["note.md"]
     assert report.added == ["alias-target.md"]
@@ -123,3 +121,20 @@ def test_a_broken_symlink_and_a_fifo_are_reported(make_kb: MakeKb, tmp_path: Pat
     assert sorted(report.skipped) == [
         ("broken.md", "broken symlink: its target does not exist"),
         ("pipe.md", "not a regular file (a FIFO, socket or device); not read")]
+
+
+def test_one_folder_named_twice_or_a_link_to_a_file_beside_it_is_read_once(
+        make_kb: MakeKb, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ingest docs /abs/docs`` failed every file of the second spelling ("the same relative
+    path as the file under docs"); without ``follow_symlinks`` a link inside the root to a
+    file beside it became a second document of that file."""
+    root = tmp_path / "docs"
+    _write(root, "a.md", "# A\n\nalpha notes\n")
+    os.symlink("a.md", root / "alias.md")
+    os.symlink(root, tmp_path / "docs-link")
+    monkeypatch.chdir(tmp_path)
+    kb = make_kb()
+    report = kb.ingest(["docs", root, tmp_path / "docs-link"])
+    assert (report.added, report.failed) == (["a.md"], [])
+    assert ("alias.md", "the same file as a.md, read once") in report.skipped
+    assert _stored(kb) == ["a.md"]

@@ -89,8 +89,9 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False,
     Files of other types, and symlinks that leave their root (unless ``follow_symlinks``),
     are listed in ``report.skipped`` when a report is given; symlink loops in
     ``report.failed``. With ``follow_symlinks`` each real directory is walked once (a link
-    back to a parent is skipped) and each real file is read once: under its own path when a
-    link also leads to it, else under the first link's (the others are skipped, naming it).
+    back to a parent is skipped). Each real file is read once: under its own path when a link
+    also leads to it, else under the first link's (the others are skipped, naming it); a path
+    named twice (``docs`` and its absolute path) is read once.
     """
     return [(f.file, f.root) for f in find_files(as_paths(paths), follow_symlinks=follow_symlinks,
                                                  report=report or IngestReport())]
@@ -100,6 +101,7 @@ def find_files(paths: Sequence[Path], *, follow_symlinks: bool,
                report: IngestReport) -> list[Found]:
     found: list[Found] = []
     owner: dict[str, Path] = {}  # relative path -> the root that gave it first
+    paths = _each_path_once(paths, report)
     inside = _inside_others(paths)
     for path in paths:
         if path in inside:
@@ -128,7 +130,20 @@ def find_files(paths: Sequence[Path], *, follow_symlinks: bool,
             if rel not in owner:
                 owner[rel] = root
                 found.append(Found(file, root, rel, listed))
-    return _each_file_once(found, report) if follow_symlinks else found
+    # (a link inside the root to a file inside it, followed or not, is that file again)
+    return _each_file_once(found, report)
+
+
+def _each_path_once(paths: Sequence[Path], report: IngestReport) -> list[Path]:
+    """``paths`` with each real file or folder once (``docs`` and its absolute path, or a
+    link to it: every file of the second failed as a relative path the first also gave)."""
+    first: dict[Path, Path] = {}
+    for path in paths:
+        held = first.setdefault(path.resolve(), path)
+        if held is not path:
+            report.warnings.append((str(path), f"the same as {held}, which this ingest also "
+                                               "names: read once"))
+    return list(first.values())
 
 
 def _inside_others(paths: Sequence[Path]) -> dict[Path, Path]:
