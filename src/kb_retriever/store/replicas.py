@@ -101,25 +101,39 @@ class PrimaryTrail:
         self._keep_s, self._retry_s = keep_s, retry_s
         self._next_read = -1e9
         self._lock = threading.Lock()
+        # the last read found no primary: the next ones run beside the searches (each waited
+        # up to the connect timeout, one search in ``retry_s``), one at a time
+        self._down = self._reading = False
 
     def read(self, position: PrimaryPosition, now: float) -> None:
         """Note the primary's position (``position()``, None when it does not answer: not
-        asked again for ``retry_s``), at most once a second."""
+        asked again for ``retry_s``), at most once a second; in a thread of its own while the
+        primary is down."""
         with self._lock:
-            if now < self._next_read:
+            if now < self._next_read or self._reading:
                 return
             self._next_read = now + _STATE_TTL_S
-        text = position()
-        with self._lock:
-            if text is None:
-                self._next_read = now + self._retry_s
-                return
-            lsn = _lsn(text)
-            if not self._seen or lsn > self._seen[-1][1]:
-                self._seen.append((now, lsn))
-            # the newest position older than the bound stays: a replica short of it is past
-            while len(self._seen) > 1 and self._seen[1][0] < now - self._keep_s:
-                self._seen.popleft()
+            self._reading = self._down
+        if self._reading:
+            threading.Thread(target=self._note, args=(position, now), daemon=True,
+                             name="kb-retriever-primary-position").start()
+        else:
+            self._note(position, now)
+
+    def _note(self, position: PrimaryPosition, now: float) -> None:
+        text = None
+        try:
+            text = position()
+        finally:
+            with self._lock:
+                self._reading, self._down = False, text is None
+                if text is None:
+                    self._next_read = now + self._retry_s
+                elif not self._seen or _lsn(text) > self._seen[-1][1]:
+                    self._seen.append((now, _lsn(text)))
+                # the newest position older than the bound stays: a replica short of it is past
+                while len(self._seen) > 1 and self._seen[1][0] < now - self._keep_s:
+                    self._seen.popleft()
 
     def behind(self, replayed: str | None, now: float) -> float:
         """Since when the primary has held WAL past ``replayed``, in seconds (0: none seen).
