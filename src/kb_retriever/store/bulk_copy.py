@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -27,17 +27,11 @@ from .distribution import is_citus
 from .session import Session
 from .spaces import bind, index_memory, matching
 from .stats import log_document_chunks
-from .writer import (
-    LOCK_ALL_SQL,
-    chunk_rows,
-    copy_chunks,
-    doc_lock_key,
-    document_values,
-    edge_rows,
-    insert_edges,
-)
+from .writer import chunk_rows, copy_chunks, document_values, edge_rows, insert_edges
 
 __all__ = ["BulkSession", "connect"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +67,20 @@ class BulkSession(Session):
             self.conn.execute(_NO_TIMEOUT)
             yield
 
-    def lock_documents(self, tenant: str, documents: Sequence[tuple[str, str]]) -> None:
-        """Take the (project, source path) documents' locks for the transaction, all at once
-        and in one order (the writers' keys: a bulk batch and an ingest, or two batches, that
-        write one document take turns, and see each other's commit)."""
-        self.conn.execute(LOCK_ALL_SQL, [[doc_lock_key(tenant, project, path)
-                                           for project, path in documents]])
+    def raced(self, write: Callable[[], T]) -> T:
+        """``write()`` in a :meth:`transaction`, run once more when another writer created one
+        of its new documents meanwhile (another load's batch, an ingest: the COPY failed on
+        the document's key, and the second run finds it stored and replaces it). Locking a
+        batch's documents instead would take one lock per document: past the server's lock
+        table (``max_locks_per_transaction``) at large batches."""
+        for last in (False, True):
+            try:
+                with self.transaction():
+                    return write()
+            except psycopg.errors.UniqueViolation as exc:
+                if last or "source_path" not in str(exc):
+                    raise
+        raise AssertionError("unreachable")
 
     def present(self, tenant: str, project: str, paths: Sequence[str]) -> set[str]:
         """Which of ``paths`` the project holds already."""

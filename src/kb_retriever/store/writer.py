@@ -36,8 +36,8 @@ PieceKey = Callable[[Mapping[str, Any]], Hashable]
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 # Several keys in one order (their sort), so two writers that lock keys in common never wait
 # on each other crosswise.
-LOCK_ALL_SQL = ("SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) "
-                "FROM (SELECT DISTINCT k FROM unnest(%s::text[]) AS u(k) ORDER BY k) s")
+_LOCK_ALL_SQL = ("SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) "
+                 "FROM (SELECT DISTINCT k FROM unnest(%s::text[]) AS u(k) ORDER BY k) s")
 _COPY_CHUNKS = (
     "COPY kb_chunks (tenant_id, document_id, project_key, chunk_order, heading_path, text, "
     "text_hash, search_prefix, metadata, embedding, chunk_uid, fts_lang, model) "
@@ -349,7 +349,7 @@ def _merge(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentD
     uids = chunk_uids(draft)
     with conn.transaction():
         bind(conn, tenant, project, space)
-        conn.execute(LOCK_ALL_SQL, [[doc_lock_key(tenant, project, key)
+        conn.execute(_LOCK_ALL_SQL, [[doc_lock_key(tenant, project, key)
                                       for key in (*uids, draft.source_path)]])
         _take_ids(conn, tenant, project, uids, parts=True)
         stored = _claim(conn, tenant, project, draft)

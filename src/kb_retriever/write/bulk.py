@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import queue
@@ -123,6 +124,15 @@ def _write_batch(session: BulkSession, tenant: str, project: str,
             report.documents += len(fresh)
 
 
+def _write_groups(session: BulkSession, tenant: str,
+                  groups: dict[str, list[tuple[DocumentDraft, Sequence[Any]]]]) -> BulkReport:
+    """Write one batch's projects (in the caller's transaction); what it wrote."""
+    done = BulkReport()
+    for project, batch in groups.items():
+        _write_batch(session, tenant, project, batch, done)
+    return done
+
+
 def _writer(url: str, tenant: str, model: tuple[str | None, int], work: queue.Queue[Any],
             report: BulkReport, errors: list[BaseException]) -> None:
     """One COPY stream: its own connection, batches from ``work`` until a ``None``."""
@@ -132,11 +142,9 @@ def _writer(url: str, tenant: str, model: tuple[str | None, int], work: queue.Qu
             while (groups := work.get()) is not None:
                 if errors:
                     continue  # drain: another stream failed, stop writing
-                with session.transaction():
-                    session.lock_documents(tenant, [(project, d.source_path) for project, batch
-                                                    in groups.items() for d, _ in batch])
-                    for project, batch in groups.items():
-                        _write_batch(session, tenant, project, batch, report)
+                done = session.raced(functools.partial(_write_groups, session, tenant, groups))
+                for name in ("documents", "chunks", "updated", "unchanged"):
+                    setattr(report, name, getattr(report, name) + getattr(done, name))
                 if not fresh_stats:  # after the first batch: see Session.prepare_writes
                     session.prepare_writes()
                     fresh_stats = True
