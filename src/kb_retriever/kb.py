@@ -78,7 +78,7 @@ class KnowledgeBase(DocumentMethods):
     """
 
     #: Whether :meth:`open` registers the embedder's model (and builds its index) and loads
-    #: it: not for the CLI's listings and deletes (``cli_listing.Catalog``).
+    #: it: not for the CLI's listings and deletes (:class:`CatalogBase`).
     _registers_model = True
 
     def __init__(self, settings: Settings | None = None, *, embedder: Embedder | None = None,

@@ -19,7 +19,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .errors import ConfigError
@@ -249,7 +256,7 @@ class Settings(BaseSettings):
     # wrong side (decision 0009).
     refusal_min_evidence: float = _field(0.30, "KB_REFUSAL_MIN_EVIDENCE")
     refusal_min_similarity: float = _field(
-        0.45, "KB_REFUSAL_MIN_SIMILARITY"
+        0.45, "KB_REFUSAL_MIN_SIMILARITY", ge=-1, le=1  # a cosine
     )
     refusal_min_rerank_score: float = _field(
         0.25, "KB_REFUSAL_MIN_RERANK_SCORE"
@@ -285,13 +292,15 @@ class Settings(BaseSettings):
     ingest_statement_timeout_ms: int = _field(600_000, "KB_INGEST_STATEMENT_TIMEOUT_MS", ge=0,
                                               le=_PG_MAX_INT)
     # --- benchmark gates ------------------------------------------------------------------
-    benchmark_threshold_ndcg: float = _field(0.80, "KB_BENCHMARK_THRESHOLD_NDCG")
-    benchmark_threshold_mrr: float = _field(0.85, "KB_BENCHMARK_THRESHOLD_MRR")
+    # Shares (a negative one passed every gate, silently; one above 1 fails every gate, as a
+    # test's gate that must miss wants it).
+    benchmark_threshold_ndcg: float = _field(0.80, "KB_BENCHMARK_THRESHOLD_NDCG", ge=0)
+    benchmark_threshold_mrr: float = _field(0.85, "KB_BENCHMARK_THRESHOLD_MRR", ge=0)
     benchmark_threshold_citation_precision: float = _field(
-        0.90, "KB_BENCHMARK_THRESHOLD_CITATION_PRECISION"
+        0.90, "KB_BENCHMARK_THRESHOLD_CITATION_PRECISION", ge=0
     )
     benchmark_threshold_refusal_accuracy: float = _field(
-        0.95, "KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY"
+        0.95, "KB_BENCHMARK_THRESHOLD_REFUSAL_ACCURACY", ge=0
     )
 
     def __init__(self, **values: Any) -> None:
@@ -351,9 +360,11 @@ class Settings(BaseSettings):
 
     @field_validator("home", "database_url", mode="before")
     @classmethod
-    def _not_empty(cls, value: Any) -> Any:
+    def _not_empty(cls, value: Any, info: ValidationInfo) -> Any:
         if is_blank(value):
-            raise ValueError("empty; unset it for the default (~/.kb-retriever), or give one")
+            default = ("~/.kb-retriever" if info.field_name == "home"
+                       else "the embedded server")
+            raise ValueError(f"empty; unset it for the default ({default}), or give one")
         return value
 
     @field_validator("fts_language")

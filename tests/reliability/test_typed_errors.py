@@ -107,6 +107,8 @@ def test_nan_from_the_environment_is_rejected(monkeypatch: pytest.MonkeyPatch) -
     ("KB_PROMPT_TIMEZONE", "Mars/Olympus"),  # failed only at the first prompt
     ("KB_PROMPT_TIMEZONE", ""),
     ("KB_HOME", ""),  # the current directory
+    ("KB_REFUSAL_MIN_SIMILARITY", "5"),  # a cosine: every query refused
+    ("KB_BENCHMARK_THRESHOLD_NDCG", "-1"),  # every gate passed, silently
 ])
 def test_values_that_failed_late_fail_at_load(monkeypatch: pytest.MonkeyPatch, name: str,
                                               value: str) -> None:
