@@ -13,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,8 +28,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from . import settings_checks as checks
 from .errors import ConfigError
-from .vocabulary import DEFAULT_EDGE_TYPES, EDGE_TYPE_WEIGHTS, FTS_LANGUAGES
+from .vocabulary import DEFAULT_EDGE_TYPES, EDGE_TYPE_WEIGHTS
 
 __all__ = ["Settings", "is_blank", "load_settings", "DEFAULT_EDGE_TYPES", "EDGE_TYPE_WEIGHTS"]
 
@@ -43,9 +43,6 @@ def _field(default: Any, *env: str, **kw: Any) -> Any:
 
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
-# A comma that starts another connection string (a URI, or a ``key=value`` one): those in
-# ``postgresql://u@r1:5432,r2:5432/kb`` or ``host=r1,r2`` list one server's hosts.
-_NEXT_CONNINFO = re.compile(r",\s*(?=postgres(?:ql)?://|[A-Za-z_]+\s*=)")
 _PG_MAX_INT = 2_147_483_647  # PostgreSQL's integer settings (statement_timeout) stop here
 
 
@@ -312,28 +309,12 @@ class Settings(BaseSettings):
     @field_validator("graph_expansion_edge_types", mode="before")
     @classmethod
     def _split_edge_types(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",")]
-        if isinstance(value, (list, tuple)):
-            items = tuple(str(v).strip() for v in value if str(v).strip())
-            unknown = [v for v in items if v not in EDGE_TYPE_WEIGHTS]
-            if unknown:
-                raise ValueError(
-                    f"unknown edge type(s) {unknown}; valid: {', '.join(EDGE_TYPE_WEIGHTS)}"
-                )
-            return items
-        return value
+        return checks.edge_types(value)
 
     @field_validator("replica_urls", mode="before")
     @classmethod
     def _split_urls(cls, value: Any) -> Any:
-        if isinstance(value, str):  # a comma inside one (a multi-host URI) does not split it
-            value = [part.strip() for part in _NEXT_CONNINFO.split(value)]
-        if isinstance(value, (list, tuple)):
-            if not all(isinstance(v, str) for v in value):
-                raise ValueError("replica URLs must be strings")
-            return tuple(v.strip() for v in value if v.strip())
-        return value
+        return checks.replica_urls(value)
 
     @field_validator("parallel_legs", mode="before")
     @classmethod
@@ -348,15 +329,7 @@ class Settings(BaseSettings):
     @field_validator("prompt_timezone")
     @classmethod
     def _check_timezone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            if value.strip().upper() != "UTC":  # UTC needs no tz database (prompt/compose.py)
-                ZoneInfo(value.strip())
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r}; an IANA name such as UTC or "
-                             "Europe/Rome") from None
-        return value.strip()
+        return checks.time_zone(value)
 
     @field_validator("home", "database_url", mode="before")
     @classmethod
@@ -370,30 +343,11 @@ class Settings(BaseSettings):
     @field_validator("fts_language")
     @classmethod
     def _check_language(cls, value: str) -> str:
-        value = value.strip().lower()
-        if value not in FTS_LANGUAGES:
-            raise ValueError(f"unknown FTS language {value!r}; valid: {', '.join(FTS_LANGUAGES)}")
-        return value
+        return checks.fts_language(value)
 
     @model_validator(mode="after")
-    def _check_pool(self) -> Settings:
-        if self.pool_min_size > self.pool_max_size:
-            raise ValueError("pool_min_size must be <= pool_max_size")
-        if self.hnsw_ef_construction < 2 * self.hnsw_m:
-            raise ValueError("KB_HNSW_EF_CONSTRUCTION must be at least twice KB_HNSW_M "
-                             f"({self.hnsw_ef_construction} < 2 x {self.hnsw_m})")
-        if self.default_limit > self.max_limit:
-            raise ValueError(f"KB_DEFAULT_LIMIT ({self.default_limit}) must be <= KB_MAX_LIMIT "
-                             f"({self.max_limit}): every search would fail")
-        if self.hybrid_semantic_weight == 0 and (self.hybrid_fts_weight == 0
-                                                 or not self.hybrid_search_enabled):
-            raise ValueError("KB_HYBRID_SEMANTIC_WEIGHT is 0 and no full-text leg runs (its "
-                             "weight is 0 or hybrid search is off): every fused score would "
-                             "be 0 and the order that of the chunk ids")
-        if self.chunk_overlap_tokens * 2 > self.chunk_hard_cap_tokens:
-            raise ValueError(f"KB_CHUNK_OVERLAP_TOKENS ({self.chunk_overlap_tokens}) must be at "
-                             f"most half KB_CHUNK_HARD_CAP_TOKENS ({self.chunk_hard_cap_tokens}):"
-                             " each chunk would mostly repeat the one before")
+    def _check_together(self) -> Settings:
+        checks.together(self)
         return self
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None,

@@ -73,7 +73,6 @@ def test_empty_tenant_in_the_constructor_is_an_error() -> None:
     {"max_limit": 5}, {"pool_min_size": 9, "pool_max_size": 2},
     {"hybrid_semantic_weight": 0, "hybrid_fts_weight": 0},  # every fused score 0
     {"hybrid_semantic_weight": 0, "hybrid_search_enabled": False},
-    {"chunk_overlap_tokens": 600},  # each chunk mostly the one before
 ])
 def test_settings_are_validated_and_cross_validated(values: dict) -> None:
     with pytest.raises(ConfigError):
