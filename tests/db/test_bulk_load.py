@@ -63,9 +63,13 @@ def test_two_loads_of_one_corpus_at_once_both_succeed_with_each_document_once(ma
     assert (docs, paths, chunks) == (120, 120, 600)
 
 
-def test_a_calibration_that_fails_after_the_load_keeps_its_report(make_kb):
+def test_a_calibration_that_fails_after_the_load_keeps_its_report(make_kb, monkeypatch):
     """The load was committed, then the embedder's failure in the calibration raised and the
     caller lost the report (an ingest postpones a calibration that fails)."""
+    from kb_retriever.write import recalibrate
+
+    monkeypatch.setattr(recalibrate, "_vectors", {})  # (the probes, kept per process and model)
+
     class Failing(HashingEmbedder):
         def embed_query(self, text: str) -> list[float]:
             raise ConnectionError("rate limited")

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import psycopg
 from pgvector.psycopg import register_vector, register_vector_async
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import (
@@ -340,3 +341,18 @@ def is_retryable(exc: BaseException) -> bool:
     # for a connection: a retry would only double the wait on an unreachable server.
     return isinstance(exc, psycopg.OperationalError) and not isinstance(
         exc, (psycopg.errors.QueryCanceled, PoolTimeout, PoolClosed, *_ABORTED))
+
+
+def in_transaction(conn: Any) -> bool:
+    """Whether a cancellation left ``conn`` in its transaction (its rollback cut short): the
+    timeout set back inside it would be undone by the pool's rollback, and the next search
+    would run under the ingest's ten minutes."""
+    return conn.pgconn.transaction_status in (TransactionStatus.INTRANS,
+                                              TransactionStatus.INERROR)
+
+
+def usable(conn: Any) -> bool:
+    """Whether a statement may run on ``conn`` now: a Ctrl-C or a cancellation can stop a call
+    half-way, and a statement sent then fails (masking the interrupt); the pool discards such
+    a connection when it comes back."""
+    return not conn.broken and conn.pgconn.transaction_status != TransactionStatus.ACTIVE

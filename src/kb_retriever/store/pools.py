@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import ConfigError, StoreError, UnavailableError
@@ -55,13 +54,6 @@ def _first_write(session: bool, settings: Settings) -> tuple[str, list[str]]:
     if session:
         return _WRITE_TIMEOUT, [str(settings.ingest_statement_timeout_ms)]
     return "SELECT NULL", []
-
-
-def _idle(conn: Any) -> bool:
-    """Whether a statement may run on ``conn`` now: a Ctrl-C or a cancellation can stop a call
-    half-way, and a statement sent then fails (masking the interrupt); the pool discards such
-    a connection when it comes back."""
-    return not conn.broken and conn.pgconn.transaction_status != TransactionStatus.ACTIVE
 
 
 class Pools:
@@ -255,8 +247,10 @@ class Pools:
             try:
                 yield Session(conn, distributed=self.distributed, space=self._space)
             finally:  # a Ctrl-C in the reset closes the connection rather than leave it so
-                if _idle(conn):
+                if connection.usable(conn):
                     with connection.settling(conn):
+                        if connection.in_transaction(conn):
+                            conn.rollback()
                         if session:
                             connection.run_or_close(conn, _TIMEOUT, [
                                 str(before or self.settings.statement_timeout_ms)])
@@ -274,8 +268,10 @@ class Pools:
             try:  # a cancellation may come at any await: the timeout is put back whatever
                 yield AsyncSession(conn, distributed=self.distributed)
             finally:  # the reset runs to its end, cancelled or not: cut half-way, the
-                if _idle(conn):  # server may keep the ingest's timeout on an idle connection
+                if connection.usable(conn):  # server may keep the ingest's timeout on an idle connection
                     with connection.settling(conn):
+                        if connection.in_transaction(conn):
+                            await connection.finish(conn.rollback())
                         if session:
                             await connection.finish(conn.execute(_TIMEOUT, [
                                 before or str(self.settings.statement_timeout_ms)]))
