@@ -73,9 +73,16 @@ def calibrate_after_write(session: Session, embedder: Embedder, *, tenant: str, 
     """Count ``chunks_written`` against the project's calibration and recalibrate it when
     :func:`needs_calibration` says so; True when it did."""
     state = session.count_written(tenant, project, chunks_written)
-    if not needs_calibration(state, embedder.model_id) or not session.embeds_project(tenant,
-                                                                                     project):
-        return False  # (a base of another model, as the CLI's delete may be: counted only)
+    return needs_calibration(state, embedder.model_id) and _calibrate_own(session, embedder,
+                                                                           tenant, project)
+
+
+def _calibrate_own(session: Session, embedder: Embedder, tenant: str, project: str) -> bool:
+    """:func:`calibrate_project` when the session's model is the project's own (another
+    model's probes find none of its chunks: the CLI's delete opens with any embedder, and
+    only counts then); whether it calibrated."""
+    if not session.embeds_project(tenant, project):
+        return False
     calibrate_project(session, embedder, tenant=tenant, project=project)
     return True
 
@@ -91,8 +98,7 @@ def after_write(session: Session, embedder: Embedder, tenant: str, project: str,
         if not chunks_written and not recalibrate:
             return
         if recalibrate:
-            if session.embeds_project(tenant, project):
-                calibrate_project(session, embedder, tenant=tenant, project=project)
+            _calibrate_own(session, embedder, tenant, project)
         else:
             calibrate_after_write(session, embedder, tenant=tenant, project=project,
                                   chunks_written=chunks_written)
