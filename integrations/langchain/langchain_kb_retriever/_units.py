@@ -61,30 +61,37 @@ def _source(metadata: Any) -> Any:
     return source if isinstance(source, str) and source else None
 
 
-def _opened(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> dict[str, str]:
-    """Of each ``source`` among ``records`` without a slug of their own: the slug that a
-    frontmatter block opening its first such record gives (``TextLoader`` keeps the block
-    in the text)."""
-    out: dict[str, str] = {}
-    for record in records:
-        metadata, source = record["metadata"], _source(record["metadata"])
-        if source is None or source in out or not record["text"].startswith("---"):
-            continue
-        if isinstance(metadata, Mapping) and canonical_slug(metadata, kb.settings) is None:
-            if (found := canonical_slug(with_frontmatter(record["text"], metadata),
+@dataclass(frozen=True)
+class _Call:
+    """What one call's records say of themselves: each one's slug from its metadata, how many
+    records each ``source`` has, and of each source the slug that a frontmatter block opening
+    its first record without a slug gives (``TextLoader`` keeps the block in the text)."""
+
+    own: list[str | None]
+    counts: Counter[str | None]
+    opened: dict[str, str]
+
+
+def _read(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> _Call:
+    own = [canonical_slug(r["metadata"], kb.settings) if isinstance(r["metadata"], Mapping)
+           else None for r in records]
+    opened: dict[str, str] = {}
+    for record, slug in zip(records, own, strict=True):
+        source = _source(record["metadata"])
+        if (slug is None and source is not None and source not in opened
+                and record["text"].startswith("---")):
+            if (found := canonical_slug(with_frontmatter(record["text"], record["metadata"]),
                                         kb.settings)) is not None:
-                out[source] = found
-    return out
+                opened[source] = found
+    return _Call(own, Counter(_source(r["metadata"]) for r in records), opened)
 
 
-def _unsettled(records: Sequence[dict[str, Any]], kb: KnowledgeBase) -> list[str]:
+def _unsettled(records: Sequence[dict[str, Any]], call: _Call) -> list[str]:
     """The sources whose records without a slug of their own the call alone cannot place
     (:func:`_slugs`): no block opens them, or one record alone (a whole file, or a split)."""
-    counts = Counter(_source(r["metadata"]) for r in records)
-    opened = _opened(records, kb)
-    return sorted({s for r in records if (s := _source(r["metadata"])) is not None
-                   and canonical_slug(r["metadata"], kb.settings) is None
-                   and (s not in opened or counts[s] == 1)})
+    return sorted({s for r, own in zip(records, call.own, strict=True)
+                   if own is None and (s := _source(r["metadata"])) is not None
+                   and (s not in call.opened or call.counts[s] == 1)})
 
 
 def _joined_filter(sources: Sequence[str]) -> dict[str, Any]:
@@ -106,26 +113,26 @@ def _joinable(documents: Sequence[StoredDocument]) -> dict[str, StoredDocument]:
     return out
 
 
-def _stored_sources(kb: KnowledgeBase, records: Sequence[dict[str, Any]],
+def _stored_sources(kb: KnowledgeBase, sources: Sequence[str],
                     scope: dict[str, Any]) -> dict[str, StoredDocument]:
-    """The stored documents that the records of :func:`_unsettled` sources join."""
-    if not (sources := _unsettled(records, kb)):
+    """The stored documents that the records of the ``sources`` (:func:`_unsettled`) join."""
+    if not sources:
         return {}
     ids = {c.document_id for c in kb.get_chunks(filters=_joined_filter(sources),
                                                 consistent=True, **scope)}
     return _joinable(kb.get_by_ids(sorted(ids), consistent=True, **scope)) if ids else {}
 
 
-async def _astored_sources(kb: KnowledgeBase, records: Sequence[dict[str, Any]],
+async def _astored_sources(kb: KnowledgeBase, sources: Sequence[str],
                            scope: dict[str, Any]) -> dict[str, StoredDocument]:
-    if not (sources := _unsettled(records, kb)):
+    if not sources:
         return {}
     ids = {c.document_id for c in await kb.aget_chunks(filters=_joined_filter(sources),
                                                        consistent=True, **scope)}
     return _joinable(await kb.aget_by_ids(sorted(ids), consistent=True, **scope)) if ids else {}
 
 
-def _slugs(records: Sequence[dict[str, Any]], kb: KnowledgeBase,
+def _slugs(records: Sequence[dict[str, Any]], call: _Call,
            stored: Mapping[str, StoredDocument]) -> list[str | None]:
     """The canonical slug of each record: its metadata's; else, for the splits of one file
     (records of one ``source``), the one a frontmatter block that opens the first of them
@@ -133,31 +140,28 @@ def _slugs(records: Sequence[dict[str, Any]], kb: KnowledgeBase,
     that file is a part of it); else the slug of the ``stored`` document its file's splits
     are part of (a split added on its own: ``index()`` adds only what changed, in batches).
     A file added whole keeps its block in its text, a document of its own."""
-    counts = Counter(_source(r["metadata"]) for r in records)
-    opened = _opened(records, kb)
     out: list[str | None] = []
-    for record in records:
-        metadata, source = record["metadata"], _source(record["metadata"])
-        slug = canonical_slug(metadata, kb.settings) if isinstance(metadata, Mapping) else None
+    for record, slug in zip(records, call.own, strict=True):
+        source = _source(record["metadata"])
         if slug is None and source is not None:
             held = stored.get(source)
-            if source in opened:
-                if counts[source] > 1 or (held and held.source_type == CHUNKS_SOURCE_TYPE):
-                    slug = opened[source]
+            if source in call.opened:
+                if call.counts[source] > 1 or (held and held.source_type == CHUNKS_SOURCE_TYPE):
+                    slug = call.opened[source]
             elif held is not None:
                 slug = held.slug
         out.append(slug)
     return out
 
 
-def plan_writes(records: Sequence[dict[str, Any]], kb: KnowledgeBase,
-                stored: Mapping[str, StoredDocument] | None = None) -> WritePlan:
-    """Sort ``records`` (``text``, ``metadata``, ``id``) into documents and parts, given the
-    ``stored`` documents their files' splits join (:func:`_joinable`). A first split stored
-    as a document of its own becomes the first part of its slug, in the same write."""
+def plan_writes(records: Sequence[dict[str, Any]], call: _Call,
+                stored: Mapping[str, StoredDocument]) -> WritePlan:
+    """Sort ``records`` (``text``, ``metadata``, ``id``; :func:`_read` as ``call``) into
+    documents and parts, given the ``stored`` documents their files' splits join
+    (:func:`_joinable`). A first split stored as a document of its own becomes the first part
+    of its slug, in the same write."""
     plan = WritePlan()
-    stored = stored or {}
-    for record, slug in zip(records, _slugs(records, kb, stored), strict=True):
+    for record, slug in zip(records, _slugs(records, call, stored), strict=True):
         metadata = record["metadata"]
         if slug is None:
             plan.whole.append(record)
@@ -255,7 +259,8 @@ def write(kb: KnowledgeBase, records: Sequence[dict[str, Any]], scope: dict[str,
     locks: of two writers of one id, the later one stays). When a part of the call fails
     after another was saved, the call raises ``WriteError`` with both
     (``kb_retriever.write.calls``)."""
-    plan = plan_writes(records, kb, _stored_sources(kb, records, scope))
+    call = _read(records, kb)
+    plan = plan_writes(records, call, _stored_sources(kb, _unsettled(records, call), scope))
     whole_ids: list[str] = []
     groups: list[Group] = []
     if plan.whole:
@@ -272,7 +277,9 @@ def write(kb: KnowledgeBase, records: Sequence[dict[str, Any]], scope: dict[str,
 
 async def awrite(kb: KnowledgeBase, records: Sequence[dict[str, Any]], scope: dict[str, Any]
                  ) -> list[str]:
-    plan = plan_writes(records, kb, await _astored_sources(kb, records, scope))
+    call = _read(records, kb)
+    plan = plan_writes(records, call,
+                       await _astored_sources(kb, _unsettled(records, call), scope))
     whole_ids: list[str] = []
 
     async def add_whole() -> None:
