@@ -264,16 +264,14 @@ class KBRetriever(BaseRetriever):
         """``docs`` with the metadata their documents (or parts) were added with, as the
         store's own searches return them (a store's retriever: ``as_retriever()``): one read
         per project of the hits."""
+        keys = [(h.document.tenant_id, h.document.project_key, _units.unit_id(h)) for h in hits]
         added: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for tenant, project in dict.fromkeys((h.document.tenant_id, h.document.project_key)
-                                             for h in hits):
-            ids = [_units.unit_id(h) for h in hits
-                   if (h.document.tenant_id, h.document.project_key) == (tenant, project)]
+        for tenant, project in dict.fromkeys((t, p) for t, p, _ in keys):
+            ids = [i for t, p, i in keys if (t, p) == (tenant, project)]
             for stored in _units.fetch(self.kb, ids, {"tenant": tenant, "project": project}):
                 added[tenant, project, str(stored.id)] = stored.metadata
-        return [with_added_metadata(doc, added.get((h.document.tenant_id, h.document.project_key,
-                                                     _units.unit_id(h)), {}))
-                for h, doc in zip(hits, docs, strict=True)]
+        return [with_added_metadata(doc, added.get(key, {}))
+                for key, doc in zip(keys, docs, strict=True)]
 
     async def ato_documents(self, result: SearchResult, **kwargs: Any) -> list[Document]:
         """The async twin of :meth:`to_documents`: MMR reads the candidates' vectors (a sync

@@ -328,8 +328,8 @@ def _piece(metadata: Mapping[str, Any]) -> Hashable:
     content = metadata.get("_node_content")
     node = json.loads(content) if isinstance(content, str) else {}
     links = node.get("relationships") or {}
-    around = [(links.get(r.value) or {}).get("hash") if isinstance(links.get(r.value), dict)
-              else None for r in (NodeRelationship.PREVIOUS, NodeRelationship.NEXT)]
+    around = [link.get("hash") if isinstance(link := links.get(r.value), dict) else None
+              for r in (NodeRelationship.PREVIOUS, NodeRelationship.NEXT)]
     own = node.get("metadata", {k: v for k, v in metadata.items() if not k.startswith("_")})
     return json.dumps([own, node.get("start_char_idx"), node.get("end_char_idx"), around],
                       sort_keys=True, default=str)
