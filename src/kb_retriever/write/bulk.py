@@ -54,6 +54,13 @@ class BulkReport:
     def chunks_per_second(self) -> float:
         return self.chunks / self.load_s if self.load_s else 0.0
 
+    def add(self, other: BulkReport) -> None:
+        """Count ``other``'s documents and chunks in this report too."""
+        self.documents += other.documents
+        self.chunks += other.chunks
+        self.updated += other.updated
+        self.unchanged += other.unchanged
+
 
 def _batches(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]],
              size: int) -> Iterator[dict[str, list[tuple[DocumentDraft, Sequence[Any]]]]]:
@@ -142,9 +149,8 @@ def _writer(url: str, tenant: str, model: tuple[str | None, int], work: queue.Qu
             while (groups := work.get()) is not None:
                 if errors:
                     continue  # drain: another stream failed, stop writing
-                done = session.raced(functools.partial(_write_groups, session, tenant, groups))
-                for name in ("documents", "chunks", "updated", "unchanged"):
-                    setattr(report, name, getattr(report, name) + getattr(done, name))
+                report.add(session.raced(functools.partial(_write_groups, session, tenant,
+                                                           groups)))
                 if not fresh_stats:  # after the first batch: see Session.prepare_writes
                     session.prepare_writes()
                     fresh_stats = True
@@ -196,10 +202,7 @@ def _load(url: str, tenant: str, model: tuple[str | None, int],
     if errors:
         raise errors[0]
     for r in reports:
-        report.documents += r.documents
-        report.chunks += r.chunks
-        report.updated += r.updated
-        report.unchanged += r.unchanged
+        report.add(r)
     return projects
 
 
