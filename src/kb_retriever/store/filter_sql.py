@@ -178,11 +178,7 @@ def doc_filter_sql(filters: SearchFilters, *, with_doc_ids: bool) -> tuple[sql.C
 
 
 def needs_doc_join(filters: SearchFilters, *, with_doc_ids: bool) -> bool:
-    return bool(
-        filters.source_types or filters.canonical_types or filters.tags or filters.languages
-        or (with_doc_ids and filters.doc_ids) or filters.folder_globs or filters.date_from
-        or filters.date_to or filters.metadata or filters.where is not None
-    )
+    return filters.narrows_documents() or (with_doc_ids and bool(filters.doc_ids))
 
 
 def rejected_passing_sql(filters: SearchFilters) -> tuple[sql.Composed, Params]:
