@@ -320,8 +320,7 @@ def test_remembered_statements_render_once_per_encoding():
 
 def test_the_writer_fills_every_document_column_in_spec_order():
     from kb_retriever.models import DocumentDraft
-    from kb_retriever.store.columns import DOCUMENT_COLUMNS
-    from kb_retriever.store.writer import document_values
+    from kb_retriever.store.columns import DOCUMENT_COLUMNS, document_values
 
     draft = DocumentDraft(source_path="a.md", doc_key="a", title="A", source_type="markdown",
                           content_hash="h", chunks=())

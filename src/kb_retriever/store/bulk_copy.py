@@ -20,14 +20,15 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
+from ..errors import IngestError
 from ..models import DocumentDraft
-from .columns import DOCUMENT_COLUMNS
+from .columns import DOCUMENT_COLUMNS, document_values
 from .connection import translated
 from .distribution import is_citus
 from .session import Session
 from .spaces import bind, index_memory, matching
 from .stats import log_document_chunks
-from .writer import chunk_rows, copy_chunks, document_values, edge_rows, insert_edges
+from .writer import chunk_rows, copy_chunks, edge_rows, insert_edges, refuse_taken_slugs
 
 __all__ = ["BulkSession", "connect"]
 
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 # The full-text index; with the loaded model's HNSW index, the two whose maintenance
 # dominates incremental inserts.
 _FTS_INDEX = "kb_chunks_tsv_ix"
+_SLUG_KEY = "kb_documents_slug_uq"
 _DOC_COLS = ("tenant_id", "project_key", "source_path", *(c for c, _ in DOCUMENT_COLUMNS))
 _DOC_TYPES = ["text", "text", "text", *(t for _, t in DOCUMENT_COLUMNS)]
 _COPY_DOCS = f"COPY kb_documents ({', '.join(_DOC_COLS)}) FROM STDIN WITH (FORMAT BINARY)"
@@ -70,15 +72,22 @@ class BulkSession(Session):
     def raced(self, write: Callable[[], T]) -> T:
         """``write()`` in a :meth:`transaction`, run once more when another writer created one
         of its new documents meanwhile (another load's batch, an ingest: the COPY failed on
-        the document's key, and the second run finds it stored and replaces it). Locking a
-        batch's documents instead would take one lock per document: past the server's lock
-        table (``max_locks_per_transaction``) at large batches."""
+        the document's key, and the second run finds it stored and replaces it), or took one
+        of their slugs (the second run names it). Locking a batch's documents instead would
+        take one lock per document: past the server's lock table
+        (``max_locks_per_transaction``) at large batches."""
         for last in (False, True):
             try:
                 with self.transaction():
                     return write()
             except psycopg.errors.UniqueViolation as exc:
-                if last or "source_path" not in str(exc):
+                slug = exc.diag.constraint_name == _SLUG_KEY
+                if not (slug or "source_path" in str(exc)):
+                    raise
+                if last and slug:
+                    raise IngestError("bulk_load: a slug of a new document is already used by "
+                                      "another document of the project") from None
+                if last:
                     raise
         raise AssertionError("unreachable")
 
@@ -91,6 +100,7 @@ class BulkSession(Session):
         """COPY new documents (none of them stored yet), their chunks and edges, in the
         caller's transaction; their chunks are logged for the statistics."""
         bind(self.conn, tenant, project, self.space)
+        refuse_taken_slugs(self.conn, tenant, project, [d for d, _ in items])
         with self.conn.cursor() as cur, cur.copy(_COPY_DOCS) as copy:
             copy.set_types(_DOC_TYPES)
             for d, _ in items:

@@ -14,16 +14,34 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from ..models import DocumentDraft
 
 __all__ = ["CHUNK_COLUMNS", "CHUNK_FIELDS", "DOCUMENT_COLUMNS", "DOCUMENT_FIELDS", "DOC_COLUMNS",
-           "as_json"]
+           "as_json", "document_values", "json_default"]
+
+
+def json_default(value: Any) -> Any:
+    """What JSON stores for a metadata value it has no type for (``json.dumps``'s ``default``):
+    a NumPy number or array as the number or list it holds (a page number ``np.int64(7)`` was
+    stored as the string ``"7"``), anything else (a date, a path) as its text.
+
+    >>> import numpy as np, json
+    >>> json.dumps({"page": np.int64(7), "box": np.array([1, 2])}, default=json_default)
+    '{"page": 7, "box": [1, 2]}'
+    """
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist) and type(value).__module__ == "numpy":
+        return tolist()
+    return str(value)
 
 
 def as_json(value: Mapping[str, Any]) -> Any:
     """A mapping as its jsonb column holds it (a chunk's metadata, a document's frontmatter):
-    dates and other objects as strings. What a write stores, and what a write whose reply was
-    lost compares the stored value with."""
-    return json.loads(json.dumps(dict(value), default=str))
+    NumPy numbers as numbers, dates and other objects as strings (:func:`json_default`). What a
+    write stores, and what a write whose reply was lost compares the stored value with."""
+    return json.loads(json.dumps(dict(value), default=json_default))
 
 
 def _tags(value: Any) -> tuple[str, ...]:
@@ -53,6 +71,26 @@ DOCUMENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("doc_date", "timestamptz"), ("frontmatter", "jsonb"), ("content", "text"),
     ("metadata", "jsonb"),
 )
+
+
+def document_values(draft: DocumentDraft) -> dict[str, Any]:
+    """The draft's value for each of :data:`DOCUMENT_COLUMNS`, in that order."""
+    values = {
+        "doc_key": draft.doc_key, "title": draft.title, "source_type": draft.source_type,
+        "content_hash": draft.content_hash, "doc_id": draft.doc_id, "slug": draft.slug,
+        "is_canonical": draft.is_canonical, "canonical_type": draft.canonical_type,
+        "canonical_status": draft.canonical_status,
+        "retrieval_priority": draft.retrieval_priority,
+        "generation_source": draft.generation_source, "evidence_tier": draft.evidence_tier,
+        "tags": list(draft.tags), "owners": list(draft.owners), "summary": draft.summary,
+        "language": draft.language, "doc_date": draft.doc_date,
+        "frontmatter": Jsonb(as_json(draft.frontmatter)),
+        "content": draft.content,
+        "metadata": (None if draft.record_metadata is None
+                     else Jsonb(as_json(draft.record_metadata))),
+    }
+    return values
+
 
 # The document and chunk columns every search query returns (aliases ``d`` and ``c``).
 DOC_COLUMNS = sql.SQL(", ").join(

@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 from ..errors import StoreError
 from ..models import DocumentDraft, DocumentSummary, ProjectSummary
 from . import by_id, embedding_cache, spaces, stats, writer
+from .columns import document_values
 from .connection import atranslated, translated
 from .retry import aretried, retried
 
@@ -186,8 +187,8 @@ class Session:
     @_typed_errors
     def holds_fields(self, tenant: str, project: str, draft: DocumentDraft) -> bool:
         """Whether the document of ``draft``'s id holds each of the draft's fields
-        (``writer.document_values``), compared by the server in the columns' types."""
-        values = writer.document_values(draft)
+        (``columns.document_values``), compared by the server in the columns' types."""
+        values = document_values(draft)
         row = self.conn.execute(sql.SQL(
             "SELECT {} FROM kb_documents WHERE tenant_id = %(tenant)s "
             "AND project_key = %(project)s AND source_path = %(path)s").format(

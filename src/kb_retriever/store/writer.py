@@ -23,7 +23,7 @@ from ..models import DocumentDraft
 from ..ranking.text import MAX_HEADING_CHARS, clip_words, fts_prefix
 from ..vocabulary import fts_language
 from .by_id import delete_documents_sql, delete_other_kind_sql, other_kind_sql
-from .columns import as_json
+from .columns import as_json, document_values
 from .retry import retried
 from .spaces import Space, bind
 from .stats import deleted_chunks_logged, log_document_chunks
@@ -101,25 +101,6 @@ def refresh_document_stats(conn: psycopg.Connection) -> None:
 def doc_lock_key(tenant: str, project: str, source_path: str, *, kind: str = "kb-doc") -> str:
     """The advisory lock key of a document's id (``kind`` ``kb-file``: of a file's path)."""
     return "\x1f".join((kind, tenant, project, source_path))
-
-
-def document_values(draft: DocumentDraft) -> dict[str, Any]:
-    """The draft's value for each of :data:`~kb_retriever.store.columns.DOCUMENT_COLUMNS`, in
-    that order."""
-    values = {
-        "doc_key": draft.doc_key, "title": draft.title, "source_type": draft.source_type,
-        "content_hash": draft.content_hash, "doc_id": draft.doc_id, "slug": draft.slug,
-        "is_canonical": draft.is_canonical, "canonical_type": draft.canonical_type,
-        "canonical_status": draft.canonical_status,
-        "retrieval_priority": draft.retrieval_priority,
-        "generation_source": draft.generation_source, "evidence_tier": draft.evidence_tier,
-        "tags": list(draft.tags), "owners": list(draft.owners), "summary": draft.summary,
-        "language": draft.language, "doc_date": draft.doc_date,
-        "frontmatter": Jsonb(as_json(draft.frontmatter)),
-        "content": draft.content,
-        "metadata": None if draft.record_metadata is None else Jsonb(dict(draft.record_metadata)),
-    }
-    return values
 
 
 def chunk_rows(tenant: str, project: str, doc_pk: int, draft: DocumentDraft,
@@ -236,16 +217,23 @@ def _claim(conn: psycopg.Connection, tenant: str, project: str,
         "AND project_key = %s AND source_path = %s FOR UPDATE",
         [tenant, project, draft.source_path],
     ).fetchone()
-    if draft.slug:
-        clash = conn.execute(
-            "SELECT source_path FROM kb_documents WHERE tenant_id = %s AND project_key = %s "
-            "AND slug = %s AND source_path <> %s",
-            [tenant, project, draft.slug, draft.source_path],
-        ).fetchone()
-        if clash is not None:
-            raise IngestError(f"{draft.source_path}: slug {draft.slug!r} is already used by "
-                              f"{clash[0]} (a file moved? an ingest with --prune frees it)")
+    refuse_taken_slugs(conn, tenant, project, [draft])
     return None if row is None else (int(row[0]), str(row[1]), row[2])
+
+
+def refuse_taken_slugs(conn: psycopg.Connection, tenant: str, project: str,
+                       drafts: Sequence[DocumentDraft]) -> None:
+    """Raise :class:`IngestError` naming the first draft whose slug another document of the
+    project owns (one statement for all the drafts)."""
+    wanted = {d.slug: d.source_path for d in drafts if d.slug}
+    if not wanted:
+        return
+    for slug, owner in conn.execute(
+            "SELECT slug, source_path FROM kb_documents WHERE tenant_id = %s "
+            "AND project_key = %s AND slug = ANY(%s)", [tenant, project, list(wanted)]):
+        if owner != wanted[slug]:
+            raise IngestError(f"{wanted[slug]}: slug {slug!r} is already used by {owner} "
+                              "(a file moved? an ingest with --prune frees it)")
 
 
 def _store_fields(conn: psycopg.Connection, tenant: str, project: str, draft: DocumentDraft,

@@ -35,6 +35,7 @@ from ..errors import InputError, KbError
 from ..models import DocumentDraft
 from ..store.bulk_copy import BulkSession, connect
 from .recalibrate import calibrate_project
+from .validate import json_metadata
 
 __all__ = ["BulkReport", "bulk_load"]
 
@@ -43,11 +44,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class BulkReport:
+    """What a :func:`bulk_load` wrote: ``documents`` new documents, ``updated`` stored ones
+    replaced by another version, ``unchanged`` stored ones given again as they were; ``chunks``
+    the chunks written (of the new and the replaced documents), in ``load_s`` seconds (COPY
+    and commits, without the index builds of ``index_build_s``)."""
+
     documents: int = 0
     chunks: int = 0
     updated: int = 0
     unchanged: int = 0
-    load_s: float = 0.0  # COPY + commit, excluding index builds
+    load_s: float = 0.0
     index_build_s: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -78,11 +84,14 @@ def _batches(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]],
 def _checked(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], dimension: int
              ) -> Iterator[tuple[str, DocumentDraft, Sequence[Any]]]:
     """The items, each checked before it is queued: a project name as the knowledge base
-    takes it, each document once in the load (two batches with one document ran at once and
-    the load failed on the key, or the older version won), at least one chunk, and one finite
-    vector of ``dimension`` per chunk (a short list was a raw ValueError in a writer, a NaN or
-    another dimension a DataError that aborted the load)."""
+    takes it, each document and slug once in the load (two batches with one document ran at
+    once and the load failed on the key, or the older version won; two documents with one
+    slug failed it as a StoreError naming neither), at least one chunk, metadata that JSON
+    holds (a NaN was the server's error), and one finite vector of ``dimension`` per chunk (a
+    short list was a raw ValueError in a writer, a NaN or another dimension a DataError that
+    aborted the load)."""
     seen: set[int] = set()  # hashes: a million documents' paths would hold 100 MB
+    slugs: dict[int, str] = {}  # (canonical documents only have slugs)
     for project, draft, vectors in items:
         valid_name("project", project)
         key = hash((project, draft.source_path))
@@ -90,18 +99,38 @@ def _checked(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], dimensio
             raise InputError(f"bulk_load: {draft.source_path} appears twice in project "
                              f"{project!r}: give each document once")
         seen.add(key)
-        if not draft.chunks:
-            raise InputError(f"bulk_load: {draft.source_path} has no chunks (an empty "
-                             "document): leave it out, as an ingest does")
-        try:
-            values = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
-        except (TypeError, ValueError):  # ragged, or not numbers
-            values = np.zeros((0, 0), dtype=np.float32)
-        if values.shape != (len(draft.chunks), dimension) or not np.isfinite(values).all():
-            raise InputError(
-                f"bulk_load: {draft.source_path} needs one finite vector of {dimension} numbers "
-                f"for each of its {len(draft.chunks)} chunks; got {len(vectors)} vectors, not so")
+        if draft.slug:
+            owner = slugs.setdefault(hash((project, draft.slug)), draft.source_path)
+            if owner != draft.source_path:
+                raise InputError(f"bulk_load: {draft.source_path} has the slug {draft.slug!r} "
+                                 f"of {owner} in project {project!r}: a slug names one document")
+        _check_metadata(draft)
+        _check_vectors(draft, vectors, dimension)
         yield project, draft, vectors
+
+
+def _check_metadata(draft: DocumentDraft) -> None:
+    json_metadata(draft.frontmatter, f"bulk_load: {draft.source_path}'s frontmatter")
+    if draft.record_metadata is not None:
+        json_metadata(draft.record_metadata, f"bulk_load: {draft.source_path}'s metadata")
+    if not draft.chunks:
+        raise InputError(f"bulk_load: {draft.source_path} has no chunks (an empty "
+                         "document): leave it out, as an ingest does")
+    for chunk in draft.chunks:
+        if chunk.metadata:
+            json_metadata(chunk.metadata,
+                          f"bulk_load: {draft.source_path}: the metadata of chunk {chunk.order}")
+
+
+def _check_vectors(draft: DocumentDraft, vectors: Sequence[Any], dimension: int) -> None:
+    try:
+        values = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
+    except (TypeError, ValueError):  # ragged, or not numbers
+        values = np.zeros((0, 0), dtype=np.float32)
+    if values.shape != (len(draft.chunks), dimension) or not np.isfinite(values).all():
+        raise InputError(
+            f"bulk_load: {draft.source_path} needs one finite vector of {dimension} numbers "
+            f"for each of its {len(draft.chunks)} chunks; got {len(vectors)} vectors, not so")
 
 
 def _by_project(batch: list[tuple[str, DocumentDraft, Sequence[Any]]],
@@ -125,6 +154,8 @@ def _write_batch(session: BulkSession, tenant: str, project: str,
                 status = session.write_document(tenant, project, draft, embs)
                 report.updated += status == "updated"
                 report.unchanged += status == "unchanged"
+                report.documents += status == "added"  # (deleted meanwhile: written anew)
+                report.chunks += len(draft.chunks) if status != "unchanged" else 0
         if fresh:
             session.copy_documents(tenant, project, fresh)
             report.chunks += sum(len(d.chunks) for d, _ in fresh)

@@ -16,6 +16,7 @@ from ..checks import check_text
 from ..errors import EmbeddingError, InputError
 from ..ingest.loaders import MAX_FILE_BYTES
 from ..models import ChunkRecord, DocumentRecord
+from ..store.columns import json_default
 
 __all__ = ["MAX_ID_CHARS", "MAX_METADATA_DEPTH", "as_chunk", "as_chunks", "as_record",
            "as_records", "json_metadata", "valid_embedding", "valid_id", "valid_text",
@@ -51,7 +52,7 @@ def json_metadata(value: Mapping[str, Any], what: str) -> dict[str, Any]:
         raise InputError(f"{what} must be a mapping, got {type(value).__name__}")
     _scan_json(value, what, strings=False)  # the depth, before json.dumps recurses
     try:  # jsonb: str keys; dates and other objects as strings (as frontmatter values are)
-        text = json.dumps(dict(value), default=str, allow_nan=False)
+        text = json.dumps(dict(value), default=json_default, allow_nan=False)
         out = json.loads(text)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} is not JSON-serialisable: {exc}") from None
