@@ -109,7 +109,11 @@ def _index_hints(indexes: list[dict[str, Any]]) -> list[str]:
     for name in (i["name"] for i in indexes if i["valid"] and i["name"].endswith("_new")):
         hints.append(f"{name} was left by a reindex that stopped before it was renamed (it "
                      "serves searches meanwhile): doctor --reindex finishes it")
-    for name in (i["name"] for i in indexes if not i["valid"]):
+    for index in (i for i in indexes if i.get("shards_without")):
+        hints.append(f"{index['name']} is missing, INVALID or unreadable on "
+                     f"{index['shards_without']} of {index['shards']} shards: their tenants' "
+                     "searches scan every row; doctor --reindex builds it again on every shard")
+    for name in (i["name"] for i in indexes if not i["valid"] and not i.get("shards_without")):
         if name.endswith("_new"):  # (spaces.reindex builds the new one under this name)
             hints.append(f"{name} is INVALID, left by an interrupted reindex: DROP INDEX "
                          f"CONCURRENTLY {name} (searches use the index it was to replace)")
@@ -146,7 +150,9 @@ def check_index(store: Diagnostics, *, tenant: str, project: str, samples: int =
                            "tables": [{"table": t, "method": m, "shards": n}
                                       for t, m, n in dist.tables]} if dist.citus else {}
     report.indexes = [{"name": i.name, "method": i.method, "valid": i.valid, "ready": i.ready,
-                       "size_mb": round(i.bytes / 2**20, 2)} for i in store.indexes()]
+                       "size_mb": round(i.bytes / 2**20, 2),
+                       **({"shards": i.shards, "shards_without": i.shards_without}
+                          if i.shards else {})} for i in store.indexes()]
     for rel in ("kb_chunks", "kb_documents", "kb_edges"):
         report.sizes_mb[rel] = round(store.relation_size(rel) / 2**20, 2)
     if not dist.citus:  # on Citus the shards, and so the graph's pages, are on the workers
@@ -221,7 +227,8 @@ def format_report(r: DoctorReport) -> str:
         )
     for i in r.indexes:
         state = "valid" if i["valid"] else "INVALID"
-        lines.append(f"index {i['name']} ({i['method']}): {state}, {i['size_mb']} MB")
+        where = f" over {i['shards']} shards" if i.get("shards") else ""
+        lines.append(f"index {i['name']} ({i['method']}): {state}, {i['size_mb']} MB{where}")
     lines.append("sizes (MB, incl. indexes and TOAST): "
                  + ", ".join(f"{k} {v}" for k, v in r.sizes_mb.items()))
     if r.shared_buffers_mb is not None:

@@ -8,6 +8,7 @@ README, "Monitoring").
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -51,12 +52,28 @@ _INDEXES = (
 )
 
 
+# On Citus, each kb_chunks shard's indexes (a shard's index is named after the
+# coordinator's, with the shard's id after it): [name, valid, ready, bytes] per index.
+_SHARD_INDEXES = (
+    "SELECT shardid, success, result FROM run_command_on_shards('kb_chunks', $$SELECT "
+    "coalesce(json_agg(json_build_array(c.relname, i.indisvalid, i.indisready, "
+    "pg_relation_size(c.oid))), '[]') FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+    "WHERE i.indrelid = '%s'::regclass$$)"
+)
+
+
 class IndexState(NamedTuple):
+    """An index of kb_chunks. On Citus its validity, readiness and size are its shards' (all
+    valid, all ready, the sum), ``shards`` counts them and ``shards_without`` those where it is
+    missing, invalid or could not be read; on one server both are 0."""
+
     name: str
     method: str
     valid: bool
     ready: bool
     bytes: int
+    shards: int = 0
+    shards_without: int = 0
 
 
 @contextlib.contextmanager
@@ -96,9 +113,33 @@ class Diagnostics(Session):
         return int(row[0]) if row else 0
 
     def indexes(self) -> list[IndexState]:
-        """kb_chunks' indexes: name, access method, validity, size."""
-        return [IndexState(str(n), str(m), bool(v), bool(r), int(b))
-                for n, m, v, r, b in self.conn.execute(_INDEXES).fetchall()]
+        """kb_chunks' indexes: name, access method, validity, size (on Citus, its shards':
+        the coordinator holds empty shells, valid whatever the shards hold)."""
+        shells = [IndexState(str(n), str(m), bool(v), bool(r), int(b))
+                  for n, m, v, r, b in self.conn.execute(_INDEXES).fetchall()]
+        if not self.distributed:
+            return shells
+        shards = self._shard_indexes()
+        out = []
+        for shell in shells:
+            states = [shard.get(shell.name) for shard in shards]
+            held = [s for s in states if s is not None]
+            without = sum(1 for s in states if s is None or not s[0])
+            out.append(shell._replace(
+                valid=shell.valid and not without,
+                ready=shell.ready and len(held) == len(states) and all(s[1] for s in held),
+                bytes=sum(s[2] for s in held), shards=len(states), shards_without=without))
+        return out
+
+    def _shard_indexes(self) -> list[dict[str, tuple[bool, bool, int]]]:
+        """Per kb_chunks shard, its indexes by the coordinator's name: (valid, ready, bytes);
+        a shard that could not be read holds none."""
+        out: list[dict[str, tuple[bool, bool, int]]] = []
+        for shard, success, result in self.conn.execute(_SHARD_INDEXES).fetchall():
+            suffix = f"_{shard}"
+            out.append({str(n).removesuffix(suffix): (bool(v), bool(r), int(b))
+                        for n, v, r, b in (json.loads(result) if success else [])})
+        return out
 
     def relation_size(self, relation: str) -> int:
         """Bytes of ``relation`` with its indexes and TOAST (a name of our own tables; on
