@@ -152,6 +152,14 @@ async def test_prompt_template_composes_the_whole_prompt(server) -> None:
         text = prompt.messages[0].content.text  # type: ignore[union-attr]
         assert text.startswith("You are the knowledge assistant")
         assert "## ⚠ REJECTED APPROACHES" in text and text.endswith(f"Question: {PROPOSAL}")
+        assert "Grounding:" not in text
+        # the grounding gate's decision reaches the prompt, as the search tool states it
+        # (the prompt carried the nearest matches as context and no sign of the refusal)
+        off_topic = "what is the best recipe for a chocolate souffle?"
+        refused = await client.get_prompt("answer_from_knowledge_base", {"question": off_topic})
+        text = refused.messages[0].content.text  # type: ignore[union-attr]
+        assert text.startswith("Grounding: REFUSE (should_refuse: true)")
+        assert "\n\nYou are the knowledge assistant" in text and text.endswith(off_topic)
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
@@ -260,7 +268,7 @@ async def test_writes_only_when_allowed_and_only_in_scope(make_kb) -> None:
                                                 "which PostgreSQL cannot store")
 
         search = await client.call_tool("search_knowledge_base", {"query": "who do we page?"})
-        assert "Path: runbook-pager" in text_of(search)
+        assert "Path: runbook-pager\nProject: ops\n" in text_of(search)  # (a server of two)
         doc = await client.call_tool("get_document", {"id": "runbook-pager"})
         assert "Project: ops" in text_of(doc) and "Opsgenie" in text_of(doc)
 

@@ -144,6 +144,35 @@ def test_a_consistent_read_sees_this_processs_own_write(pair: Pair) -> None:
         assert caught_up.meta["server"] == "replica 1"
 
 
+def test_an_mcp_server_that_writes_reads_its_own_writes(pair: Pair) -> None:
+    """With replicas, the MCP server's reads went to a replica: right after ``add_document``,
+    ``get_document`` answered "no document with id" and the search did not find it."""
+    from kb_retriever.mcp import Scope, build_server
+
+    from ..mcp.conftest import connect, text_of
+
+    primary, replica = pair.database()
+
+    async def add_then_read(server: object) -> tuple[str, str]:
+        async with connect(server) as client:
+            await client.call_tool("add_document", {"text": "# Fresh\n\nzebracorn rollout",
+                                                    "id": "fresh"})
+            doc = await client.call_tool("get_document", {"id": "fresh"})
+            found = await client.call_tool("search_knowledge_base", {"query": "zebracorn"})
+            return text_of(doc), text_of(found)
+
+    with _kb(primary, replica) as kb:
+        kb.add_documents(DOCS[:2])
+        _wait_for(replica, "d1")
+        pair.standby.sql("postgres", "SELECT pg_wal_replay_pause()")
+        try:
+            doc, found = asyncio.run(add_then_read(
+                build_server(kb, Scope(projects=("default",), allow_writes=True))))
+        finally:
+            pair.standby.sql("postgres", "SELECT pg_wal_replay_resume()")
+    assert "zebracorn rollout" in doc and "Path: fresh" in found
+
+
 def test_a_consistent_search_uses_no_cached_read_of_a_lagging_replica(pair: Pair) -> None:
     """A write clears the process's read cache; a search that is not ``consistent`` then
     filled it again from a replica that had not replayed the write, and the process's

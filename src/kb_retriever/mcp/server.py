@@ -38,6 +38,7 @@ from .tools import (
     SearchPayload,
     describe_failure,
     document_text,
+    refusal_line,
     search_payload,
     search_text,
 )
@@ -183,7 +184,7 @@ def _add_read_tools(server: _Server, opened: _Opener, scope: Scope, s: Settings,
         parse_filters(filters)
         base = await opened()
         result = await base.asearch(query, project=projects, tenant=scope.tenant, limit=limit,
-                                    filters=filters)
+                                    filters=filters, consistent=scope.allow_writes)
         return result, projects
 
     async def search_knowledge_base(query: Query, project: Project = None, limit: Limit = None,
@@ -202,7 +203,8 @@ def _add_read_tools(server: _Server, opened: _Opener, scope: Scope, s: Settings,
                            offset: Annotated[int, Field(description=h["offset"])] = 0) -> str:
         base = await opened()
         found = [(p, doc) for p in scope.searched(project)
-                 for doc in await base.aget_by_ids([id], project=p, tenant=scope.tenant)]
+                 for doc in await base.aget_by_ids([id], project=p, tenant=scope.tenant,
+                                                   consistent=scope.allow_writes)]
         if not found:
             raise InputError(f"no document with id {id[:200]!r} in {project or scope.label}; "
                              "ids are the Path lines of search results")
@@ -224,7 +226,10 @@ def _add_read_tools(server: _Server, opened: _Opener, scope: Scope, s: Settings,
             question: Annotated[str, Field(description=h["question"])],
             project: Project = None) -> str:
         result, projects = await _search(question, project, None, None)
-        system = compose_prompt(result, project=", ".join(projects), timezone=s.prompt_timezone)
+        system = compose_prompt(result, project=", ".join(projects), timezone=s.prompt_timezone,
+                                name_projects=len(projects) > 1)
+        if result.meta["should_refuse"]:  # the gate's decision, as the search tool states it
+            system = f"{refusal_line(result)}\n\n{system}"
         return f"{system}\nQuestion: {question}"
 
     def check_question(arguments: dict[str, Any]) -> None:  # the library's checks, no I/O

@@ -106,7 +106,8 @@ def refusal_line(result: SearchResult) -> str:
 
 def search_text(result: SearchResult, *, projects: Sequence[str]) -> str:
     """The refusal decision, then the rejected, related and context blocks with citations."""
-    blocks = compose_prompt(result, project=", ".join(projects), include_preamble=False)
+    blocks = compose_prompt(result, project=", ".join(projects), include_preamble=False,
+                            name_projects=len(projects) > 1)
     return f"{refusal_line(result)}\n\n{blocks}"
 
 

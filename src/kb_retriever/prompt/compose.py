@@ -17,6 +17,7 @@ Layout (blocks separated by exactly one blank line, the text ends with a newline
     From edge `<edge_type>` of <from_slug>
     Document: <title> (slug: <slug>)
     Path: <source_path>
+    Project: <project_key>                                     when items name their project
     Heading: <heading_path or 'n/a'>
 
     <chunk text>
@@ -27,6 +28,7 @@ Layout (blocks separated by exactly one blank line, the text ends with a newline
     Chunk <i>
     Document: <title>
     Path: <source_path>
+    Project: <project_key>                                     when items name their project
     Heading: <heading_path or 'n/a'>
     Type: <canonical_type> · Status: <canonical_status>                            canonical only
     Warning: REJECTED APPROACH — see REJECTED APPROACHES above; do not propose it   rejected only
@@ -97,6 +99,19 @@ _STRUCTURAL = re.compile(
 # Letters and symbols drawn as blanks, which neither isspace() nor the format category knows:
 # the Braille blank and the Hangul fillers.
 _BLANK_LOOKING = frozenset("\u2800\u3164\uffa0\u115f\u1160")
+# Drawn as nothing on their own line or inside a word: format characters (zero-width space,
+# BOM), combining and enclosing marks (U+034F, the variation selectors), and the Khmer
+# inherent vowels, which are spacing marks that fonts draw empty.
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Mn", "Me"})
+_INVISIBLE = frozenset("\u17b4\u17b5") | _BLANK_LOOKING
+# Letters of other scripts drawn as the ASCII letters of our headers, and dashes drawn as the
+# rule's hyphens (NFKC folds the fullwidth forms, not these).
+_LOOK_ALIKES = str.maketrans(
+    "\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425"
+    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0455\u0456\u0458"
+    "\u0391\u0392\u0395\u0396\u0397\u0399\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a5\u03a7"
+    "\u03bf\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2e3a\u2e3b\u266f",
+    "ABEKMHOPCTXaeopcyxsij" "ABEZHIKMNOPTYX" "o---------#")
 
 
 @dataclass(frozen=True)
@@ -121,6 +136,7 @@ def compose_prompt(
     max_chars: int | None = None,
     template: PromptTemplate | None = None,
     include_preamble: bool = True,
+    name_projects: bool | None = None,
 ) -> str:
     """Render ``result`` with the rejected, related and context blocks (module docstring).
 
@@ -132,7 +148,9 @@ def compose_prompt(
     affected block ends with ``(omitted N items to fit the budget)``. If that is still not
     enough, the shortest possible rendering is returned. ``include_preamble=False`` leaves out
     the rules and the date line (for a tool's output, inside a conversation that has its own
-    system prompt).
+    system prompt). Each Context and RELATED item carries a ``Project:`` line when
+    ``name_projects`` is true, or (None) when the items come from several projects: a Path
+    is a document's id within its project.
 
     Example::
 
@@ -147,8 +165,9 @@ def compose_prompt(
     if include_preamble:
         head.insert(0, _preamble(tpl, now, timezone))
     rejected = [_rejected_item(h) for h in result.rejected]
-    related = [_related_item(h) for h in result.expanded]
-    primary = [_primary_item(i, h) for i, h in enumerate(result.primary, start=1)]
+    named = _names_projects(result, name_projects)
+    related = [_related_item(h, named) for h in result.expanded]
+    primary = [_primary_item(i, h, named) for i, h in enumerate(result.primary, start=1)]
 
     keep_related, keep_primary = len(related), len(primary)
     text = _assemble(tpl, head, rejected, related, keep_related, primary, keep_primary)
@@ -216,34 +235,38 @@ def _items(items: list[str], omitted: int) -> str:
 
 def _rejected_item(hit: Hit) -> str:
     doc = hit.document
-    reason = _one_line(doc.summary) or _limit(_one_line(hit.text), _REASON_CHARS) or "n/a"
+    reason = _limit(_one_line(doc.summary) or _one_line(hit.text), _REASON_CHARS) or "n/a"
     title = _one_line(doc.title) or "Rejected approach"
     return f"- **[{_one_line(doc.slug) or 'unknown'}]** {title}\n  Reason: {reason}"
 
 
-def _related_item(hit: Hit) -> str:
+def _related_item(hit: Hit, named: bool) -> str:
     doc = hit.document
     edge = _one_line(hit.edge_type or hit.metadata.get("edge_type")) or "related_to"
     source = _one_line(hit.from_slug or hit.metadata.get("from_slug")) or "?"
     lines = [
         f"From edge `{edge}` of {source}",
         f"Document: {_one_line(doc.title) or 'Untitled'} (slug: {_one_line(doc.slug) or '?'})",
-        f"Path: {_one_line(doc.source_path) or 'unknown'}",
+        f"Path: {_path(doc.source_path)}",
         f"Heading: {_one_line(hit.heading_path) or 'n/a'}",
     ]
+    if named:
+        lines.insert(3, f"Project: {_one_line(doc.project_key)}")
     if is_rejected_approach(hit.document):
         lines.append(REJECTED_LABEL)
     return _with_body(lines, hit.text)
 
 
-def _primary_item(index: int, hit: Hit) -> str:
+def _primary_item(index: int, hit: Hit, named: bool) -> str:
     doc = hit.document
     lines = [
         f"Chunk {index}",
         f"Document: {_one_line(doc.title) or 'Untitled'}",
-        f"Path: {_one_line(doc.source_path) or 'unknown'}",
+        f"Path: {_path(doc.source_path)}",
         f"Heading: {_one_line(hit.heading_path) or 'n/a'}",
     ]
+    if named:
+        lines.insert(3, f"Project: {_one_line(doc.project_key)}")
     if doc.is_canonical:
         kind = _one_line(doc.canonical_type) or "unknown"
         status = _one_line(doc.canonical_status) or "unknown"
@@ -271,17 +294,28 @@ def _neutralise(text: str) -> str:
 
 
 def _looks_structural(line: str) -> bool:
-    # NFKC folds look-alikes (fullwidth "＃") to ASCII; leading blanks and invisible format
-    # characters (zero-width space, BOM) would not stop a model from reading a header, and
-    # neither would format characters inside a word ("Ch<ZWSP>unk 3", "Doc<SHY>ument:").
+    # NFKC folds look-alikes (fullwidth "＃") to ASCII, and _LOOK_ALIKES other scripts'
+    # letters; leading blanks and invisible characters would not stop a model from reading a
+    # header, and neither would invisible characters inside a word ("Ch<ZWSP>unk 3",
+    # "Doc<CGJ>ument:"), so both are dropped before the match.
     probe = "".join(
-        ch for ch in unicodedata.normalize("NFKC", line) if unicodedata.category(ch) != "Cf"
-    )
-    start = 0
-    while start < len(probe) and (probe[start].isspace() or probe[start] in _BLANK_LOOKING
-                                  or unicodedata.category(probe[start]) == "Cf"):
-        start += 1
-    return _STRUCTURAL.match(probe, start) is not None
+        ch for ch in unicodedata.normalize("NFKC", line)
+        if ch not in _INVISIBLE and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES
+    ).translate(_LOOK_ALIKES).lstrip()
+    return _STRUCTURAL.match(probe) is not None
+
+
+def _names_projects(result: SearchResult, name_projects: bool | None) -> bool:
+    """Whether each item says its project (see :func:`compose_prompt`)."""
+    if name_projects is not None:
+        return bool(name_projects)
+    return len({h.document.project_key for h in (*result.primary, *result.expanded)}) > 1
+
+
+def _path(value: str | None) -> str:
+    """A document's id as it is, on one line: its blanks are part of the id (``_one_line``
+    would collapse them, and the cited id would name no document)."""
+    return " ".join((value or "").splitlines()) or "unknown"
 
 
 def _one_line(value: object) -> str:
