@@ -231,45 +231,16 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return EXIT_FAILURE if report.failed else EXIT_OK
 
 
-def _search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    filters = None
-    if args.filters:
-        from .errors import FilterError
-
-        try:
-            filters = json.loads(args.filters)
-        except json.JSONDecodeError as exc:
-            raise FilterError(f"--filters is not valid JSON: {exc.msg}") from None
-        except RecursionError:
-            raise FilterError("--filters is nested too deeply") from None
-    projects = [args.project, *args.also_project]
-    return {"limit": args.limit, "filters": filters,
-            "project": projects if len(projects) > 1 else args.project}
-
-
-def _hint_if_empty(kb: Any, args: argparse.Namespace, result: Any) -> None:
-    """An empty result from an empty scope (a misspelt project?) says so on stderr."""
-    if result.primary or result.meta.get("retrieval_stats", {}).get("candidates_pre_threshold"):
-        return
-    existing = kb.projects(tenant=args.tenant)
-    wanted = [args.project, *args.also_project]
-    if any(p in existing for p in wanted):
-        return
-    have = ", ".join(f"{printable(p)} ({n})" for p, n in existing.items()) or "none"
-    print(f"kb-retriever: hint: project {printable(', '.join(wanted))} of tenant "
-          f"{printable(args.tenant)} has no documents; projects with documents: {have}",
-          file=sys.stderr)
-
-
 def cmd_search(args: argparse.Namespace) -> int:
     from .prompt.render import render_result
 
+    kwargs = cli_listing.checked_search(args)
     with _kb(args) as kb:
         if args.sql:
-            print(kb.search_sql(args.query, **_search_kwargs(args)))
+            print(kb.search_sql(args.query, **kwargs))
             return EXIT_OK
-        result = kb.search(args.query, **_search_kwargs(args))
-        _hint_if_empty(kb, args, result)
+        result = kb.search(args.query, **kwargs)
+        cli_listing.hint_if_empty(kb, args, result)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False, default=str))
     else:
@@ -280,12 +251,20 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_prompt(args: argparse.Namespace) -> int:
     from .prompt.compose import compose_prompt
 
+    kwargs = cli_listing.checked_search(args)
     with _kb(args) as kb:
-        result = kb.search(args.query, **_search_kwargs(args))
-        _hint_if_empty(kb, args, result)
-        searched = ", ".join(dict.fromkeys([args.project, *args.also_project]))
-        print(compose_prompt(result, project=searched, timezone=kb.settings.prompt_timezone,
-                             max_chars=args.max_chars))
+        result = kb.search(args.query, **kwargs)
+        cli_listing.hint_if_empty(kb, args, result)
+        searched = list(dict.fromkeys([args.project, *args.also_project]))
+        text = compose_prompt(result, project=", ".join(searched),
+                              timezone=kb.settings.prompt_timezone, max_chars=args.max_chars,
+                              name_projects=len(searched) > 1)
+    if result.should_refuse:
+        print("kb-retriever: the grounding gate refuses this question (should_refuse): the "
+              "knowledge base holds no evidence for it, so no model call is needed; the prompt "
+              "holds the nearest matches", file=sys.stderr)
+    # on a terminal, a document's escape sequences are shown, not run (as `search` does)
+    print(printable(text, keep="\n\t") if sys.stdout.isatty() else text)
     return EXIT_OK
 
 
@@ -297,11 +276,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from dataclasses import asdict
-    from pathlib import Path
 
     from .doctor import diagnose, format_report
 
-    report = diagnose(database_url=args.database_url, home=Path(args.home) if args.home else None,
+    report = diagnose(database_url=args.database_url, home=args.home,
                       tenant=args.tenant, project=args.project, samples=args.samples, k=args.k,
                       reindex=args.reindex)
     print(json.dumps(asdict(report), indent=2) if args.json else format_report(report))

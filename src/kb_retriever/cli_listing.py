@@ -1,4 +1,7 @@
-"""The CLI's catalog commands: ``projects``, ``documents`` and ``delete``.
+"""The CLI's catalog commands: ``projects``, ``documents`` and ``delete``; and what ``search``
+and ``prompt`` ask of the catalog and of their options: the search's keyword arguments, checked
+before the knowledge base opens (:func:`checked_search`), and the hint for a search of a project
+that holds nothing (:func:`hint_if_empty`).
 
 Thin, like the rest of the CLI: the knowledge base's typed listings
 (:meth:`~kb_retriever.KnowledgeBase.list_projects`, :meth:`~kb_retriever.KnowledgeBase.
@@ -13,9 +16,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .errors import FilterError, printable
 from .models import DocumentSummary
 
-__all__ = ["COMMANDS", "add_parsers", "resolve_keys"]
+__all__ = ["COMMANDS", "add_parsers", "checked_search", "hint_if_empty", "resolve_keys",
+           "search_kwargs"]
 
 
 def add_parsers(sub: Any, scope: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -126,3 +131,49 @@ def cmd_delete(args: argparse.Namespace, kb_for: Callable[..., Any],
 
 
 COMMANDS = {"projects": cmd_projects, "documents": cmd_documents, "delete": cmd_delete}
+
+
+def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``kb.search``'s keyword arguments from the command's options (--filters parsed)."""
+    filters = None
+    if args.filters:
+        try:
+            filters = json.loads(args.filters)
+        except json.JSONDecodeError as exc:
+            raise FilterError(f"--filters is not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise FilterError("--filters is nested too deeply") from None
+    projects = [args.project, *args.also_project]
+    return {"limit": args.limit, "filters": filters,
+            "project": projects if len(projects) > 1 else args.project}
+
+
+def hint_if_empty(kb: Any, args: argparse.Namespace, result: Any) -> None:
+    """An empty result from an empty scope (a misspelt project?) says so on stderr."""
+    if result.primary or result.meta.get("retrieval_stats", {}).get("candidates_pre_threshold"):
+        return
+    existing = kb.projects(tenant=args.tenant)
+    wanted = [args.project, *args.also_project]
+    if any(p in existing for p in wanted):
+        return
+    have = ", ".join(f"{printable(p)} ({n})" for p, n in existing.items()) or "none"
+    print(f"kb-retriever: hint: project {printable(', '.join(wanted))} of tenant "
+          f"{printable(args.tenant)} has no documents; projects with documents: {have}",
+          file=sys.stderr)
+
+
+def checked_search(args: argparse.Namespace) -> dict[str, Any]:
+    """The search's keyword arguments, the query, limit and filters checked as the search
+    checks them, before the knowledge base opens: a bad input read as "the database could not
+    be reached", or started the embedded server and loaded the model first."""
+    from .filters.dimensions import parse_filters
+    from .search.pipeline import validate_limit, validate_query
+    from .settings import load_settings
+
+    settings = load_settings()
+    kwargs = search_kwargs(args)
+    validate_query(args.query, settings)
+    if kwargs["limit"] is not None:
+        validate_limit(kwargs["limit"], settings)
+    parse_filters(kwargs["filters"])
+    return kwargs

@@ -18,7 +18,7 @@ from typing import Any
 
 from .checks import valid_name
 from .errors import InputError
-from .settings import Settings, load_settings
+from .settings import Settings, load_settings, refuse_blank_location
 from .store import diagnostics
 from .store.diagnostics import Diagnostics
 from .store.spaces import HNSW_MAX_HALFVEC, Space, index_type_for
@@ -237,18 +237,19 @@ def format_report(r: DoctorReport) -> str:
     return "\n".join(lines)
 
 
-def diagnose(*, database_url: str | None = None, home: Path | None = None,
+def diagnose(*, database_url: str | None = None, home: str | Path | None = None,
              tenant: str = "default", project: str = "default", samples: int = 20,
              k: int = 10, reindex: bool = False) -> DoctorReport:
     """Connect (by URL, ``KB_DATABASE_URL``, else the embedded server of ``home``/``KB_HOME``)
     and :func:`check_index` the scope (``reindex``: rebuild its model's index first)."""
     tenant, project = valid_name("tenant", tenant), valid_name("project", project)
+    refuse_blank_location(database_url, home)  # (not the defaults, as `or` took them)
     settings: Settings = load_settings()
-    url = database_url or settings.database_url
+    url = database_url if database_url is not None else settings.database_url
     if not url:
         from .store.embedded import start_embedded
 
-        url = start_embedded(home or settings.home)
+        url = start_embedded(Path(home) if home is not None else settings.home)
     with diagnostics.connect(url) as store:
         return check_index(store, tenant=tenant, project=project, samples=samples, k=k,
                            ef_search=settings.hnsw_ef_search, settings=settings, reindex=reindex)

@@ -125,11 +125,15 @@ def redact(text: str) -> str:
     return _PASSWORD_KV.sub(r"\1***", text)
 
 
-def printable(text: object) -> str:
+def printable(text: object, keep: str = "") -> str:
     r"""``text`` with control characters escaped, for a terminal: a file name or a title must
     not move the cursor or recolour it (``\x1b[2J``), nor forge a line of the output (``\n``).
+    The characters of ``keep`` stay as they are (a prompt's line feeds and tabs).
 
     >>> print(printable("a\x1b[2Jb\nc"))
     a\x1b[2Jb\nc
+    >>> print(printable("a\x1b[2Jb\nc", keep="\n"))
+    a\x1b[2Jb
+    c
     """
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in str(text))

@@ -22,7 +22,7 @@ from .search import drive
 from .search.modes import Legs
 from .search.pipeline import validate_limit, validate_query
 from .search.plan import SearchRequest, mention_ids, moment
-from .settings import Settings, is_blank, load_settings
+from .settings import Settings, load_settings, refuse_blank_location
 from .store import schema
 from .store.connection import finish
 from .store.embedded import restart_if_stopped, start_embedded
@@ -88,11 +88,7 @@ class KnowledgeBase(DocumentMethods):
                  async_pool: AsyncConnectionPool | None = None,
                  replica_urls: Sequence[str] | None = None) -> None:
         base = settings or load_settings()
-        for name, value, default in (("database_url", database_url, "KB_DATABASE_URL or the "
-                                      "embedded server"),
-                                     ("home", home, "KB_HOME or the default (~/.kb-retriever)")):
-            if is_blank(value):
-                raise ConfigError(f"{name} is empty: give a value, or leave it out for {default}")
+        refuse_blank_location(database_url, home)
         updates: dict[str, Any] = {}
         if database_url is not None:
             updates["database_url"] = database_url

@@ -51,6 +51,15 @@ def is_blank(value: Any) -> bool:
     return isinstance(value, str | Path) and not str(value).strip()
 
 
+def refuse_blank_location(database_url: Any, home: Any) -> None:
+    """:class:`ConfigError` for a ``database_url`` or ``home`` given empty (None: not given)."""
+    for name, value, default in (("database_url", database_url, "KB_DATABASE_URL or the "
+                                  "embedded server"),
+                                 ("home", home, "KB_HOME or the default (~/.kb-retriever)")):
+        if is_blank(value):
+            raise ConfigError(f"{name} is empty: give a value, or leave it out for {default}")
+
+
 class Settings(BaseSettings):
     """All knobs of kb-retriever. Field docs name the environment variable."""
 

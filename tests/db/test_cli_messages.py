@@ -76,3 +76,26 @@ def test_a_prompt_over_several_projects_names_them_all(url: str,
     assert main(["--database-url", url, "prompt", "redis cache", "--project", "platform",
                  "--also-project", "other"]) == 0
     assert "Project: platform, other" in capsys.readouterr().out
+
+
+def test_a_prompt_on_a_terminal_shows_escapes_and_says_when_the_gate_refuses(
+        url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``prompt`` printed a document's escape sequences raw (``search`` shows them escaped),
+    and gave no sign when the grounding gate refused: the prompt went to a model anyway."""
+    (tmp_path / "esc.md").write_text("# Redis \x1b[2J cache\n\nredis \x1b]0;pwned\x07 is the "
+                                     "cache layer\n\tindented\n", encoding="utf-8")
+    assert main(["--database-url", url, "ingest", str(tmp_path / "esc.md"), "--project",
+                 "tty"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    assert main(["--database-url", url, "prompt", "redis cache layer", "--project", "tty"]) == 0
+    shown = capsys.readouterr()
+    assert "\x1b" not in shown.out and "\\x1b]0;pwned\\x07" in shown.out
+    assert "\n\tindented\n" in shown.out and "grounding gate" not in shown.err
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    assert main(["--database-url", url, "prompt", "redis cache layer", "--project", "tty"]) == 0
+    assert "\x1b]0;pwned\x07" in capsys.readouterr().out  # a pipe gets the text as stored
+    assert main(["--database-url", url, "prompt", "chocolate souffle recipe", "--project",
+                 "tty"]) == 0
+    assert "the grounding gate refuses this question" in capsys.readouterr().err

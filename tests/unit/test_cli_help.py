@@ -138,3 +138,34 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path) -> None:
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 1 and err == ""
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["search", ""], "query is empty"),
+    (["prompt", "  "], "query is empty"),
+    (["search", "q", "--limit", "0"], "limit must be between 1 and"),
+    (["search", "q", "--filters", "{bad"], "--filters is not valid JSON"),
+    (["prompt", "q", "--filters", '{"colour": "red"}'], "colour"),
+])
+def test_a_bad_search_is_refused_before_any_database_is_opened(
+        argv: list[str], message: str, tmp_path, monkeypatch, capsys) -> None:
+    """They read as "the database could not be reached", or started the embedded server
+    and loaded the model first, then refused the input."""
+    monkeypatch.delenv("KB_DATABASE_URL", raising=False)
+    home = tmp_path / "home"
+    assert main(["--home", str(home), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "reached" not in err, err
+    assert not home.exists()
+
+
+def test_doctor_refuses_an_empty_database_url_or_home(tmp_path, monkeypatch, capsys) -> None:
+    """doctor took them as not given: it diagnosed (and started) the default embedded
+    server, where every other command says they are empty."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KB_DATABASE_URL", raising=False)
+    monkeypatch.setenv("KB_HOME", str(tmp_path / "default-home"))
+    for argv in (["--database-url", " "], ["--home", ""]):
+        assert main([*argv, "doctor"]) == 2
+        assert "empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
