@@ -191,15 +191,72 @@ def documents_from_rows(documents: Sequence[Mapping[str, Any]],
             metadata = dict(head["record_metadata"])
         else:  # a file: its frontmatter
             metadata = {k: v for k, v in (head["frontmatter"] or {}).items() if k != "_derived"}
-        # a record's text as given; a file's, or a document of chunks added by id: its chunks'
-        text = head["content"] if head["content"] is not None else "\n\n".join(
-            c.text for c in its)
+        # a record's text as given; a file's rebuilt from its chunks; a document of chunks
+        # added by id: its chunks'
+        if head["content"] is not None:
+            text = head["content"]
+        elif head["source_type"] == CHUNKS_SOURCE_TYPE:
+            text = _PARAGRAPH.join(c.text for c in its)
+        else:
+            text = file_text(its)
         out.append(StoredDocument(
             id=doc_id, text=text, metadata=MappingProxyType(metadata), chunks=its,
             title=head["title"], source_type=head["source_type"],
             is_canonical=bool(head["is_canonical"]), canonical_type=head["canonical_type"],
             canonical_status=head["canonical_status"], slug=head["slug"]))
     return out
+
+
+_PARAGRAPH = "\n\n"  # (the chunker's joiner)
+
+
+def file_text(chunks: Sequence[StoredChunk]) -> str:
+    r"""A file's text from its chunks (in order), as the file had it: each heading where the
+    heading path changes, as a Markdown heading of its depth in the path (the chunks hold the
+    path, not the heading lines), and the whole paragraphs that a chunk of a long section
+    repeats from the chunk before it (the chunker's overlap) once.
+
+    >>> from kb_retriever.models import StoredChunk
+    >>> c = lambda i, text, path: StoredChunk(str(i), "f.md", text, i, path, {})
+    >>> print(file_text([c(0, "a\n\nb", "T"), c(1, "b\n\nc", "T"), c(2, "d", "T > U")]))
+    # T
+    <BLANKLINE>
+    a
+    <BLANKLINE>
+    b
+    <BLANKLINE>
+    c
+    <BLANKLINE>
+    ## U
+    <BLANKLINE>
+    d
+    """
+    parts: list[str] = []
+    trail: list[str] = []
+    previous: list[str] = []
+    for chunk in chunks:
+        path = [h for h in chunk.heading_path.split(" > ") if h]
+        paragraphs = chunk.text.split(_PARAGRAPH)
+        if path == trail and previous:
+            paragraphs = paragraphs[_repeated(previous, paragraphs):]
+        else:
+            kept = next((i for i, (a, b) in enumerate(zip(trail, path, strict=False))
+                         if a != b),
+                        min(len(trail), len(path)))
+            parts += ["#" * min(depth + 1, 6) + " " + heading
+                      for depth, heading in enumerate(path) if depth >= kept]
+            trail = path
+        previous = chunk.text.split(_PARAGRAPH)
+        parts.append(_PARAGRAPH.join(paragraphs))
+    return _PARAGRAPH.join(p for p in parts if p)
+
+
+def _repeated(previous: list[str], paragraphs: list[str]) -> int:
+    """How many of ``paragraphs``' first paragraphs end ``previous`` (never all of them)."""
+    for n in range(min(len(previous), len(paragraphs) - 1), 0, -1):
+        if paragraphs[:n] == previous[-n:]:
+            return n
+    return 0
 
 
 # An id names one thing (decision 0007): a document of its own (kb_documents.source_path) or a
