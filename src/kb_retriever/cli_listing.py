@@ -111,8 +111,8 @@ def cmd_documents(args: argparse.Namespace, kb_for: Callable[..., Any],
 def cmd_delete(args: argparse.Namespace, kb_for: Callable[..., Any],
                printable: Callable[[str], str]) -> int:
     with kb_for(args, catalog=True) as kb:
-        ids, missing = resolve_keys(args.keys, kb.list_documents(project=args.project,
-                                                                 tenant=args.tenant))
+        ids, missing = resolve_keys(args.keys, kb.list_documents(
+            project=args.project, tenant=args.tenant, keys=args.keys))
         deleted = kb.delete(ids, project=args.project, tenant=args.tenant) if ids else 0
     if args.json:
         print(json.dumps({"project": args.project, "tenant": args.tenant, "deleted": ids,

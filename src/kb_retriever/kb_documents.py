@@ -342,10 +342,14 @@ class DocumentMethods:
             return session.project_summaries(
                 valid_name("tenant", self.tenant if tenant is None else tenant))
 
-    def list_documents(self, *, project: str | None = None,
-                       tenant: str | None = None) -> list[DocumentSummary]:
+    def list_documents(self, *, project: str | None = None, tenant: str | None = None,
+                       keys: Sequence[str] | None = None) -> list[DocumentSummary]:
         """The project's documents in brief, by id: id, doc key, slug, title, source type,
-        canonical type and status, chunk count (``kb-retriever documents``)."""
+        canonical type and status, chunk count (``kb-retriever documents``). With ``keys``,
+        only the documents whose id or slug is one of them (``kb-retriever delete``: a few
+        documents of a project of any size)."""
         scope = self._scope(project, tenant)
+        if keys is not None:
+            keys = docs.validate_ids(keys, "keys")
         with self._pools.session() as session:
-            return session.document_summaries(*scope)
+            return session.document_summaries(*scope, keys=keys)

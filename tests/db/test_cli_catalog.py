@@ -151,3 +151,15 @@ def test_listing_and_deleting_with_another_embedder_leave_the_models_and_calibra
                     "--json")
     assert deleted["deleted_count"] == 1  # type: ignore[index]
     assert state() == before
+
+
+def test_delete_reads_only_the_documents_it_names(url: str) -> None:
+    """``delete`` resolved its keys against every document of the project, each with its
+    chunk count: a project of a million chunks was read whole to delete one document."""
+    from kb_retriever.kb import CatalogBase
+
+    with CatalogBase(database_url=url, project="platform") as kb:
+        named = kb.list_documents(keys=["dec-cache", "notes.md", "nope", "notes.md"])
+        assert [(d.id, d.slug, d.chunks) for d in named] == [
+            ("dec-cache.md", "dec-cache", 1), ("notes.md", None, 2)]
+        assert len(kb.list_documents()) == 2 and kb.list_documents(keys=[]) == []

@@ -86,7 +86,9 @@ _DOCUMENT_SUMMARIES = (
     "SELECT d.source_path, d.doc_key, d.slug, d.title, d.source_type, d.canonical_type, "
     "d.canonical_status, (SELECT count(*) FROM kb_chunks c WHERE c.tenant_id = d.tenant_id "
     "AND c.document_id = d.id) AS chunks FROM kb_documents d "
-    "WHERE d.tenant_id = %s AND d.project_key = %s ORDER BY d.source_path"
+    "WHERE d.tenant_id = %(tenant)s AND d.project_key = %(project)s AND (%(keys)s::text[] IS NULL "
+    "OR d.source_path = ANY(%(keys)s::text[]) OR d.slug = ANY(%(keys)s::text[])) "
+    "ORDER BY d.source_path"
 )
 # The documents ingested from one of the roots or from a folder inside one.
 _UNDER_ROOTS = (
@@ -355,9 +357,13 @@ class Session:
                                dimension=r["dimension"]) for r in rows]
 
     @_typed_errors
-    def document_summaries(self, tenant: str, project: str) -> list[DocumentSummary]:
+    def document_summaries(self, tenant: str, project: str,
+                           keys: Sequence[str] | None = None) -> list[DocumentSummary]:
+        """The project's documents in brief (``keys``: only those with one as id or slug)."""
+        params = {"tenant": tenant, "project": project,
+                  "keys": None if keys is None else list(keys)}
         with self.conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(_DOCUMENT_SUMMARIES, [tenant, project]).fetchall()
+            rows = cur.execute(_DOCUMENT_SUMMARIES, params).fetchall()
         return [DocumentSummary(
             id=r["source_path"], doc_key=r["doc_key"], slug=r["slug"], title=r["title"],
             source_type=r["source_type"], canonical_type=r["canonical_type"],
