@@ -28,3 +28,10 @@ def test_missing_extra_is_an_install_hint() -> None:
     assert out.returncode == 2
     assert out.stderr.startswith("kb-retriever: the MCP server needs the mcp extra: "
                                  "pip install 'kb-retriever[mcp]'")
+
+
+def test_a_host_given_with_stdio_is_not_checked() -> None:
+    """stdio listens on no address, and the CLI checks --host only for HTTP; the server then
+    refused 0.0.0.0 anyway, over stdio. With stdin at its end it starts and stops."""
+    out = _run("--database-url", "postgresql://u@127.0.0.1:1/x", "mcp", "--host", "0.0.0.0")
+    assert out.returncode == 0, out.stderr

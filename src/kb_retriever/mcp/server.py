@@ -281,8 +281,9 @@ def serve(kb: KnowledgeBase, scope: Scope, *, transport: Transport = "stdio",
           host: str = "127.0.0.1", port: int = 8000, verbose: bool = False) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (HTTP),
     then close ``kb``."""
-    server = build_server(kb, scope, host=host, port=port,
-                          log_level="INFO" if verbose else "WARNING")
+    # (stdio listens on no address: a --host given with it is not checked, as the CLI says)
+    server = build_server(kb, scope, host=host if transport != "stdio" else "127.0.0.1",
+                          port=port, log_level="INFO" if verbose else "WARNING")
 
     async def run() -> None:
         try:
