@@ -81,7 +81,7 @@ def test_long_home_socket_is_private_and_a_password_is_required(base: Path) -> N
         st = sock.stat()
         assert stat.S_IMODE(st.st_mode) == 0o700
         assert st.st_uid == _pgdata(url).stat().st_uid  # owned by the server's user
-        assert "password" not in params and (home / "pgpass").exists()
+        assert not params.get("password") and (home / "pgpass").exists()  # (the passfile's)
         assert stat.S_IMODE((home / "pgpass").stat().st_mode) == 0o600
         without_secret = {k: v for k, v in params.items() if k != "passfile"}
         with pytest.raises(psycopg.OperationalError, match="password"):
@@ -93,6 +93,26 @@ def test_long_home_socket_is_private_and_a_password_is_required(base: Path) -> N
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_environments_pgpassword_and_pgport_do_not_reach_the_embedded_server(
+        base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PGPASSWORD (exported for another database) took the place of the home's password
+    file: every connection failed authentication. PGPORT moved the server's socket, so a
+    process started without it could not reach the server its home held."""
+    home = base / "home"
+    monkeypatch.setenv("PGPASSWORD", "for-another-database")
+    monkeypatch.setenv("PGPORT", "6543")
+    first = _worker(home, "hold")
+    try:
+        _ready(first)
+        monkeypatch.delenv("PGPORT")
+        second = _worker(home)
+        _ready(second)
+        assert second.wait(timeout=60) == 0
+    finally:
+        first.kill()
+        first.wait()
 
 
 def test_start_changes_no_parent_permissions(base: Path) -> None:
@@ -130,6 +150,33 @@ def test_stale_pid_file_naming_a_live_process_signals_nothing(base: Path) -> Non
         _ready(second)
         assert second.wait(timeout=60) == 0
         assert bystander.poll() is None  # still running: never signalled
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_stale_socket_lock_naming_a_live_process_does_not_stop_a_start(base: Path) -> None:
+    """After a hard crash (the postmaster killed with SIGKILL) the socket's lock file stays;
+    once its pid belongs to another live process, PostgreSQL refused to start ("lock file
+    ... already exists"), three times, and every open failed until it was removed by hand."""
+    home = base / "home"
+    first = _worker(home, "hold")
+    pgdata = _pgdata(_ready(first))
+    first.kill()
+    first.wait(timeout=30)
+    assert _wait_gone(pgdata)
+    # the server's own user (as root, the service user): a process it may not signal reads as
+    # gone to PostgreSQL, one of its own as alive
+    owner = pgdata.stat().st_uid
+    bystander = subprocess.Popen(["sleep", "120"], user=owner if os.getuid() == 0 else None)
+    try:
+        lines = [str(bystander.pid), str(pgdata), "0", "5432", str(pgdata), "", "", "ready"]
+        (pgdata / lifecycle.PIDFILE).write_text("\n".join(lines) + "\n")
+        (pgdata / ".s.PGSQL.5432.lock").write_text("\n".join(lines[:5]) + "\n")
+        second = _worker(home)
+        _ready(second)
+        assert second.wait(timeout=60) == 0
+        assert bystander.poll() is None
     finally:
         bystander.kill()
         bystander.wait()

@@ -46,7 +46,10 @@ _PG_MAJOR = 18
 _SUPERUSER = "postgres"
 # sun_path is 104 bytes on macOS and 108 on Linux, the terminating NUL included.
 _SOCKET_PATH_MAX = 103
-_SOCKET_NAME = ".s.PGSQL.5432"
+# The server's port, given to it and to every connection: libpq's PGPORT (and PGPASSWORD) of
+# one process would otherwise name another socket (or take the place of the password file).
+_PORT = 5432
+_SOCKET_NAME = f".s.PGSQL.{_PORT}"
 # Characters that survive PostgreSQL's unix_socket_directories list syntax unquoted.
 _PLAIN_PATH = re.compile(r"[\w./+-]+")
 _WATCH_INTERVAL_S = 2.0
@@ -313,7 +316,10 @@ def _start(server: EmbeddedServer) -> None:
     # refuses to start while its pid is alive, whatever that process is; nothing is signalled.
     (server.pgdata / lifecycle.PIDFILE).unlink(missing_ok=True)
     sock = _socket_dir(server)
-    options = f"-h '' -k {shlex.quote(str(sock))} -c unix_socket_permissions=0700"
+    # The socket's lock file, left by a postmaster killed hard, holds the same rule (a temp
+    # socket directory is new): after a reboot its pid may be anyone's.
+    (sock / f"{_SOCKET_NAME}.lock").unlink(missing_ok=True)
+    options = f"-h '' -p {_PORT} -k {shlex.quote(str(sock))} -c unix_socket_permissions=0700"
     for attempt in range(1, _START_ATTEMPTS + 1):
         try:
             _run(server, "pg_ctl", "-D", str(server.pgdata), "-l", str(server.log), "-w",
@@ -352,8 +358,10 @@ def _conninfo(server: EmbeddedServer) -> str:
     if not os.path.isdir(sock) or os.path.islink(sock) or st.st_uid != owner or st.st_mode & 0o077:
         raise StoreError(f"refusing the embedded server's socket directory {sock}: it must be a "
                          f"directory private to the server's user (mode 0700)")
-    return make_conninfo("", host=str(sock), user=_SUPERUSER, dbname="postgres",
-                         passfile=str(server.passfile))
+    # port and an empty password, so that the environment's PGPORT and PGPASSWORD (set for
+    # another database) cannot take their place: the password comes from the passfile
+    return make_conninfo("", host=str(sock), port=_PORT, user=_SUPERUSER, dbname="postgres",
+                         passfile=str(server.passfile), password="")
 
 
 def _register(server: EmbeddedServer) -> None:
