@@ -117,11 +117,15 @@ class WriteError(IngestError):
 
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
 _PASSWORD_KV = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+# libpq's parse errors of a connection string quote the token they stopped at, which may be
+# (part of) its password: a raw "%" in a URL's, the second word of an unquoted one.
+_PARSE_TOKEN = re.compile(r'(invalid percent-encoded token: |missing "=" after )"[^"]*"')
 
 
 def redact(text: str) -> str:
     """Hide passwords in connection strings and driver messages."""
     text = _PASSWORD_IN_URL.sub(r"\1***\3", text)
+    text = _PARSE_TOKEN.sub(r'\1"***"', text)
     return _PASSWORD_KV.sub(r"\1***", text)
 
 

@@ -45,3 +45,38 @@ def test_a_call_that_raced_close_says_so():
     err = translate(exc)
     assert type(err) is StoreError and "closed during the call" in str(err)
     assert not is_retryable(exc)
+
+
+@pytest.mark.parametrize("url, secret", [("postgresql://app:S3cr%t@db/kb", "S3cr%t"),
+                                         ("host=db password=abc s3cret", "s3cret")])
+def test_a_malformed_connection_string_is_reported_without_its_password(url, secret):
+    """libpq's parse errors quote the token they stopped at: a raw % in a URL's password, or
+    the second word of an unquoted one, reached the StoreError (and a replica's ConfigError)."""
+    with pytest.raises(psycopg.ProgrammingError) as info:
+        psycopg.conninfo.conninfo_to_dict(url)
+    assert secret in str(info.value)
+    assert secret not in str(translate(info.value))
+
+
+def test_an_unreachable_replica_is_logged_without_its_password(caplog):
+    """The log line kept what followed the URL's last "@": all of a key=value string, and a
+    password given as a URL parameter."""
+    import logging
+
+    from kb_retriever.settings import Settings
+    from kb_retriever.store.replicas import Replicas
+
+    urls = ("host=r3 dbname=kb password=s3cret", "postgresql://r4:5433/kb?password=t0ken")
+    replicas = Replicas(urls, Settings())
+    log = logging.getLogger("kb_retriever.store.replicas")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    log.addHandler(handler)
+    try:
+        for replica in replicas._replicas:
+            replicas.mark_down(replica)
+    finally:
+        log.removeHandler(handler)
+    assert len(seen) == 2 and not any("s3cret" in m or "t0ken" in m for m in seen), seen
+    assert "r3" in seen[0] and "r4:5433/kb" in seen[1]

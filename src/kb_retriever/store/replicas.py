@@ -272,7 +272,7 @@ class Replicas:
     def mark_down(self, replica: Replica) -> None:
         replica.down_until = time.monotonic() + self.settings.replica_retry_s
         logger.warning("%s (%s) is unreachable: skipped for %.0f s", replica.label,
-                       replica.url.split("@")[-1], self.settings.replica_retry_s)
+                       _where(replica.url), self.settings.replica_retry_s)
 
     def pick(self, wrote_lsn: str | None,
              primary: PrimaryPosition | None = None) -> Replica | None:
@@ -326,3 +326,10 @@ class Replicas:
         """In recovery and within the lag bound at its last check."""
         return (r.standby and r.lag_s is not None
                 and r.lag_s <= self.settings.replica_max_lag_s)
+
+
+def _where(url: str) -> str:
+    """A replica's server as a log line names it, ``host:port/dbname``: never its URL, which
+    may hold a password (in its user part, a ``password`` parameter or a key=value pair)."""
+    params = conninfo_to_dict(url)  # (checked when the replicas were configured)
+    return f"{params.get('host', '')}:{params.get('port', '')}/{params.get('dbname', '')}"
