@@ -163,6 +163,48 @@ def test_a_forked_child_gets_its_own_connections(make_kb: MakeKb, legs: str) -> 
     assert [d.id for d in kb.get_by_ids(["child"])] == ["child"]
 
 
+def _child_whose_restart_fails_once(kb: Any, out: Any) -> None:
+    from kb_retriever import StoreError
+
+    calls: list[int] = []
+
+    def restart() -> None:  # the embedded server's start in the child, failing the first time
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreError("could not start the embedded PostgreSQL")
+
+    kb._pools.restart = restart
+    try:
+        try:
+            kb.search("cache layer")
+            out.put(("no error", len(calls)))
+            return
+        except StoreError:
+            pass
+        hits = [kb.search("cache layer", limit=2).primary[0].document.source_path
+                for _ in range(10)]
+        out.put(("ok", len(calls), hits[0]))
+    except BaseException as exc:  # reported to the parent
+        out.put(("failed", f"{type(exc).__name__}: {exc}"))
+
+
+def test_a_forked_child_whose_first_start_fails_tries_again_on_its_own_connections(
+        make_kb: MakeKb) -> None:
+    """The child marked itself set up before the start: when that failed, every later call
+    went on with the parent's pool and threads (its sockets, threads it has not)."""
+    kb = make_kb()
+    kb.add_documents([{"text": TEXT, "id": "d1"}])
+    assert kb.search("cache layer").primary
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_child_whose_restart_fails_once, args=(kb, out))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0 and out.get(timeout=5) == ("ok", 2, "d1")
+    for _ in range(20):
+        assert kb.search("cache layer", limit=2).primary
+
+
 def test_a_cancelled_first_search_does_not_throw_the_opening_pool_away(
         make_kb: MakeKb) -> None:
     """Each cancelled first ``asearch`` threw its half-open async pool away ("Task was

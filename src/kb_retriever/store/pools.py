@@ -358,9 +358,9 @@ class Pools:
         parent's protocol state ("prepared statement already exists")."""
         if self._pid == os.getpid():
             return
-        self._pid = os.getpid()
         if self.restart is not None:  # the embedded server's: this process becomes its user
-            self.restart()
+            self.restart()  # (when it raises, the next call tries again: nothing replaced yet)
+        self._pid = os.getpid()
         _INHERITED.append((self._pool, self._apool, self._threads, self.replicas))
         self._loop_claim, self.thread_writes = threading.Lock(), ThreadWrites()
         self._apool = self._apool_loop = self._opening = self._threads = self._closing = None
