@@ -4,7 +4,9 @@
 ``psycopg_pool.ConnectionPool`` / ``AsyncConnectionPool``. Our own pools set up each new
 connection (``store.connection.make_pool``); a borrowed connection gets the same once, the
 first time we use it: pgvector's types and the two HNSW settings (``hnsw.ef_search``,
-``hnsw.iterative_scan``) for the session. ``statement_timeout`` is left as the owner set it.
+``hnsw.iterative_scan``) for the session. An owner's reset (``RESET ALL``) takes the settings
+away again, so each vector read also sets them for its own transaction
+(``store.reader._local``). ``statement_timeout`` is left as the owner set it.
 
 While we hold a borrowed connection it is in autocommit, as ours are, and it goes back in the
 owner's mode. psycopg's connections are not autocommit by default: on one, our first statement

@@ -52,11 +52,12 @@ def _configure_sql(settings: Settings) -> list[tuple[str, list[str]]]:
     return [("SELECT set_config(%s, %s, false)", [k, v]) for k, v in _gucs(settings)]
 
 
-def local_settings(settings: Settings) -> sql.Composed:
-    """One statement that sets the session's settings for the current transaction only."""
+def local_settings(settings: Settings, *, timeout: bool = True) -> sql.Composed:
+    """One statement that sets the session's settings for the current transaction only
+    (``timeout=False``: all but ``statement_timeout``, which a borrowed pool's owner sets)."""
     return sql.SQL("SELECT {}").format(sql.SQL(", ").join(
         sql.SQL("set_config({}, {}, true)").format(sql.Literal(k), sql.Literal(v))
-        for k, v in _gucs(settings)))
+        for k, v in _gucs(settings) if timeout or k != "statement_timeout"))
 
 
 def pooler_kwargs(settings: Settings) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import PoolTimeout
 
 from ..settings import Settings
+from .borrowed import BorrowedAsyncPool, BorrowedPool
 from .connection import aput_back, atranslated, is_retryable, local_settings, translate, translated
 from .distribution import shard_settings
 from .read_cache import CacheView, ReadCache
@@ -72,13 +73,18 @@ def _pipeline(conn: Any, settings: Settings) -> Any:
     return contextlib.nullcontext() if settings.transaction_pooler else conn.pipeline()
 
 
-def _local(settings: Settings, distributed: bool) -> list[Any] | None:
+def _local(settings: Settings, distributed: bool, pool: Any) -> list[Any] | None:
     """What a read sends first, in its own transaction: on Citus a vector read the HNSW
     settings for the shard (``distribution.shard_settings``); behind a transaction pooler every
-    read all the session's settings, which no session holds there (``KB_TRANSACTION_POOLER``)."""
+    read all the session's settings, which no session holds there (``KB_TRANSACTION_POOLER``);
+    on a borrowed pool a vector read the HNSW settings, which its owner's reset (``RESET
+    ALL``, ``DISCARD ALL``) takes from the session: its searches ran with pgvector's
+    defaults (``ef_search`` 40, no iterative scan, so a filtered search found fewer hits)."""
     local: list[Any] = list(shard_settings(settings)) if distributed else []
     if settings.transaction_pooler:
         local.append(local_settings(settings))
+    elif not distributed and isinstance(pool, BorrowedPool | BorrowedAsyncPool):
+        local.append(local_settings(settings, timeout=False))
     return local or None
 
 
@@ -90,7 +96,7 @@ class SearchSession:
                  record: list[Fetch] | None = None, distributed: bool = False,
                  revive: Callable[[], bool] | None = None) -> None:
         self._pool, self._cache, self._settings, self._executor = pool, cache, settings, executor
-        self._local = _local(settings, distributed)
+        self._local = _local(settings, distributed, pool)
         self._revive = revive  # Pools.revived: True when it started the server (pool checked)
         self._held: list[Any] = []  # the search's own connection first, then the extra ones
         # With ``record`` the reads that go to the database are kept there, in plan order
@@ -211,7 +217,7 @@ class AsyncSearchSession:
                  distributed: bool = False,
                  revive: Callable[[], Awaitable[bool]] | None = None) -> None:
         self._pool, self._cache, self._settings = pool, cache, settings
-        self._local = _local(settings, distributed)
+        self._local = _local(settings, distributed, pool)
         self._revive = revive
         self._held: list[Any] = []
 
