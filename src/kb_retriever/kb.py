@@ -154,8 +154,8 @@ class KnowledgeBase(DocumentMethods):
 
     def _open(self) -> KnowledgeBase:
         url = self._pools.borrowed_conninfo() or self.settings.database_url
-        if url is None:
-            home = self.settings.home
+        if url is None:  # (a relative home is this directory's, also after a chdir)
+            home = self.settings.home.expanduser().absolute()
             url = start_embedded(home)
             self._pools.restart = lambda: restart_if_stopped(home)  # a search's last resort
         self._pools.open(url, schema.Choices(dimension=self.embedder.dimension,

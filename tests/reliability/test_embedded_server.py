@@ -280,6 +280,24 @@ def test_a_home_others_can_write_is_refused(base: Path) -> None:
         start_embedded(link)  # the target is what counts
 
 
+def test_a_relative_home_is_the_same_home_after_a_change_of_directory(
+        base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative KB_HOME was resolved again when a search started the stopped server: after a
+    ``chdir`` (a daemon, a worker) it made a second cluster under the new directory, and the
+    pool went on knocking at the first one's socket."""
+    from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
+
+    (base / "elsewhere").mkdir()
+    monkeypatch.chdir(base)
+    with KnowledgeBase(Settings(home=Path("rel-home")), embedder=HashingEmbedder(64)) as kb:
+        kb.add_documents([{"text": "Redis is the cache layer.", "id": "cache"}])
+        pgdata = _pgdata(kb.url)
+        monkeypatch.chdir(base / "elsewhere")
+        _stop(pgdata)
+        assert kb.search("cache layer").primary[0].document.source_path == "cache"
+    assert list((base / "elsewhere").iterdir()) == []
+
+
 @pytest.mark.parametrize("emptied", [False, True], ids=["dead-connections", "no-connection"])
 def test_a_search_starts_a_stopped_server_again(base: Path, emptied: bool) -> None:
     """The embedded server stopped (a fast shutdown, as an operator or a crash would) under an
