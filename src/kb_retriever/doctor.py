@@ -250,6 +250,6 @@ def diagnose(*, database_url: str | None = None, home: str | Path | None = None,
         from .store.embedded import start_embedded
 
         url = start_embedded(Path(home) if home is not None else settings.home)
-    with diagnostics.connect(url) as store:
+    with diagnostics.connect(url, settings) as store:
         return check_index(store, tenant=tenant, project=project, samples=samples, k=k,
                            ef_search=settings.hnsw_ef_search, settings=settings, reindex=reindex)

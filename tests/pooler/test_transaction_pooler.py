@@ -170,3 +170,48 @@ def test_a_bulk_load_through_the_pooler_loads_everything_and_leaves_no_setting(
         for _ in range(8):  # whichever of the pooler's server connections answers
             assert conn.execute("SELECT current_setting('statement_timeout')").fetchone() == (
                 "1s",)
+
+
+def test_doctor_through_the_pooler_while_searches_run(
+        bouncer: Bouncer, new_database: Callable[[], str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The doctor ran its 20 samples' statements prepared after five runs, which the pooler's
+    other server connection does not know ("prepared statement _pg3_2 does not exist"); and
+    ``--reindex``, a session lock and ``CREATE INDEX CONCURRENTLY``, cannot work through a
+    transaction pooler: it says to run it on a direct connection."""
+    from kb_retriever import ConfigError
+    from kb_retriever.doctor import diagnose
+
+    direct = new_database()
+    pooled = bouncer.url(conninfo_to_dict(direct)["dbname"])
+    with KnowledgeBase(embedder=HashingEmbedder(64), database_url=direct) as kb:
+        kb.add_documents(DOCS)
+    monkeypatch.setenv("KB_TRANSACTION_POOLER", "true")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def searcher() -> None:
+        with KnowledgeBase(Settings(transaction_pooler=True), embedder=HashingEmbedder(64),
+                           database_url=pooled) as other:
+            while not stop.is_set():
+                try:
+                    other.search("redis cache", limit=6)
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+                    return
+
+    threads = [threading.Thread(target=searcher) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        reports = []
+        returns_within(120, lambda: reports.extend(
+            diagnose(database_url=pooled, samples=20) for _ in range(3)))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors[:2]
+    assert all(r.samples == 20 and r.recall_at_k is not None for r in reports)
+    with pytest.raises(ConfigError, match="direct connection"):
+        diagnose(database_url=pooled, reindex=True)

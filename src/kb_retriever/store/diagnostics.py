@@ -17,8 +17,9 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
-from ..errors import InputError, SchemaError
-from .connection import translated
+from ..errors import ConfigError, InputError, SchemaError
+from ..settings import Settings
+from .connection import pooler_kwargs, translated
 from .distribution import Distribution, describe, is_citus
 from .schema import latest_version, refuse_newer, stored_version
 from .session import Session
@@ -77,10 +78,13 @@ class IndexState(NamedTuple):
 
 
 @contextlib.contextmanager
-def connect(url: str) -> Iterator[Diagnostics]:
-    """A :class:`Diagnostics` session on ``url``; an :class:`InputError` when the database
-    holds no kb-retriever schema."""
-    with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+def connect(url: str, settings: Settings | None = None) -> Iterator[Diagnostics]:
+    """A :class:`Diagnostics` session on ``url`` (behind a transaction pooler, as ``settings``
+    say: nothing prepared); an :class:`InputError` when the database holds no kb-retriever
+    schema."""
+    kwargs = pooler_kwargs(settings) if settings is not None else {}
+    with translated(), psycopg.connect(url, autocommit=True, connect_timeout=10,
+                                       **kwargs) as conn:
         has = conn.execute("SELECT to_regclass('kb_chunks') IS NOT NULL").fetchone()
         if not has or not has[0]:
             raise InputError("this database has no kb-retriever schema yet (run ingest first)")
@@ -159,8 +163,14 @@ class Diagnostics(Session):
         """The embedding model the project's chunks are of (None: it holds none)."""
         return project_space(self.conn, tenant, project)
 
-    def rebuild_index(self, space: Space, settings: Any) -> Space:
-        """Build the space's index again with ``settings`` (``spaces.rebuild_index``)."""
+    def rebuild_index(self, space: Space, settings: Settings) -> Space:
+        """Build the space's index again with ``settings`` (``spaces.rebuild_index``): on a
+        direct connection, its session lock and settings span many transactions."""
+        if settings.transaction_pooler:
+            raise ConfigError("doctor --reindex holds a session lock and sets its memory for "
+                              "the session, which a transaction pooler gives to other "
+                              "clients: run it on a direct connection to the server "
+                              "(--database-url, KB_TRANSACTION_POOLER unset)")
         return rebuild_index(self.conn, space, settings)
 
     def plan_index(self, tenant: str, project: str, space: Space, vector: Any, k: int) -> str | None:
@@ -187,8 +197,9 @@ class Diagnostics(Session):
 
     def sample(self, tenant: str, project: str, n: int) -> list[tuple[int, Any]]:
         """(chunk id, embedding) of ``n`` chunks of the scope, the same on every run."""
-        self.conn.execute("SELECT setseed(0.42)")
-        with self.conn.cursor(binary=True) as cur:  # vectors
+        # (one transaction: through a transaction pooler, the seed's server connection)
+        with self.conn.transaction(), self.conn.cursor(binary=True) as cur:  # vectors
+            cur.execute("SELECT setseed(0.42)")
             return [(int(i), v) for i, v in cur.execute(
                 "SELECT id, embedding FROM kb_chunks WHERE tenant_id = %(tenant)s "
                 "AND project_key = %(project)s ORDER BY random() LIMIT %(n)s",
