@@ -211,11 +211,15 @@ def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings
     try:
         migrate(conn)
         ensure_fixed_choices(conn, fts_language=choices.fts_language)
+        later = choices.register and _builds_later(conn, settings)
         with _as_migrator(conn):
-            space = (spaces.ensure(conn, choices.model_id, choices.dimension, settings)
+            space = (spaces.ensure(conn, choices.model_id, choices.dimension, settings,
+                                   build=not later)
                      if choices.register else
                      spaces.find(conn, choices.model_id, choices.dimension))
             distribution.distribute(conn)
+        if later and space is not None:
+            space = spaces.build_missing_index(conn, space, settings)
     except psycopg.errors.InsufficientPrivilege as exc:
         # A role granted only reads and writes opens a database that is set up; setting it up
         # (the tables, a migration, a new embedding model's index) takes its owner.
@@ -226,6 +230,16 @@ def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings
             "them, applies migrations and builds each embedding model's index"
         ) from None
     return space
+
+
+def _builds_later(conn: psycopg.Connection, settings: Settings) -> bool:
+    """Whether the embedder's index is built (or mended) after the registration commits,
+    concurrently (``spaces.build_missing_index``): on a table that holds chunks (a plain build
+    held writes back while it scanned them all), on a connection in autocommit (a borrowed
+    one may not be), not through a transaction pooler (a session lock) and not on Citus (the
+    plain build, as the tables were distributed)."""
+    return (conn.autocommit and not settings.transaction_pooler and not distribution.is_citus(conn)
+            and conn.execute("SELECT EXISTS (SELECT 1 FROM kb_chunks)").fetchone() == (True,))
 
 
 def check_current(conn: psycopg.Connection, choices: Choices) -> spaces.Space | None:

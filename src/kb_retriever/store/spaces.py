@@ -13,9 +13,10 @@ as a literal (``c.model = 3``), so PostgreSQL matches the partial index.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,9 +144,10 @@ def index_ddl(space: Space, name: str, *, concurrently: bool = False) -> sql.Com
 
 
 def ensure(conn: psycopg.Connection[Any], model_id: str, dimension: int,
-           settings: Settings) -> Space:
+           settings: Settings, *, build: bool = True) -> Space:
     """The space of (``model_id``, ``dimension``), created with its index on first use (call
-    inside the migrators' transaction and lock)."""
+    inside the migrators' transaction and lock; ``build=False``: the index is left to
+    :func:`build_missing_index`, after the transaction)."""
     found = find(conn, model_id, dimension)
     if found is not None:
         return found
@@ -163,9 +165,31 @@ def ensure(conn: psycopg.Connection[Any], model_id: str, dimension: int,
     if space.index_name is None:
         logger.warning("%d-d vectors exceed HNSW's limit (%d with halfvec): searches of %r scan "
                        "exactly", dimension, HNSW_MAX_HALFVEC, model_id)
-    else:
+    elif build:
         conn.execute(index_ddl(space, space.index_name))
     return space
+
+
+def build_missing_index(conn: psycopg.Connection[Any], space: Space,
+                        settings: Settings) -> Space:
+    """Build the space's index when it is missing or invalid (``conn`` in autocommit): a new
+    model's, registered on a table that holds other models' chunks. Built in the
+    registration's transaction, a plain ``CREATE INDEX`` scanned the whole table under a lock
+    that held every write back (tens of seconds at a million chunks); built here, concurrently,
+    writes go on. One process builds it (the rebuilds' lock); the others find it built. The
+    space as it is now."""
+    if space.index_name is None or _valid(conn, space.index_name):
+        return space
+    with _rebuild_lock(conn, space.id):
+        current = by_id(conn, space.id) or space
+        if current.index_name is None or _valid(conn, current.index_name):
+            return current
+        return _rebuild(conn, current, settings)
+
+
+def _valid(conn: psycopg.Connection[Any], name: str) -> bool:
+    return conn.execute("SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = "
+                        "to_regclass(%s)), false)", [name]).fetchone() == (True,)
 
 
 # --- projects ------------------------------------------------------------------------------
@@ -287,13 +311,21 @@ def rebuild_index(conn: psycopg.Connection[Any], space: Space, settings: Setting
     a snapshot, and the first rebuild's ``CREATE INDEX CONCURRENTLY`` waits for every
     snapshot (a deadlock). A rebuild that stopped after the old index's drop left the new one
     under its building name: it is renamed first, so searches keep an index throughout."""
-    while conn.execute(_REBUILD_LOCK, [str(space.id)]).fetchone() != (True,):
+    with _rebuild_lock(conn, space.id):
+        return _rebuild(conn, by_id(conn, space.id) or space, settings)
+
+
+@contextlib.contextmanager
+def _rebuild_lock(conn: psycopg.Connection[Any], space_id: int) -> Iterator[None]:
+    """The session lock that keeps two builds of one space's index apart, tried in a loop
+    (see :func:`rebuild_index`)."""
+    while conn.execute(_REBUILD_LOCK, [str(space_id)]).fetchone() != (True,):
         time.sleep(_REBUILD_POLL_S)
     try:
-        return _rebuild(conn, by_id(conn, space.id) or space, settings)
+        yield
     finally:
         if not conn.broken:
-            conn.execute(_REBUILD_UNLOCK, [str(space.id)])
+            conn.execute(_REBUILD_UNLOCK, [str(space_id)])
 
 
 def _rebuild(conn: psycopg.Connection[Any], space: Space, settings: Settings) -> Space:
