@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -329,6 +330,8 @@ def _start(server: EmbeddedServer) -> None:
             # A postmaster killed a moment ago may leave backends that still hold its shared
             # memory for a second.
             if attempt == _START_ATTEMPTS:
+                if sock != server.pgdata:  # a temp socket directory of this start: not kept
+                    shutil.rmtree(sock, ignore_errors=True)
                 raise StoreError(f"could not start the embedded PostgreSQL in {server.pgdata}: "
                                  f"{_last_log_line(server)} (log: {server.log})") from None
             time.sleep(1.0)
