@@ -167,7 +167,7 @@ def checked_search(args: argparse.Namespace) -> dict[str, Any]:
     checks them, before the knowledge base opens: a bad input read as "the database could not
     be reached", or started the embedded server and loaded the model first."""
     from .filters.dimensions import parse_filters
-    from .search.pipeline import validate_limit, validate_query
+    from .search.plan import validate_limit, validate_query
     from .settings import load_settings
 
     settings = load_settings()

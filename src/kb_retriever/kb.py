@@ -20,8 +20,7 @@ from .kb_documents import DocumentMethods, valid_name
 from .models import SearchResult
 from .search import drive
 from .search.modes import Legs
-from .search.pipeline import validate_limit, validate_query
-from .search.plan import SearchRequest, mention_ids, moment
+from .search.plan import SearchRequest, mention_ids, moment, validate_limit, validate_query
 from .settings import Settings, load_settings, refuse_blank_location
 from .store import schema
 from .store.connection import finish

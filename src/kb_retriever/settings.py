@@ -165,6 +165,8 @@ class Settings(BaseSettings):
     max_chunks_per_doc: int = _field(
         3, "KB_DIVERSIFICATION_MAX_CHUNKS_PER_DOC", ge=0
     )
+    # The pool's other candidates shown as runner-ups; the hits the adaptive cutoff moved out
+    # of primary are runner-ups beside them, always (SearchResult.top_k gives them back).
     runner_up_limit: int = _field(15, "KB_RUNNER_UP_LIMIT", ge=0, le=1000)
     # The adaptive cutoff (issue 27; decisions 0014 and 0016): a primary document, and a graph
     # neighbour that no strong edge brings, stays in the context only when its evidence reaches

@@ -366,3 +366,21 @@ def test_the_warning_block_shows_only_what_the_filters_let_the_search_see(make_k
     both = {"metadata": {"team": {"$in": ["data", "sre"]}}}
     assert slugs(kb.search(query, filters=both).rejected) == ["rej-queue"]
     assert kb.search(query, filters={"canonical_types": ["decision"]}).rejected == ()
+
+
+def test_the_warning_block_keeps_its_cap_for_records_that_never_stood_in_primary(
+        make_kb, tmp_path):
+    """Placement moved every warned rejected record of the whole candidate pool out of the
+    ranking, and the ⚠ block took each of them as "shown in the result", past
+    ``KB_REJECTED_INJECTION_MAX_DOCS``: six warnings for a search of one hit and a cap of 2."""
+    docs = {f"rej-{i}": doc(f"rej-{i}", type_="rejected-approach",
+                            body=f"widget caching variant {i} was rejected for widget caching")
+            for i in range(6)}
+    docs["seed"] = GRAPH["seed"]
+    kb = make_kb(settings=Settings(rejected_rule="absolute", rejected_min_similarity=0.1,
+                                   rejected_injection_max_docs=2, context_cutoff=0))
+    kb.ingest([write_kb(tmp_path / "kb", docs)])
+    result = kb.search(QUERY, limit=1)
+    assert len(result.primary) == 1
+    shown = [h for h in result.primary if h.document.slug.startswith("rej-")]
+    assert len(result.rejected) <= max(2, len(shown)), slugs(result.rejected)

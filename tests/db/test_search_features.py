@@ -8,6 +8,7 @@ import pytest
 
 from kb_retriever import FilterError, InputError, Settings
 from kb_retriever.cli import main as cli_main
+from kb_retriever.search.modes import Legs
 
 pytestmark = pytest.mark.db
 
@@ -198,3 +199,30 @@ def test_mentions_filter_in_filter_mode(make_kb, corpus):
     question = "annual leave and striped animals in the savanna"
     assert len(keys(kb.search(question, limit=3))) > 1
     assert keys(kb.search(question, limit=3, mention_doc_ids=[zebra_id])) == ["zebra"]
+
+
+def test_mentioned_documents_stay_in_filter_mode_as_in_boost_mode(make_kb, corpus):
+    """In filter mode the adaptive cutoff could move a mentioned document with weak evidence
+    to runner_up: only boost mode's mentions were kept (decision 0014: what the question
+    @mentions always stays)."""
+    for mode in ("boost", "filter"):
+        kb = make_kb(settings=Settings(mentions_mode=mode))
+        kb.ingest([corpus])
+        ids = {h.document.doc_key: h.document.id for h in kb.search(
+            "leave deploys zebra", limit=4, legs=Legs(context_cutoff=0)).primary}
+        found = kb.search("annual leave days per year for employees, animals", limit=4,
+                          mention_doc_ids=[ids["leave"], ids["zebra"]])
+        assert {"leave", "zebra"} <= set(keys(found)), (mode, keys(found))
+
+
+def test_every_hit_the_cutoff_moves_stays_a_runner_up_for_top_k(make_kb, corpus):
+    """The cut hits were cut again to ``KB_RUNNER_UP_LIMIT`` (0 here), so ``top_k(k)``, which
+    framework contracts that promise k hits return, gave fewer than k though the search had
+    found them."""
+    kb = make_kb(settings=Settings(runner_up_limit=0))
+    kb.ingest([corpus])
+    found = kb.search("parental leave weeks at full pay", limit=4,
+                      legs=Legs(min_similarity=-1.0))
+    assert found.meta["retrieval_stats"]["cut_to_runner_up"] > 0 and len(found.primary) < 4
+    assert len(found.top_k(4)) == 4
+    assert len(found.runner_up) == found.meta["retrieval_stats"]["cut_to_runner_up"]

@@ -107,3 +107,34 @@ def test_a_query_vector_that_is_zero_in_float32_is_an_embedding_error(kb):
     tiny = [1e-50] * kb.embedder.dimension
     with pytest.raises(EmbeddingError, match="zero"):  # as any bad query_embedding
         kb.search(None, query_embedding=tiny)
+
+
+def test_vector_weight_zero_is_full_text_only_whatever_the_settings(make_kb):
+    """With hybrid search off (or the settings' full-text weight 0), ``Legs(vector_weight=0)``
+    ran the vector leg alone at weight 0: pure vector hits (every fused score 0) for a request
+    of full-text matches only. Both legs weighed 0 is an error, as in the settings."""
+    from kb_retriever import Settings
+
+    for settings in (Settings(hybrid_search_enabled=False, default_min_similarity=-1.0),
+                     Settings(hybrid_fts_weight=0.0, default_min_similarity=-1.0)):
+        kb = make_kb(settings=settings)
+        kb.add_documents([{"text": t, "id": i} for i, t in TEXTS.items()])
+        if settings.hybrid_fts_weight == 0:
+            with pytest.raises(InputError, match="both"):
+                kb.search("kafka topics", legs=Legs(vector_weight=0.0))
+            assert _ids(kb.search("kafka topics", limit=4, legs=Legs(
+                vector_weight=0.0, text_weight=1.0))) == ["kafka"]
+        else:
+            result = kb.search("kafka topics", limit=4, legs=Legs(vector_weight=0.0))
+            assert result.meta.search_strategy.fts_enabled is True
+            assert _ids(result) == ["kafka"]
+
+
+def test_meta_names_the_ranking_the_search_used(kb):
+    """A search by embedding alone, or of stop words only, is ranked by its fused scores (the
+    rerank has no words to weigh), but meta said "rerank_weighted_sum"."""
+    vec = kb.embedder.embed_query("shared cache layer redis")
+    alone = kb.search(None, query_embedding=vec, limit=2)
+    assert alone.meta.search_strategy.fusion_method == "semantic_only"
+    assert kb.search("redis cache", limit=2).meta.search_strategy.fusion_method == \
+        "rerank_weighted_sum"

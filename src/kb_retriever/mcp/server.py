@@ -29,7 +29,7 @@ from ..filters.dimensions import parse_filters
 from ..kb import KnowledgeBase
 from ..models import SearchResult
 from ..prompt.compose import compose_prompt
-from ..search.pipeline import validate_limit, validate_query
+from ..search.plan import validate_limit, validate_query
 from ..settings import Settings
 from . import descriptions as d
 from .tools import (

@@ -16,11 +16,9 @@ import math
 from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
-from itertools import chain, islice
+from itertools import islice
 from typing import Any, NamedTuple
 
-from ..checks import check_text
-from ..errors import InputError
 from ..models import Candidate, Hit, Origin, SearchResult
 from ..models.legs import LegResult, Neighbour
 from ..models.results import CONTEXT_CUTOFF
@@ -39,12 +37,17 @@ from ..store import sql as q
 from ..store.fulltext import LexemeBudget
 from .graph import Expansion, Floors, expand_graph, graph_seed
 from .meta import RetrievalStats, SearchMeta, SearchStrategy, Stopwatch
-from .plan import Embed, Fetch, Parallel, Plan, SearchRequest
-from .rejected_channel import RejectedChannel, decide_rejected, place_by_channel, unit_vectors
+from .plan import Embed, Fetch, Parallel, Plan, SearchRequest, leg_weights, text_leg
+from .rejected_channel import (
+    RejectedChannel,
+    RejectedVectors,
+    decide_rejected,
+    place_by_channel,
+    unit_vectors,
+)
 
 __all__ = ["CUT", "candidates", "context_evidence", "first_hop", "leg_shape", "neighbour_floor",
-           "runner_ups", "scope_catalog", "search_plan", "synonym_groups", "validate_limit",
-           "validate_query"]
+           "runner_ups", "scope_catalog", "search_plan", "synonym_groups"]
 
 #: How many chunks of a superseded record a history question brings next to its successor.
 HISTORY_CHUNKS = 2
@@ -57,28 +60,6 @@ CUT = CONTEXT_CUTOFF
 #: query is stemmed within this long. Each is one small read per scope every few seconds:
 #: nothing under load.
 TRUST_TTL_S = 5.0
-
-
-def validate_query(query: Any, settings: Settings) -> str:
-    if not isinstance(query, str):
-        raise InputError(f"query must be a string, got {type(query).__name__}")
-    text = check_text(query, "query").strip()
-    if not text:
-        raise InputError("query is empty")
-    if len(text) > settings.max_query_chars:
-        raise InputError(
-            f"query is {len(text)} characters; the maximum is {settings.max_query_chars} "
-            "(KB_MAX_QUERY_CHARS)"
-        )
-    return text
-
-
-def validate_limit(limit: Any, settings: Settings) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise InputError(f"limit must be an integer, got {limit!r}")
-    if not 1 <= limit <= settings.max_limit:
-        raise InputError(f"limit must be between 1 and {settings.max_limit}, got {limit}")
-    return limit
 
 
 def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | None = None,
@@ -97,23 +78,13 @@ def leg_shape(req: SearchRequest, settings: Settings, corpus: CorpusLexemes | No
                       fts_configs=tuple(fts_configs) if len(fts_configs) > 1 else (),
                       pool=math.ceil(settings.rerank_pool_factor * kc)
                       if settings.reranking_enabled else 0,
-                      weights=req.legs.weights((float(settings.hybrid_semantic_weight),
-                                                float(settings.hybrid_fts_weight))),
+                      weights=leg_weights(req, settings),
                       rrf_k=settings.rrf_k, fused_scores=not tokenize_query(req.query))
-
-
-def text_leg(req: SearchRequest, settings: Settings) -> bool:
-    """Whether the full-text leg runs: there is query text, its weight is not 0 (the
-    request's, else ``KB_HYBRID_FTS_WEIGHT``), and hybrid search is on or the request weighs
-    the leg itself (``Legs.text_weight``)."""
-    explicit = req.legs.text_weight is not None
-    weight = req.legs.weights((float(settings.hybrid_semantic_weight),
-                               float(settings.hybrid_fts_weight)))[1]
-    return bool(req.query) and weight > 0 and (settings.hybrid_search_enabled or explicit)
 
 
 def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     """The whole search as a generator of I/O requests (see module docstring)."""
+    leg_weights(req, settings)  # (before any read: both legs weighed 0 is bad input)
     watch = Stopwatch()
     groups = yield from synonym_groups(req, settings, watch)
     with watch.lap("embed"):
@@ -138,20 +109,14 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     channel = pool = None
     if settings.rejected_injection_enabled:
         with watch.lap("rejected"):
-            pool = yield reads.rejected_chunks(req.scope, catalog.trust_ttl, unit_vectors)
-            if pool.ids and req.filters.narrows_documents():  # as graph expansion does
-                pool = pool.only((yield reads.rejected_passing(req.scope, req.filters,
-                                                               pool.documents)))
-            common = common_words(req.query, ranked)
-            channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings,
-                                      top=req.limit, ratio=ratio, query=req.query, shared=common)
-            ranked, placed.warned, placed.yielded = place_by_channel(
-                req.query, ranked, channel, pool, settings, top=req.limit, shared=common)
+            ranked, channel, pool = yield from rejected_stage(req, settings, catalog, ranked,
+                                                              qvec, ratio, placed)
     kept, rest = diversify(ranked, req.limit, settings.max_chunks_per_doc)
     shown = [s.hit() for s in kept]  # hits for what is kept, not every candidate: the cutoff's input
     # what the question @mentions, or placement put there on purpose, is never cut; a
     # predecessor moved beside its successor needs some evidence (placement.cut_weak's named)
-    keep = placed.yielded | {h.chunk_id for h in shown if h.document.id in found.mentions}
+    mentioned = found.mentions | req.mention_doc_ids  # (filter mode boosts none, keeps all)
+    keep = placed.yielded | {h.chunk_id for h in shown if h.document.id in mentioned}
     evidence = context_evidence(shown, settings, catalog.calibration)
     linked_ratio = min(ratio, settings.context_cutoff_linked)  # for what the answer links to
 
@@ -173,7 +138,6 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
                               neighbour_floor(shown, linked_ratio, settings, catalog.calibration)),
                 read_ahead=found.seed_neighbours)
     top, cut = cutoff(expansion.linked)
-    runner_up = runner_ups(cut, rest, settings.runner_up_limit)
     expanded = expansion.hits
     if channel is not None:
         expanded = [h for h in expanded if channel.keeps(h.document)]
@@ -185,13 +149,35 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         # a rejected record the ⚠ block warns about is not related context as well
         warned_ids = {h.document.id for h in rejected}
         expanded = [h for h in expanded if h.document.id not in warned_ids]
-    related = {h.chunk_id for h in expanded}  # a chunk used as related context is not a
-    runner_up = tuple(h for h in runner_up if h.chunk_id not in related)  # runner-up as well
+    # a chunk used as related context is no other runner-up as well
+    runner_up = runner_ups(cut, rest, settings.runner_up_limit, {h.chunk_id for h in expanded})
     meta = search_meta(req, settings, watch, found=found, top=top, counts=(
         len(expanded), len(rejected), len(runner_up)), refuse=refuse, catalog=catalog,
         promoted=promoted, channel=channel, cut=len(cut))
     return SearchResult(primary=tuple(top), expanded=tuple(expanded), rejected=tuple(rejected),
                         runner_up=runner_up, meta=meta, query=req.query)
+
+
+def rejected_stage(req: SearchRequest, settings: Settings, catalog: ScopeCatalog,
+                   ranked: list[Scored], qvec: Any, ratio: float, placed: Placed
+                   ) -> Generator[Any, Any, tuple[list[Scored], RejectedChannel,
+                                                  RejectedVectors]]:
+    """The rejected channel: the scope's rejected records (those the filters let through, as
+    graph expansion does), its decision, and ``ranked`` placed by it; ``placed`` takes the
+    records that left primary for the ⚠ block and the chunks a yield moved."""
+    pool = yield reads.rejected_chunks(req.scope, catalog.trust_ttl, unit_vectors)
+    if pool.ids and req.filters.narrows_documents():
+        pool = pool.only((yield reads.rejected_passing(req.scope, req.filters, pool.documents)))
+    common = common_words(req.query, ranked)
+    channel = decide_rejected(pool, qvec, ranked, catalog.calibration, settings,
+                              top=req.limit, ratio=ratio, query=req.query, shared=common)
+    # what would have stood in primary, where a record the ⚠ block warns about left
+    head = {s.document.id for s in ranked[:req.limit]}
+    ranked, warned, placed.yielded = place_by_channel(
+        req.query, ranked, channel, pool, settings, top=req.limit, shared=common)
+    # the ⚠ block shows those past its cap (decision 0009), not the pool's others
+    placed.warned = [s for s in warned if s.document.id in head]
+    return ranked, channel, pool
 
 
 def common_words(query: str, ranked: Sequence[Scored]) -> Callable[[], frozenset[str]]:
@@ -208,12 +194,16 @@ def candidate_texts(ranked: Sequence[Scored]) -> dict[int, list[str]]:
     return texts
 
 
-def runner_ups(cut: Sequence[Hit], rest: Sequence[Scored], limit: int) -> tuple[Hit, ...]:
-    """The first ``limit`` runner-ups: what the adaptive cutoff moved out of the top, then
-    the pool's rest, as hits (built only for those shown: most of the pool is never one)."""
-    return tuple(islice(chain(
-        (replace(h, origin=Origin.RUNNER_UP, metadata={**h.metadata, CUT: True}) for h in cut),
-        (s.hit(Origin.RUNNER_UP) for s in rest)), limit))
+def runner_ups(cut: Sequence[Hit], rest: Sequence[Scored], limit: int,
+               related: Collection[int] = ()) -> tuple[Hit, ...]:
+    """The runner-ups: every hit the adaptive cutoff moved out of the top (``top_k`` gives
+    them back to a contract that promises k), then the pool's first ``limit`` others that are
+    not ``related`` context (chunk ids), as hits (built only for those shown: most of the pool
+    is never one)."""
+    moved = (replace(h, origin=Origin.RUNNER_UP, metadata={**h.metadata, CUT: True})
+             for h in cut)
+    others = (s.hit(Origin.RUNNER_UP) for s in rest if s.candidate.chunk_id not in related)
+    return (*moved, *islice(others, limit))
 
 
 @dataclass
@@ -374,7 +364,9 @@ def search_meta(req: SearchRequest, settings: Settings, watch: Stopwatch, *, fou
         retrieval_ms=round(watch.total_ms(), 3), timings_ms=watch.rounded(),
         search_strategy=SearchStrategy(
             fts_enabled=hybrid,
-            fusion_method=("rerank_weighted_sum" if settings.reranking_enabled
+            # a query without words to weigh is ranked by its fused scores (leg_shape)
+            fusion_method=("rerank_weighted_sum"
+                           if settings.reranking_enabled and tokenize_query(req.query)
                            else "rrf" if hybrid else "semantic_only"),
             fts_query_mode=settings.fts_query_mode if hybrid else None,
             graph_expansion_enabled=settings.graph_expansion_enabled,

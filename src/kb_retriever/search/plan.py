@@ -6,6 +6,9 @@ store, complete with its values and the parser of its rows), a
 query embedding) and receives the answer, so the
 sync and async entry points share every line of logic and differ only in how they perform I/O
 (:func:`run_plan` / :func:`arun_plan`). ``search.pipeline`` and ``search.graph`` build on it.
+Also the request's checks (:func:`validate_query`, :func:`validate_limit`, :func:`mention_ids`,
+:func:`moment`) and which legs it runs
+(:func:`text_leg`, :func:`leg_weights`).
 """
 
 from __future__ import annotations
@@ -15,15 +18,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..checks import check_text
 from ..errors import InputError
 from ..filters import SearchFilters
 from ..filters.expressions import is_row_id
 from ..models import SearchResult
+from ..settings import Settings
 from ..store import sql as q
 from ..store.reads import Fetch, Parallel
 from .modes import Legs
 
-__all__ = ["Embed", "Fetch", "Parallel", "Plan", "SearchRequest", "arun_plan", "run_plan"]
+__all__ = ["Embed", "Fetch", "Parallel", "Plan", "SearchRequest", "arun_plan", "leg_weights",
+           "mention_ids", "moment", "run_plan", "text_leg", "validate_limit", "validate_query"]
 
 
 @dataclass(frozen=True)
@@ -122,3 +128,46 @@ def moment(value: Any) -> datetime | None:
     if value is not None and not isinstance(value, datetime):
         raise InputError(f"now takes a datetime, not {type(value).__name__}")
     return value
+
+
+def text_leg(req: SearchRequest, settings: Settings) -> bool:
+    """Whether the full-text leg runs: there is query text, its weight is not 0 (the
+    request's, else ``KB_HYBRID_FTS_WEIGHT``), and hybrid search is on or the request asks
+    for the leg itself (a ``Legs.text_weight``, or ``Legs.vector_weight=0``: full-text only)."""
+    explicit = req.legs.text_weight is not None or req.legs.vector_weight == 0
+    weight = leg_weights(req, settings)[1]
+    return bool(req.query) and weight > 0 and (settings.hybrid_search_enabled or explicit)
+
+
+def leg_weights(req: SearchRequest, settings: Settings) -> tuple[float, float]:
+    """The (vector, full-text) RRF weights of the search: its ``Legs``' over the settings';
+    an :class:`InputError` when both are 0 (every fused score 0), as the settings refuse."""
+    weights = req.legs.weights((float(settings.hybrid_semantic_weight),
+                                float(settings.hybrid_fts_weight)))
+    if weights == (0.0, 0.0):
+        raise InputError("this search weighs both legs 0 (its Legs over KB_HYBRID_SEMANTIC_"
+                         "WEIGHT and KB_HYBRID_FTS_WEIGHT): every fused score would be 0; give "
+                         "the leg it runs a weight above 0")
+    return weights
+
+
+def validate_query(query: Any, settings: Settings) -> str:
+    if not isinstance(query, str):
+        raise InputError(f"query must be a string, got {type(query).__name__}")
+    text = check_text(query, "query").strip()
+    if not text:
+        raise InputError("query is empty")
+    if len(text) > settings.max_query_chars:
+        raise InputError(
+            f"query is {len(text)} characters; the maximum is {settings.max_query_chars} "
+            "(KB_MAX_QUERY_CHARS)"
+        )
+    return text
+
+
+def validate_limit(limit: Any, settings: Settings) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InputError(f"limit must be an integer, got {limit!r}")
+    if not 1 <= limit <= settings.max_limit:
+        raise InputError(f"limit must be between 1 and {settings.max_limit}, got {limit}")
+    return limit
