@@ -30,7 +30,8 @@ def kb(new_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
         (folder / name).write_text(
             f"---\nid: {slug.upper()}\nslug: {slug}\ntype: {typ}\nstatus: {status}\n"
             f"retrieval_priority: {prio}\ntags: {tags}\nteam: {team}\nscore: {score}\n"
-            f"updated: {updated}\n---\n# {slug}\n\nshared words about the platform {slug}\n")
+            f"updated: {updated}\n{'language: en' + chr(10) if slug == 'dec-cache' else ''}"
+            f"---\n# {slug}\n\nshared words about the platform {slug}\n")
     (folder / "note.md").write_text("# A note\n\nshared words about the platform, no metadata\n")
     with KnowledgeBase(Settings(default_min_similarity=-1.0),
                        embedder=HashingEmbedder(64), database_url=new_database()) as kb:
@@ -77,6 +78,10 @@ CASES: list[tuple[dict[str, Any], set[str]]] = [
     ({"metadata.slug": {"$exists": False}}, {"note"}),
     ({"$or": [{"metadata.team": "infra"}, {"metadata.type": "decision", "score": 9}]},
      {"dec-queue", "run-deploy"}),
+    # the document's own date: its fallback (when it was ingested) is always there
+    ({"doc_date": {"$exists": True}}, {"dec-cache", "dec-queue", "run-deploy"}),
+    ({"doc_date": {"$exists": False}}, {"note"}),
+    ({"language": "EN"}, {"dec-cache"}),  # as the languages dimension: stored lower-case
 ]
 
 
@@ -119,6 +124,7 @@ def test_every_value_is_bound(kb: KnowledgeBase) -> None:
     {"retrieval_priority": {"$gt": "high"}}, {"tags": {"$gt": "a"}}, {"is_canonical": "yes"},
     {"score": {"$between": [1]}}, {"a b": 1}, {"doc_date": {"$gt": "last week"}},
     {"score": 10**400}, {"team": {"$like": 5}}, {"a": {"$in": "x"}},
+    {"team": {"$like": "platform\\"}},  # ends in the escape character: the server's error
 ])
 def test_malformed_expressions_are_filter_errors(bad: dict) -> None:
     with pytest.raises(FilterError):
@@ -222,3 +228,18 @@ def test_a_filter_on_true_after_one_on_1_binds_true(make_kb) -> None:
     for value, want in ((1, ["one"]), (True, ["true"]), (0, []), (False, []), (1.0, ["one"])):
         found = kb.search("redis cache layer", filters={"metadata": {"archived": value}})
         assert [h.document.source_path for h in found.primary] == want, value
+
+
+def test_a_datetime_in_metadata_compares_as_the_iso_text_filters_give(make_kb) -> None:
+    """A datetime in an added document's metadata was stored as str() gives it,
+    "2026-03-01 10:00:00+00:00", which sorts below "2026-03-01T09:00:00" (a space before
+    "T"): a filter from 09:00 on left it out. It is stored as ISO text, as frontmatter is."""
+    from datetime import UTC, datetime
+
+    kb = make_kb()
+    kb.add_documents([{"id": "r", "text": "reviewed cache note",
+                       "metadata": {"reviewed": datetime(2026, 3, 1, 10, tzinfo=UTC)}}])
+    found = kb.search("reviewed cache note",
+                      filters={"$and": [{"reviewed": {"$gte": "2026-03-01T09:00:00"}}]})
+    assert [h.document.source_path for h in found.primary] == ["r"]
+    assert kb.get_by_ids(["r"])[0].metadata["reviewed"] == "2026-03-01T10:00:00+00:00"

@@ -205,7 +205,11 @@ def _value(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
         return (low, high)
     if op in ("$like", "$ilike"):
         if not isinstance(v, str) or kind in ("bool", "int", "date"):
-            raise FilterError(f"{field} {op} takes a text pattern (% and _ are wildcards)")
+            raise FilterError(f"{field} {op} takes a text pattern (% and _ are wildcards, "
+                              "\\ makes the next character literal)")
+        if (len(v) - len(v.rstrip("\\"))) % 2:  # a last backslash escapes nothing
+            raise FilterError(f"{field} {op}: the pattern ends in a lone \\ (the escape "
+                              "character: write \\\\ for a backslash)")
         return _scalar(field, kind, op, v)
     return _scalar(field, kind, op, v)
 
@@ -226,6 +230,8 @@ def _scalar(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
     if kind in ("text", "tags"):
         if not isinstance(v, str):
             raise FilterError(f"{field} takes text, not {type(v).__name__}")
+        if field == "language":  # stored lower-case, as the languages dimension reads it
+            v = v.lower()
     if v is None or isinstance(v, bool):
         return v
     if isinstance(v, int):

@@ -10,6 +10,7 @@ A document's columns are :class:`~kb_retriever.models.DocumentRef`'s fields (its
 from __future__ import annotations
 
 import json
+from datetime import date, time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,13 +25,17 @@ __all__ = ["CHUNK_COLUMNS", "CHUNK_FIELDS", "DOCUMENT_COLUMNS", "DOCUMENT_FIELDS
 
 def json_default(value: Any) -> Any:
     """What JSON stores for a metadata value it has no type for (``json.dumps``'s ``default``):
-    a NumPy number or array as the number or list it holds (a page number ``np.int64(7)`` was
-    stored as the string ``"7"``), anything else (a date, a path) as its text.
+    a date or time as its ISO text (``str()`` put a space before the time, which sorts below the
+    "T" of the ISO text a filter gives), a NumPy number or array as the number or list it holds
+    (a page number ``np.int64(7)`` was stored as the string ``"7"``), anything else (a path)
+    as its text.
 
     >>> import numpy as np, json
     >>> json.dumps({"page": np.int64(7), "box": np.array([1, 2])}, default=json_default)
     '{"page": 7, "box": [1, 2]}'
     """
+    if isinstance(value, date | time):  # ISO text, as frontmatter's dates are stored
+        return value.isoformat()
     tolist = getattr(value, "tolist", None)
     if callable(tolist) and type(value).__module__ == "numpy":
         return tolist()

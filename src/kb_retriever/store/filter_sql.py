@@ -75,8 +75,9 @@ def _condition(cond: Cond, params: Params) -> sql.Composable:
 
 def _column(col: sql.Composable, cond: Cond, params: Params) -> sql.Composable:
     op, v = cond.op, cond.value
-    if op == "$exists":
-        return sql.SQL("{} IS {}NULL").format(col, sql.SQL("NOT " if v else ""))
+    if op == "$exists":  # (doc_date: the document's own, not the ingest time it falls back to)
+        own = sql.SQL("d.doc_date") if cond.field == "doc_date" else col
+        return sql.SQL("{} IS {}NULL").format(own, sql.SQL("NOT " if v else ""))
     if op == "$in":
         return sql.SQL("{} = ANY({})").format(col, _bind(params, v))
     if op == "$nin":
