@@ -10,8 +10,8 @@ A document's columns are :class:`~kb_retriever.models.DocumentRef`'s fields (its
 from __future__ import annotations
 
 import json
-from datetime import date, time
 from collections.abc import Callable, Mapping
+from datetime import date, time
 from typing import Any
 
 from psycopg import sql
