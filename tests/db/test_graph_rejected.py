@@ -384,3 +384,28 @@ def test_the_warning_block_keeps_its_cap_for_records_that_never_stood_in_primary
     assert len(result.primary) == 1
     shown = [h for h in result.primary if h.document.slug.startswith("rej-")]
     assert len(result.rejected) <= max(2, len(shown)), slugs(result.rejected)
+
+
+def test_the_warning_shows_a_chunk_the_filters_pass(make_kb, tmp_path):
+    """A chunk-level filter (a heading, a chunk's metadata) let a rejected record through when
+    any of its chunks passed, then warned with its chunk nearest the question, which the
+    filter had excluded: here the Internal section's text for a search of Public sections."""
+    from kb_retriever.search.modes import Legs
+
+    kb = make_kb(settings=Settings(rejected_rule="absolute", rejected_min_similarity=0.1))
+    kb.ingest([write_kb(tmp_path / "kb", {
+        "rej-broker": doc("rej-broker", type_="rejected-approach", body="""
+            ## Public
+
+            a message broker was considered
+
+            ## Internal
+
+            widget queue caching on rabbitmq was rejected for widget events
+            """)})])
+    query = "widget queue caching on rabbitmq for widget events"
+    legs = Legs(min_similarity=0.5)  # the Public section is no candidate of the legs
+    assert "rabbitmq" in kb.search(query, legs=legs).rejected[0].text
+    public = {"$and": [{"heading_path": {"$like": "%Public"}}]}
+    warned = kb.search(query, filters=public, legs=legs).rejected
+    assert all(h.heading_path == "rej-broker > Public" for h in warned), warned

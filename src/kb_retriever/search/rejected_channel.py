@@ -77,13 +77,14 @@ class RejectedVectors:
         """The rejected documents' ids, each once."""
         return list(dict.fromkeys(doc for doc, _ in self.ids))
 
-    def only(self, docs: Collection[int]) -> RejectedVectors:
-        """These chunks of the documents ``docs`` alone (those a search's filters pass)."""
-        keep = [i for i, (doc, _) in enumerate(self.ids) if doc in docs]
+    def only(self, chunks: Collection[int]) -> RejectedVectors:
+        """These chunks alone (those a search's filters pass), and their documents'."""
+        keep = [i for i, (_, chunk) in enumerate(self.ids) if chunk in chunks]
         if len(keep) == len(self.ids):
             return self
+        docs = {self.ids[i][0] for i in keep}
         return RejectedVectors([self.ids[i] for i in keep], self.unit[keep],
-                               {c: ch for c, ch in self.chunks.items() if ch.document.id in docs},
+                               {c: ch for c, ch in self.chunks.items() if c in chunks},
                                {d: links for d, links in self.links.items() if d in docs})
 
 

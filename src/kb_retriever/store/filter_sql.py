@@ -183,11 +183,12 @@ def needs_doc_join(filters: SearchFilters, *, with_doc_ids: bool) -> bool:
 
 
 def rejected_passing_sql(filters: SearchFilters) -> tuple[sql.Composed, Params]:
-    """Which of the rejected-approach documents ``%(docs)s`` pass the user's filters, as graph
-    expansion applies them (not ``doc_ids``, which pin the primary documents): a document
-    passes when one of its chunks does, as a candidate's does. Params: tenant, docs."""
+    """Which chunks of the rejected-approach documents ``%(docs)s`` pass the user's filters,
+    as graph expansion applies them (not ``doc_ids``, which pin the primary documents): the ⚠
+    block warns with a chunk the search could show, as a candidate is one. Params: tenant,
+    docs."""
     filt, p = doc_filter_sql(filters, with_doc_ids=False)
     return sql.SQL(
-        "SELECT d.id FROM kb_documents d WHERE d.tenant_id = %(tenant)s "
-        "AND d.id = ANY(%(docs)s) AND EXISTS (SELECT 1 FROM kb_chunks c "
-        "WHERE c.tenant_id = d.tenant_id AND c.document_id = d.id{})").format(filt), p
+        "SELECT c.id FROM kb_documents d JOIN kb_chunks c ON c.tenant_id = d.tenant_id "
+        "AND c.document_id = d.id WHERE d.tenant_id = %(tenant)s "
+        "AND d.id = ANY(%(docs)s){}").format(filt), p

@@ -128,7 +128,7 @@ def rejected_chunks(scope: q.Scope, ttl: float, parse: Callable[[Rows], Any]) ->
 
 
 def rejected_passing(scope: q.Scope, filters: SearchFilters, docs: Sequence[int]) -> Fetch:
-    """The ids of the rejected-approach documents ``docs`` that pass ``filters``
+    """The ids of the chunks of the rejected-approach documents ``docs`` that pass ``filters``
     (``filter_sql.rejected_passing_sql``), a frozenset; read per search, as the filters vary."""
     stmt, fparams = rejected_passing_sql(filters)
     return Fetch(stmt, {**fparams, "tenant": scope.tenant, "docs": list(docs)}, "rejected",
