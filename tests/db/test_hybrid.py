@@ -45,3 +45,25 @@ def test_vector_leg_alone_misses_identifier_that_hybrid_finds(make_kb, minilm, c
     assert "E_QUOTA_7731" in top.text
     assert top.scores.fts_rank is not None  # found by the FTS leg too
     assert result.meta["search_strategy"]["fts_enabled"] is True
+
+
+def test_the_statements_fused_scores_order_as_pythons(new_database):
+    """The one statement computed ``0.7 / (60 + rank)`` in numeric (the weights were untyped
+    literals), where ``fusion.fuse_legs`` computes doubles: 17 pairs of ranks up to 50 that tie
+    in numeric do not in doubles, so the two forms of the legs kept different chunks at the
+    rerank pool's edge."""
+    import psycopg
+    from psycopg import sql
+
+    from kb_retriever.store.literal import Literal
+    from kb_retriever.store.sql import _FUSED
+
+    ranks = [(v, f) for v in range(1, 51) for f in range(1, 51)]
+    fused = _FUSED.format(wv=Literal(0.7), wf=Literal(0.3), rrf_k=Literal(60))
+    with psycopg.connect(new_database()) as conn:
+        rows = conn.execute(sql.SQL(
+            "SELECT vector_rank, fts_rank FROM unnest(%s::int[], %s::int[]) AS t(vector_rank, "
+            "fts_rank) ORDER BY {} DESC, vector_rank, fts_rank").format(fused),
+            [[v for v, _ in ranks], [f for _, f in ranks]]).fetchall()
+    python = sorted(ranks, key=lambda r: (-(0.7 / (60 + r[0]) + 0.3 / (60 + r[1])), r))
+    assert rows == python

@@ -47,7 +47,7 @@ _INCOMING = ("SELECT e.project_key, e.from_slug AS nbr, e.to_slug AS src, e.edge
 _HOP = (
     "nbr_edges AS (SELECT DISTINCT ON ({seed_x}x.project_key, x.nbr) x.* FROM ({arms}) x "
     "WHERE {keep} ORDER BY {seed_x}x.project_key, x.nbr, x.weight DESC, x.src, "
-    "x.direction), "
+    "x.direction, x.edge_type), "
     "nbr_pick AS (SELECT DISTINCT ON ({seed_e}d.id) e.*, d.id AS doc, c.id AS chunk, "
     "c.embedding <=> %(qvec)s AS dist FROM nbr_edges e JOIN kb_documents d "
     "ON d.tenant_id = {tenant} AND d.project_key = e.project_key AND d.slug = e.nbr "

@@ -336,8 +336,8 @@ _BOTH_HITS = sql.SQL(
 # (w / (k + rank), vector first, ties by chunk id: the same doubles), and the @mentioned chunks
 # neither leg ranked; ``sampled_pool`` of them when the full-text leg's matches reached the cap
 # (LegShape.pool_for). Only these rows fetch their candidate columns.
-_FUSED = sql.SQL("coalesce({wv} / ({rrf_k} + vector_rank), 0) "
-                 "+ coalesce({wf} / ({rrf_k} + fts_rank), 0)")
+_FUSED = sql.SQL("coalesce({wv}::float8 / ({rrf_k} + vector_rank), 0) "
+                 "+ coalesce({wf}::float8 / ({rrf_k} + fts_rank), 0)")  # (untyped: numeric)
 _POOL = sql.SQL(
     "pool AS (SELECT id, vector_rank, mention, fts_rank, fts_score, dist FROM (SELECT h.*, "
     "row_number() OVER (ORDER BY {fused} DESC, h.id) AS fused_n FROM hits h) x "
