@@ -110,8 +110,8 @@ def test_the_one_statement_returns_the_rerank_pool_and_reads_the_first_hop_ahead
     pooled = dataclasses.replace(SHAPE, pool=45, weights=(0.7, 0.3), rrf_k=60)
     text = render(q.hybrid_sql(pooled, fts_mode="or", n_phrases=0, filters=f,
                                with_doc_ids=False)[0])
-    assert ("row_number() OVER (ORDER BY coalesce(0.7 / (60 + vector_rank), 0) + "
-            "coalesce(0.3 / (60 + fts_rank), 0) DESC, h.id) AS fused_n") in text
+    assert ("row_number() OVER (ORDER BY coalesce(0.7::float8 / (60 + vector_rank), 0) + "
+            "coalesce(0.3::float8 / (60 + fts_rank), 0) DESC, h.id) AS fused_n") in text
     # the full-text leg's matches at the cap are a sample: the pool shrinks to kc (pool_for)
     assert ("WHERE fused_n <= CASE WHEN (SELECT n FROM fts_n) >= 300 THEN 30 ELSE 45 END "
             "OR (mention AND vector_rank IS NULL AND fts_rank IS NULL)") in text
