@@ -140,6 +140,17 @@ def _child(kb: KnowledgeBase, out: Any) -> None:
         out.put(("failed", f"{type(exc).__name__}: {exc}"))
 
 
+def _forked(kb: Any, target: Any) -> tuple[Any, Any]:
+    """A child forked after ``kb`` wrote and searched, running ``target(kb, queue)``."""
+    kb.add_documents([{"text": TEXT, "id": "d1"}])
+    assert kb.search("cache layer").primary
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=target, args=(kb, out))
+    child.start()
+    return child, out
+
+
 @pytest.mark.parametrize("legs", ["true", "false"])
 def test_a_forked_child_gets_its_own_connections(make_kb: MakeKb, legs: str) -> None:
     """After ``fork`` the child hung on the legs' threads (which it has not), or used the
@@ -148,12 +159,7 @@ def test_a_forked_child_gets_its_own_connections(make_kb: MakeKb, legs: str) -> 
     from kb_retriever import Settings
 
     kb = make_kb(settings=Settings(parallel_legs=legs))
-    kb.add_documents([{"text": TEXT, "id": "d1"}])
-    assert kb.search("cache layer").primary
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    child = context.Process(target=_child, args=(kb, out))
-    child.start()
+    child, out = _forked(kb, _child)
     for _ in range(20):  # the parent searches while the child does
         assert kb.search("cache layer", limit=2).primary
     child.join(60)
@@ -193,12 +199,7 @@ def test_a_forked_child_whose_first_start_fails_tries_again_on_its_own_connectio
     """The child marked itself set up before the start: when that failed, every later call
     went on with the parent's pool and threads (its sockets, threads it has not)."""
     kb = make_kb()
-    kb.add_documents([{"text": TEXT, "id": "d1"}])
-    assert kb.search("cache layer").primary
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    child = context.Process(target=_child_whose_restart_fails_once, args=(kb, out))
-    child.start()
+    child, out = _forked(kb, _child_whose_restart_fails_once)
     child.join(60)
     assert child.exitcode == 0 and out.get(timeout=5) == ("ok", 2, "d1")
     for _ in range(20):
