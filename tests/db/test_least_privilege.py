@@ -102,3 +102,25 @@ def test_a_role_that_may_not_create_the_tables_is_told_who_can(roles: Roles) -> 
     db = roles.database()
     with pytest.raises(SchemaError, match="permission denied for schema public.*role that owns"):
         KnowledgeBase(embedder=HashingEmbedder(64), database_url=roles.url(roles.app, db)).open()
+
+
+def test_a_role_that_may_not_build_a_missing_index_opens_and_searches(roles: Roles) -> None:
+    """A knowledge base whose model's index is missing (a build that failed, or dropped) is
+    mended when its tables' owner opens it; a role of reads and writes only opens and searches
+    all the same (by exact scans), as before the mend existed."""
+    db = roles.database()
+    with KnowledgeBase(embedder=HashingEmbedder(64), database_url=roles.url(roles.owner, db)
+                       ) as kb:
+        kb.add_documents([{"id": "a.md", "text": "# Cache\n\nRedis is the cache layer.\n"}])
+    roles.grant_reads_and_writes(db)
+    with psycopg.connect(roles.url(roles.owner, db), autocommit=True) as conn:
+        conn.execute("DROP INDEX kb_chunks_hnsw_1")
+    with KnowledgeBase(embedder=HashingEmbedder(64), database_url=roles.url(roles.app, db)
+                       ) as kb:
+        assert [h.document.source_path for h in kb.search("redis cache layer").primary] == [
+            "a.md"]
+    with KnowledgeBase(embedder=HashingEmbedder(64), database_url=roles.url(roles.owner, db)):
+        pass  # the owner's open builds it again
+    with psycopg.connect(roles.url(roles.owner, db), autocommit=True) as conn:
+        assert conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = "
+                            "to_regclass('kb_chunks_hnsw_1')").fetchone() == (True,)

@@ -232,14 +232,21 @@ def prepare(conn: psycopg.Connection, choices: Choices, settings: Settings
     return space
 
 
+# Whether this role may build kb_chunks' indexes (its owner), and the table holds chunks.
+_OWNS_CHUNKS = ("SELECT pg_has_role(c.relowner, 'USAGE'), EXISTS (SELECT 1 FROM kb_chunks) "
+                "FROM pg_class c WHERE c.oid = 'kb_chunks'::regclass")
+
+
 def _builds_later(conn: psycopg.Connection, settings: Settings) -> bool:
     """Whether the embedder's index is built (or mended) after the registration commits,
     concurrently (``spaces.build_missing_index``): on a table that holds chunks (a plain build
-    held writes back while it scanned them all), on a connection in autocommit (a borrowed
-    one may not be), not through a transaction pooler (a session lock) and not on Citus (the
-    plain build, as the tables were distributed)."""
+    held writes back while it scanned them all), by a role that may build it (the tables'
+    owner: a role of reads and writes only gets the :class:`SchemaError` of a new model, and
+    opens with a missing index as it did), on a connection in autocommit (a borrowed one may
+    not be), not through a transaction pooler (a session lock) and not on Citus (the plain
+    build, as the tables were distributed)."""
     return (conn.autocommit and not settings.transaction_pooler and not distribution.is_citus(conn)
-            and conn.execute("SELECT EXISTS (SELECT 1 FROM kb_chunks)").fetchone() == (True,))
+            and conn.execute(_OWNS_CHUNKS).fetchone() == (True, True))
 
 
 def check_current(conn: psycopg.Connection, choices: Choices) -> spaces.Space | None:
