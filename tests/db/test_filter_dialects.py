@@ -194,7 +194,12 @@ def test_days_in_lists_and_in_the_basic_format_take_whole_days(make_kb, tmp_path
             (where_filters({"doc_date": {"$nin": ["2026-03-01"]}}), {"next"}),
             (where_filters({"doc_date": "20260301"}), {"morning"}),
             ({"date_to": "20260301"}, {"morning"}),
-            ({"date_from": "20260302"}, {"next"})):
+            ({"date_from": "20260302"}, {"next"}),
+            # a list of a day and a datetime: the day is still whole (it was its midnight)
+            (where_filters({"doc_date": {"$in": ["2026-03-01", "2026-03-02T09:00:00Z"]}}),
+             {"morning", "next"}),
+            (where_filters({"doc_date": {"$nin": ["2026-03-01", "2026-03-02T09:00:00Z"]}}),
+             set())):
         assert _keys(kb, filters) == expected, filters
 
 

@@ -171,10 +171,11 @@ def _conditions(field: Any, operand: Any, counter: list[int], *, metadata: bool)
             continue
         kind = TYPED_FIELDS.get(field)
         days = [v] if op in ("$eq", "$ne") else v if op in ("$in", "$nin") else None
-        if kind == "date" and isinstance(days, list | tuple) and days and all(map(_day, days)):
+        if kind == "date" and isinstance(days, list | tuple) and days and any(map(_day, days)):
             _value(field, kind, "$in", list(days))  # the list's own checks
             on_days = [Cond(field, "$between", _value(field, kind, "$between", [d, d]))
-                       for d in days]  # each whole day, not its midnight
+                       if _day(d) else Cond(field, "$eq", _value(field, kind, "$eq", d))
+                       for d in days]  # each whole day, not its midnight; a datetime itself
             either = on_days[0] if len(on_days) == 1 else Or(tuple(on_days))
             out.append(either if op in ("$eq", "$in") else Not(either))
             continue

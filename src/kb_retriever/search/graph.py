@@ -101,7 +101,8 @@ def expand_graph(top: Sequence[Hit], seed: Hit | None, req: SearchRequest, setti
     frontier: list[tuple[str, str]] = [(project, slug)]
     out: list[Hit] = []
     linked: frozenset[int] = frozenset()
-    cited = cited_slugs(h.text for h in top)
+    # the links of the seed's project's passages (a slug names a document in its project)
+    cited = cited_slugs(h.text for h in top if h.document.project_key == project)
     for hop in range(1, settings.graph_expansion_hops + 1):
         if not frontier or len(out) >= settings.graph_expansion_max_nodes:
             break
