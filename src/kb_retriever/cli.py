@@ -333,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose)
     try:
         if args.command in cli_listing.COMMANDS:
-            code = cli_listing.COMMANDS[args.command](args, _kb, printable)
+            code = cli_listing.COMMANDS[args.command](args, _kb)
         else:
             code = COMMANDS[args.command](args)
         if not sys.stdout.closed:  # (the MCP server's stdio transport closes it)

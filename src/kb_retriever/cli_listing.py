@@ -73,8 +73,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
                      for r in [header, *rows])
 
 
-def cmd_projects(args: argparse.Namespace, kb_for: Callable[..., Any],
-                 printable: Callable[[str], str]) -> int:
+def cmd_projects(args: argparse.Namespace, kb_for: Callable[..., Any]) -> int:
     with kb_for(args, project="default", catalog=True) as kb:
         listed = kb.list_projects(tenant=args.tenant)
     if args.json:
@@ -90,8 +89,7 @@ def cmd_projects(args: argparse.Namespace, kb_for: Callable[..., Any],
     return 0
 
 
-def cmd_documents(args: argparse.Namespace, kb_for: Callable[..., Any],
-                  printable: Callable[[str], str]) -> int:
+def cmd_documents(args: argparse.Namespace, kb_for: Callable[..., Any]) -> int:
     with kb_for(args, catalog=True) as kb:
         listed = kb.list_documents(project=args.project, tenant=args.tenant)
     if args.json:
@@ -108,8 +106,7 @@ def cmd_documents(args: argparse.Namespace, kb_for: Callable[..., Any],
     return 0
 
 
-def cmd_delete(args: argparse.Namespace, kb_for: Callable[..., Any],
-               printable: Callable[[str], str]) -> int:
+def cmd_delete(args: argparse.Namespace, kb_for: Callable[..., Any]) -> int:
     with kb_for(args, catalog=True) as kb:
         ids, missing = resolve_keys(args.keys, kb.list_documents(
             project=args.project, tenant=args.tenant, keys=args.keys))
