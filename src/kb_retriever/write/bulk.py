@@ -104,6 +104,9 @@ def _checked(items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]], dimensio
             if owner != draft.source_path:
                 raise InputError(f"bulk_load: {draft.source_path} has the slug {draft.slug!r} "
                                  f"of {owner} in project {project!r}: a slug names one document")
+        if not draft.chunks:
+            raise InputError(f"bulk_load: {draft.source_path} has no chunks (an empty "
+                             "document): leave it out, as an ingest does")
         _check_metadata(draft)
         _check_vectors(draft, vectors, dimension)
         yield project, draft, vectors
@@ -113,9 +116,6 @@ def _check_metadata(draft: DocumentDraft) -> None:
     json_metadata(draft.frontmatter, f"bulk_load: {draft.source_path}'s frontmatter")
     if draft.record_metadata is not None:
         json_metadata(draft.record_metadata, f"bulk_load: {draft.source_path}'s metadata")
-    if not draft.chunks:
-        raise InputError(f"bulk_load: {draft.source_path} has no chunks (an empty "
-                         "document): leave it out, as an ingest does")
     for chunk in draft.chunks:
         if chunk.metadata:
             json_metadata(chunk.metadata,
@@ -143,9 +143,7 @@ def _by_project(batch: list[tuple[str, DocumentDraft, Sequence[Any]]],
 
 def _write_batch(session: BulkSession, tenant: str, project: str,
                  batch: list[tuple[DocumentDraft, Sequence[Any]]], report: BulkReport) -> None:
-    paths = [d.source_path for d, _ in batch]
-    if len(set(paths)) != len(paths):
-        raise InputError("bulk_load: the same source_path appears twice in one batch")
+    paths = [d.source_path for d, _ in batch]  # (each once: _checked)
     with session.transaction():
         existing = session.present(tenant, project, paths)
         fresh = [(d, e) for d, e in batch if d.source_path not in existing]
