@@ -336,3 +336,14 @@ def test_a_headings_closing_hashes_are_not_its_title() -> None:
     chunks = chunk_markdown("# Setup ##\n\ntext one\n\n## C#\n\ntext two\n")
     assert paths(chunks) == ["Setup", "Setup > C#"]
     assert texts(chunks) == ["text one", "text two"]
+
+
+def test_a_heading_longer_than_the_path_holds_keeps_its_words() -> None:
+    """A title is cut to 200 characters in the heading path, and its heading line is in no
+    chunk's text, so its words past the cut were in no chunk (a DOCX heading too)."""
+    title = " ".join(f"word{i}" for i in range(100))
+    chunks = chunk_markdown(f"# {title}\n\nbody\n\n## Short\n\nmore")
+    assert chunks[0].text == f"{title}\n\nbody" and len(chunks[0].heading_path) <= 200
+    assert (chunks[1].heading_path, chunks[1].text) == (f"{chunks[0].heading_path} > Short", "more")
+    only = chunk_markdown(f"# {title}\n")  # a heading alone: its words are the section
+    assert [c.text for c in only] == [title]

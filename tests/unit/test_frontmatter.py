@@ -408,3 +408,33 @@ def test_a_block_after_a_bom_or_with_cr_line_ends_is_frontmatter(text: str) -> N
     result = parse_frontmatter(text)
     assert result.is_canonical and result.slug == "a"
     assert result.body.replace("\r", "\n") == "# Title\nBody"
+
+
+@pytest.mark.parametrize("yaml_text, key", [
+    ("slug: 0042\nslug: auth\ntype: decision\nstatus: accepted\n", "slug"),
+    (CANONICAL + "tags: [1, yes]\ntags: [ops, db]\n", "tags"),
+    (CANONICAL + "owners:\n  team: a\n  team: b\n", "team")])
+def test_a_key_given_twice_is_refused_by_name(yaml_text: str, key: str) -> None:
+    """YAML keeps a repeated key's last value, but the names were read back from its first:
+    ``slug: 0042`` then ``slug: auth`` gave the slug '0042', and ``tags`` mixed both lists. A
+    mapping's key is unique (YAML 1.2); the block is refused with a warning naming the key."""
+    result = fm(yaml_text)
+    assert not result.is_canonical and result.slug is None
+    assert warned(result, "given twice", repr(key))
+
+
+def test_a_summary_keeps_its_text() -> None:
+    """``summary: 12:30`` was the number 750 (YAML 1.1's base 60) and ``summary: no`` was
+    dropped as a flag: a summary is text as written."""
+    assert fm(CANONICAL + "summary: 12:30\n").summary == "12:30"
+    result = fm(CANONICAL + "summary: no\n")
+    assert result.summary == "no" and not result.warnings
+
+
+def test_a_link_escaped_inside_a_table_names_its_target() -> None:
+    """Obsidian writes ``[[target\\|alias]]`` in a table (the pipe escaped from the table's
+    columns): the link named ``target\\`` and was dropped."""
+    from kb_retriever.ingest.chunking import extract_wikilinks
+
+    assert extract_wikilinks("| a | [[dec-cache\\|the cache]] |") == ("dec-cache",)
+    assert fm(CANONICAL + "related: ['[[dec-cache\\|the cache]]']\n").related == ("dec-cache",)

@@ -670,3 +670,36 @@ def test_a_utf16_text_file_with_its_bom_is_read(tmp_path: Path, settings: Settin
     raw = text.encode(codec) if codec == "utf-16" else b"\xfe\xff" + text.encode(codec)
     draft = parse_document(write(tmp_path, "w.md", raw), root=tmp_path, settings=settings)
     assert draft.title == "Notes" and draft.chunks[0].text == "Ça marche: the cache is Redis."
+
+
+@pytest.mark.parametrize("name", ["many.md", "many.txt"])
+def test_a_file_of_too_many_chunks_stops_while_it_is_chunked(tmp_path: Path, name: str) -> None:
+    """The chunk limit was read only once every chunk existed: 16 MB of headings made 1.3 M
+    chunks and 856 MB before it, past the file's deadline. The chunkers now count as they
+    go, so the file fails at the limit, and a text file's characters count as a PDF's do."""
+    body = "\n".join(f"# Heading {i}\n\nline {i}" for i in range(5_000))
+    if name.endswith(".txt"):  # one section: its paragraphs split at the cap
+        body = "\n\n".join(f"paragraph {i} " + "word " * 60 for i in range(2_000))
+    path = write(tmp_path, name, body)
+    with pytest.raises(IngestError) as exc:
+        parse_document(path, root=tmp_path, settings=Settings(ingest_max_chunks=100))
+    assert_one_line_error(exc, name, "more than KB_INGEST_MAX_CHUNKS=100 chunks")
+    with pytest.raises(IngestError) as exc:
+        parse_document(path, root=tmp_path, settings=Settings(ingest_max_chars=10_000))
+    assert_one_line_error(exc, name, "KB_INGEST_MAX_CHARS=10000")
+
+
+def test_a_pdf_or_docx_is_read_again_by_another_version_of_its_reader(
+        tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new pypdf or python-docx extracts other text, but the hash named only the file and
+    the settings: every PDF stayed "unchanged", with the old version's chunks."""
+    paths = [write(tmp_path, "a.pdf", make_pdf(["Page text"])),
+             write(tmp_path, "b.docx", make_docx()), write(tmp_path, "c.md", "# C\ntext")]
+    before = [parse_document(p, root=tmp_path, settings=settings).content_hash for p in paths]
+    monkeypatch.setattr(loaders.importlib.metadata, "version", lambda name: "99.0")
+    loaders._reader_version.cache_clear()
+    try:
+        after = [parse_document(p, root=tmp_path, settings=settings).content_hash for p in paths]
+    finally:
+        loaders._reader_version.cache_clear()
+    assert after[0] != before[0] and after[1] != before[1] and after[2] == before[2]

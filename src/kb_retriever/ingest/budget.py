@@ -78,6 +78,15 @@ class Budget:
                             f"{self.settings.ingest_max_pages}{_RAISE}")
         self.tick(f"page {count}")
 
+    def chunks(self, count: int) -> None:
+        """Check the chunks made so far (and the deadline): called by the chunkers after each
+        section, so a file of a million headings stops at the limit, not after it has them
+        all (16 MB of headings made 1.3 M chunks and 856 MB before the count was read)."""
+        limit = self.settings.ingest_max_chunks
+        if count > limit:
+            raise self.fail(f"more than KB_INGEST_MAX_CHUNKS={limit} chunks{_RAISE}")
+        self.tick("chunking")
+
     def text(self, length: int) -> None:
         """Charge ``length`` characters of extracted text."""
         self.chars += length

@@ -9,7 +9,7 @@ split at line breaks first.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import MappingProxyType
 
 from kb_retriever.ingest.frontmatter import as_slug, link_target, without_block
@@ -49,9 +49,13 @@ def estimate_tokens(text: str) -> int:
 
 
 def chunk_markdown(
-    body: str, *, hard_cap_tokens: int = 1024, overlap_tokens: int = 64, filename: str = ""
+    body: str, *, hard_cap_tokens: int = 1024, overlap_tokens: int = 64, filename: str = "",
+    check: Callable[[int], None] | None = None,
 ) -> tuple[ChunkDraft, ...]:
     """Split markdown into chunks along its headings (a leading frontmatter block is ignored).
+
+    ``check`` is called with the number of chunks made so far after each section, so that a
+    caller can stop a file that makes too many (it raises) before they all exist.
 
     Example::
 
@@ -61,10 +65,10 @@ def chunk_markdown(
     body = _normalize_newlines(without_block(body))
     if not body.strip():
         return ()
-    strategy, sections = split_sections(body)
+    strategy, sections = _sections(body)
     return chunk_sections(
         sections, strategy=strategy, filename=filename,
-        hard_cap_tokens=hard_cap_tokens, overlap_tokens=overlap_tokens,
+        hard_cap_tokens=hard_cap_tokens, overlap_tokens=overlap_tokens, check=check,
     )
 
 
@@ -74,38 +78,52 @@ def split_sections(body: str) -> tuple[str, list[tuple[str, str]]]:
     ``section_aware`` when a heading exists outside fenced code, else ``paragraph_split`` with
     one section per paragraph and an empty heading path.
     """
+    strategy, sections = _sections(body)
+    return strategy, list(sections)
+
+
+def _sections(body: str) -> tuple[str, Iterator[tuple[str, str]]]:
+    """:func:`split_sections` with the sections made as they are read (a file of a million
+    headings is stopped by its chunks' count before it has them all)."""
     lines = _normalize_newlines(body).split("\n")
     code = _code_mask(lines)
     if not any(not c and _HEADING_RE.match(line) for line, c in zip(lines, code, strict=True)):
-        return PARAGRAPH_SPLIT, [("", p) for p in _paragraphs(lines, code)]
+        return PARAGRAPH_SPLIT, (("", p) for p in _paragraphs(lines, code))
+    return SECTION_AWARE, _headed(lines, code)
+
+
+def _headed(lines: list[str], code: list[bool]) -> Iterator[tuple[str, str]]:
     stack = [""] * 6
     path = ""
     buffer: list[str] = []
-    sections: list[tuple[str, str]] = []
     for line, is_code in zip(lines, code, strict=True):
         match = None if is_code else _HEADING_RE.match(line)
         if match is None:
             buffer.append(line)
             continue
-        _flush(sections, path, buffer)  # heading-only sections vanish here (blank buffer)
-        buffer = []
+        yield from _flushed(path, buffer)  # heading-only sections vanish here (blank buffer)
         level = len(match.group(1))
-        stack[level - 1] = clip_words(_title(match.group(2)), MAX_HEADING_CHARS)
+        title = _title(match.group(2))
+        stack[level - 1] = clip_words(title, MAX_HEADING_CHARS)
         stack[level:] = [""] * (6 - level)
         path = " > ".join(h for h in stack if h)
-    _flush(sections, path, buffer)
-    return SECTION_AWARE, sections
+        # A title longer than the path may hold opens its section's text whole: its words past
+        # the cut were in no chunk.
+        buffer = [title] if stack[level - 1] != title else []
+    yield from _flushed(path, buffer)
 
 
 def chunk_sections(
     sections: Iterable[tuple[str, str]], *, strategy: str, filename: str = "",
     hard_cap_tokens: int = 1024, overlap_tokens: int = 64,
+    check: Callable[[int], None] | None = None,
 ) -> tuple[ChunkDraft, ...]:
     """Turn ``(heading_path, text)`` sections into chunks with a running ``order``.
 
     Sections over ``hard_cap_tokens`` are packed paragraph by paragraph; each piece after the
     first is prefixed with the trailing whole paragraphs of the previous piece, within
     ``overlap_tokens`` (joiner included), so no chunk exceeds ``hard_cap + overlap`` tokens.
+    ``check`` is called with the chunks' count after each section (:func:`chunk_markdown`).
     """
     if hard_cap_tokens < 1:
         raise ValueError(f"hard_cap_tokens must be >= 1, got {hard_cap_tokens}")
@@ -121,6 +139,8 @@ def chunk_sections(
             metadata = {"filename": filename, "strategy": strategy, "order": order,
                         "wikilinks": extract_wikilinks(piece)}
             chunks.append(ChunkDraft(order, piece, heading_path, MappingProxyType(metadata)))
+        if check is not None:
+            check(len(chunks))
     return tuple(chunks)
 
 
@@ -190,10 +210,10 @@ def _title(text: str) -> str:
     return words if bare and not bare[-1].isspace() else bare.strip()
 
 
-def _flush(sections: list[tuple[str, str]], path: str, buffer: list[str]) -> None:
+def _flushed(path: str, buffer: list[str]) -> Iterator[tuple[str, str]]:
     text = "\n".join(buffer).strip()
     if text:
-        sections.append((path, text))
+        yield path, text
 
 
 def _paragraphs(lines: list[str], code: list[bool]) -> list[str]:

@@ -35,13 +35,15 @@ DATE_KEYS = ("updated", "last_modified", "date")
 
 
 def link_target(inner: str) -> str:
-    """The slug a wikilink's inside names: Obsidian's ``target#anchor|alias`` forms name
-    ``target``.
+    r"""The slug a wikilink's inside names: Obsidian's ``target#anchor|alias`` forms name
+    ``target``, and so does ``target\|alias``, its form inside a table (the pipe escaped).
 
     >>> link_target("dec-cache|the cache decision"), link_target(" runbook#Restart ")
     ('dec-cache', 'runbook')
+    >>> link_target("dec-cache\\|the cache")
+    'dec-cache'
     """
-    return inner.split("|", 1)[0].split("#", 1)[0].strip()
+    return inner.split("|", 1)[0].split("#", 1)[0].strip().removesuffix("\\").strip()
 
 
 def as_slug(text: str) -> str | None:

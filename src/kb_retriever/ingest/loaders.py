@@ -7,7 +7,9 @@ input, so their errors are translated here, at this one boundary.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import io
 import logging
 import re
@@ -50,8 +52,10 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".pdf", ".docx")
 # Romanian, Indonesian, Lithuanian, Greek, Arabic, Hindi, Nepali, Tamil, Armenian, Serbian
 # detected; 10: Catalan detected; 11: Chinese, Japanese or Korean with Latin words: no language
 # 12: DOCX text in insertions, content controls, fields and nested tables; names in frontmatter
-# as written
-PARSER_VERSION = "kb-retriever-ingest/12"
+# as written; 13: a heading longer than its path keeps its words, a key given twice refuses
+# the frontmatter, a summary as written, ``[[target\|alias]]``; a PDF's or DOCX's hash names
+# the library that read it (a new pypdf reads other text)
+PARSER_VERSION = "kb-retriever-ingest/13"
 # Larger files are exports or binaries mistaken for documents; they would also hold the
 # embedder for minutes.
 MAX_FILE_BYTES = 20 * 1024 * 1024
@@ -89,7 +93,8 @@ def _parse(path: Path, *, root: Path, settings: Settings, listed: Listed | None)
     raw = read_file(path, rel, MAX_FILE_BYTES, listed)
     # The chunking settings are hashed too: changing them must re-chunk unchanged files.
     version = (f"{PARSER_VERSION};cap={settings.chunk_hard_cap_tokens};"
-               f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}")
+               f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}"
+               f"{_reader_version(suffix)}")
     draft = DocumentDraft(
         source_path=rel, doc_key=path.stem, title=path.stem, source_type="markdown",
         content_hash=hashlib.sha256(version.encode() + b"\n" + raw).hexdigest(), chunks=(),
@@ -97,26 +102,31 @@ def _parse(path: Path, *, root: Path, settings: Settings, listed: Listed | None)
     cap, overlap = settings.chunk_hard_cap_tokens, settings.chunk_overlap_tokens
     if suffix == ".pdf":
         chunks, doc_date = _pdf_chunks(raw, rel, path.name, cap, budget)
-        budget.tick("chunking")
         return replace(draft, source_type="pdf", chunks=chunks, doc_date=doc_date)
     if suffix == ".docx":
         text, doc_date = _docx_markdown(raw, rel, budget)
         chunks = chunk_markdown(text, hard_cap_tokens=cap, overlap_tokens=overlap,
-                                filename=path.name)
-        budget.tick("chunking")
+                                filename=path.name, check=budget.chunks)
         return replace(draft, source_type="docx", chunks=chunks, doc_date=doc_date)
     text = _decode(raw, rel)
+    budget.text(len(text))
     if suffix == ".txt":
         # Reference: wrapped as `# {basename}`; the basename is the heading of every chunk,
         # even when the text itself has `# ` lines.
         chunks = chunk_sections([(path.name, text)], strategy=SECTION_AWARE, filename=path.name,
-                                hard_cap_tokens=cap, overlap_tokens=overlap)
-        budget.tick("chunking")
+                                hard_cap_tokens=cap, overlap_tokens=overlap, check=budget.chunks)
         return replace(draft, source_type="text", chunks=chunks)
     fm = parse_frontmatter(text)
-    chunks = chunk_markdown(text, hard_cap_tokens=cap, overlap_tokens=overlap, filename=path.name)
-    budget.tick("chunking")
+    chunks = chunk_markdown(text, hard_cap_tokens=cap, overlap_tokens=overlap, filename=path.name,
+                            check=budget.chunks)
     return _markdown_draft(draft, fm, chunks, canonical_enabled=settings.canonical_enabled)
+
+
+@functools.cache
+def _reader_version(suffix: str) -> str:
+    """The library that reads a PDF or a DOCX, and its version, for the content hash."""
+    reader = {".pdf": "pypdf", ".docx": "python-docx"}.get(suffix)
+    return f";{reader}={importlib.metadata.version(reader)}" if reader else ""
 
 
 def build_edges(fm: FrontmatterResult, wikilinks: Sequence[str] = ()) -> tuple[EdgeDraft, ...]:
@@ -253,7 +263,7 @@ def _pdf_chunks(raw: bytes, rel: str, filename: str, hard_cap: int,
     sections = [(f"Page {n}", join_hyphenation(text.replace("\x00", "")))
                 for n, text in pages if text.strip()]
     chunks = chunk_sections(sections, strategy="pdf_page", filename=filename,
-                            hard_cap_tokens=hard_cap, overlap_tokens=0)
+                            hard_cap_tokens=hard_cap, overlap_tokens=0, check=budget.chunks)
     return chunks, _aware(_safe(lambda: reader.metadata and reader.metadata.modification_date))
 
 

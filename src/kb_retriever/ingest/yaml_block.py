@@ -53,16 +53,42 @@ def load_yaml(raw: str) -> Any:
     loader = _Loader(raw)  # a SafeLoader; its node tree read once, for the names too
     try:
         node = loader.get_single_node()
+        _refuse_repeated_keys(node)
         data = None if node is None else loader.construct_document(node)
     finally:
         loader.dispose()
     return _as_written(node, plain(data, 0, set()))
 
 
+def _refuse_repeated_keys(root: Any) -> None:
+    """A ``ValueError`` naming a key that a mapping of the tree ``root`` gives twice: YAML keeps
+    the last value silently (``slug: 0042`` then ``slug: auth``), and a mapping's keys are
+    unique in YAML 1.2. Merge keys (``<<``) may repeat."""
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:  # an alias is the node it names: read once
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else None
+                if name is not None and name != "<<":
+                    if name in keys:
+                        line = key.start_mark.line + 1
+                        raise ValueError(f"key {name!r} given twice (line {line} of the block)")
+                    keys.add(name)
+                stack += [key, value]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
+
+
 # Keys whose values are names, read as written: YAML 1.1 (PyYAML's) reads the plain scalar
 # `slug: 0042` as octal 34, the tag `no` as False, `language: no` (Norwegian) as False and
-# `title: 12:30` as 750 (base 60). Lists of names: their items (a bare `tags: 12` is no list).
-_NAME_KEYS = frozenset({"slug", "id", "title", "language"})
+# `title: 12:30` as 750 (base 60); a summary of `no` was a flag. Lists of names: their items (a
+# bare `tags: 12` is no list).
+_NAME_KEYS = frozenset({"slug", "id", "title", "language", "summary"})
 _NAME_LISTS = frozenset({"tags", "owners", "related", "supersedes", "superseded_by",
                          *EDGE_TYPE_WEIGHTS})
 _READ_AS_NUMBER_OR_FLAG = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float",

@@ -147,9 +147,6 @@ def _ingest_file(session: Session, embedder: Embedder, settings: Settings, tenan
             "; the version stored before was removed" if removed else "")))
         report.deleted += removed
         return
-    if len(draft.chunks) > settings.ingest_max_chunks:
-        raise IngestError(f"{len(draft.chunks)} chunks, more than KB_INGEST_MAX_CHUNKS="
-                          f"{settings.ingest_max_chunks}; split the file or raise the limit")
     for w in draft.canonical_warnings:
         report.warnings.append((draft.source_path, w))
     _ingest_one(session, embedder, tenant, project, draft, report, source_root=root,

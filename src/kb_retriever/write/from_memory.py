@@ -208,21 +208,25 @@ def record_draft(record: DocumentRecord, settings: Settings, *, detect: bool = T
         raise InputError(f"document {doc_id!r:.80} holds {size / 2 ** 20:.1f} MB of text, more "
                          f"than {MAX_FILE_BYTES // 2 ** 20} MB; split it into documents")
     content = json.dumps([version, text, metadata, chunks_in], sort_keys=True)
+    def chunk_limit(count: int) -> None:  # checked while the text is chunked, too
+        if count > settings.ingest_max_chunks:
+            raise InputError(f"document {doc_id!r:.80} has more than KB_INGEST_MAX_CHUNKS="
+                             f"{settings.ingest_max_chunks} chunks; split it into documents "
+                             "or raise the limit")
+
     if chunks_in is None:
         drafts = chunk_markdown(text, hard_cap_tokens=settings.chunk_hard_cap_tokens,
-                                overlap_tokens=settings.chunk_overlap_tokens, filename=doc_id)
+                                overlap_tokens=settings.chunk_overlap_tokens, filename=doc_id,
+                                check=chunk_limit)
     else:
         drafts = tuple(ChunkDraft(order=i, text=t, metadata=MappingProxyType(m), uid=cid,
                                   embedding=e) for i, (t, cid, m, e) in enumerate(chunks_in))
+        chunk_limit(len(drafts))
     draft = DocumentDraft(
         source_path=doc_id, doc_key=doc_id, title=_fallback_title(metadata, doc_id),
         source_type="markdown",
         content_hash=hashlib.sha256(content.encode("utf-8")).hexdigest(), chunks=(),
     )
-    if len(drafts) > settings.ingest_max_chunks:
-        raise InputError(f"document {doc_id!r:.80} has {len(drafts)} chunks, more than "
-                         f"KB_INGEST_MAX_CHUNKS={settings.ingest_max_chunks}; split it into "
-                         "documents or raise the limit")
     draft = _markdown_draft(draft, fm, drafts, canonical_enabled=settings.canonical_enabled)
     if detect:
         draft = with_language(draft)
