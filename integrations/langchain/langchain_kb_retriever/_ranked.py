@@ -15,7 +15,8 @@ from kb_retriever.search.modes import Legs
 
 from . import _units
 
-__all__ = ["best_hits", "check_mmr", "filter_arg", "mmr_hits", "relevance", "search_args", "wider",
+__all__ = ["ak_units", "and_metadata", "best_hits", "check_mmr", "filter_arg", "k_units",
+           "mmr_hits", "ranked_hits", "relevance", "search_args", "wider",
            "with_scores"]
 
 # A search asks for this many chunks per document it returns: the per-document cap keeps up to
@@ -30,6 +31,16 @@ def filter_arg(name: str, value: Any) -> Mapping[str, Any] | None:
     return value
 
 
+def and_metadata(filters: Mapping[str, Any] | None,
+                 expression: Mapping[str, Any]) -> dict[str, Any]:
+    """``filters`` with ``expression`` AND-ed into its ``metadata`` filter: a key that both
+    name must hold both conditions (a merged mapping kept the expression's alone)."""
+    out = dict(filters or {})
+    held = out.get("metadata")
+    out["metadata"] = {"$and": [dict(held), dict(expression)]} if held else dict(expression)
+    return out
+
+
 def search_args(kb: KnowledgeBase, k: int, filter: Mapping[str, Any] | None,
                 filters: Mapping[str, Any] | None, legs: Legs) -> dict[str, Any]:
     """``KnowledgeBase.search`` arguments for the top ``k`` documents (scope apart)."""
@@ -42,17 +53,22 @@ def search_args(kb: KnowledgeBase, k: int, filter: Mapping[str, Any] | None,
     merged = dict(filter_arg("filters", filters) or {})
     filter = filter_arg("filter", filter)
     if filter:
-        merged["metadata"] = {**merged.get("metadata", {}), **filter}
+        merged = and_metadata(merged, filter)
     limit = min(k * _CHUNKS_PER_DOCUMENT, kb.settings.max_limit)
     return {"limit": limit, "filters": merged or None, "legs": legs}
 
 
+def ranked_hits(result: SearchResult) -> tuple[Hit, ...]:
+    """Every hit a store ranks, best first: primary, runner-ups, then the ⚠ block's."""
+    return (*result.primary, *result.runner_up, *result.rejected)
+
+
 def best_hits(result: SearchResult, k: int | None) -> list[Hit]:
     """The best chunk of each of the first ``k`` documents (or parts; all with None): the
-    primary hits, then the runner-ups, so the store returns k when k exist (a search keeps its
-    weakest hits as runner-ups)."""
+    primary hits, then the runner-ups, then the rejected records the ⚠ block shows, so the
+    store returns k when k exist (a search keeps its weakest hits as runner-ups)."""
     best: dict[str, Hit] = {}
-    for hit in (*result.primary, *result.runner_up):
+    for hit in ranked_hits(result):
         best.setdefault(_units.unit_id(hit), hit)
     return list(best.values())[:k]
 
@@ -62,11 +78,32 @@ def wider(result: SearchResult, k: int, limit: int, most: int) -> int | None:
     parts) though its hits belong to fewer documents than they are: a long document whose
     chunks fill the pool hides the others (four times wider, up to ``most``); None when it
     holds k, or every hit is a document of its own (the scope holds no more)."""
-    hits = (*result.primary, *result.runner_up)
+    hits = ranked_hits(result)
     units = len(best_hits(result, None))
     if units >= k or units == len(hits) or limit >= most:
         return None
     return min(limit * 4, most)
+
+
+def k_units(kb: KnowledgeBase, query: str | None, embedding: Sequence[float] | None, k: int,
+            args: dict[str, Any]) -> SearchResult:
+    """The search of ``args`` (:func:`search_args`), widened while a long document's chunks
+    hide the others (:func:`wider`): k documents when k exist."""
+    result = kb.search(query, query_embedding=embedding, **args)
+    while (limit := wider(result, k, args["limit"], kb.settings.max_limit)):
+        args["limit"] = limit
+        result = kb.search(query, query_embedding=embedding, **args)
+    return result
+
+
+async def ak_units(kb: KnowledgeBase, query: str | None, embedding: Sequence[float] | None,
+                   k: int, args: dict[str, Any]) -> SearchResult:
+    """The async twin of :func:`k_units`."""
+    result = await kb.asearch(query, query_embedding=embedding, **args)
+    while (limit := wider(result, k, args["limit"], kb.settings.max_limit)):
+        args["limit"] = limit
+        result = await kb.asearch(query, query_embedding=embedding, **args)
+    return result
 
 
 def with_scores(hits: Sequence[Hit], stored: list[Document]) -> list[tuple[Document, float]]:

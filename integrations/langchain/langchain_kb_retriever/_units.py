@@ -102,13 +102,14 @@ def _joined_filter(sources: Sequence[str]) -> dict[str, Any]:
 def _joinable(documents: Sequence[StoredDocument]) -> dict[str, StoredDocument]:
     """Of each source: the stored document that its splits without a slug join, the canonical
     document that holds its splits (the first by id when several do), else a canonical
-    document of its own whose text opens with a frontmatter block (the file's first split,
-    stored alone when it ended a call: ``index()`` adds a hundred at a time)."""
+    document of its own; either opened by a frontmatter block (the file's first split, stored
+    alone when it ended a call: ``index()`` adds a hundred at a time). A document whose slug
+    came from its records' metadata is no file's block: a record of its source without that
+    slug stays a document of its own, as it was when both were first added together."""
     out: dict[str, StoredDocument] = {}
     for doc in sorted(documents, key=lambda d: (d.source_type != CHUNKS_SOURCE_TYPE, d.id)):
         source = _source(doc.metadata)
-        if source is not None and (doc.source_type == CHUNKS_SOURCE_TYPE
-                                   or doc.text.startswith("---")) and doc.slug:
+        if source is not None and doc.text.startswith("---") and doc.slug:
             out.setdefault(source, doc)
     return out
 

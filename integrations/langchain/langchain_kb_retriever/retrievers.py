@@ -20,7 +20,7 @@ from kb_retriever.interop.vectors import hit_vectors
 from kb_retriever.models.results import CONTEXT_CUTOFF
 from kb_retriever.ranking.mmr import mmr_order
 
-from . import _units
+from . import _ranked, _units
 from ._convert import hit_to_document, result_hits, with_added_metadata
 
 __all__ = ["KBRetriever"]
@@ -189,8 +189,7 @@ class KBRetriever(BaseRetriever):
         if self.filter_on_metadata and expression:
             if not isinstance(expression, Mapping):
                 raise InputError(f"filter must be a mapping, got {type(expression).__name__}")
-            filters = {**(filters or {}), "metadata": {**(filters or {}).get("metadata", {}),
-                                                       **expression}}
+            filters = _ranked.and_metadata(filters, expression)
         else:
             filters = _merge_filters(filters, expression)
         fetch_k, lambda_mult = opts.get("fetch_k", 20), opts.get("lambda_mult", 0.5)

@@ -214,20 +214,14 @@ class KBVectorStore(VectorStore):
                 filter: Mapping[str, Any] | None,
                 filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
         kb, args = self._open(), self._search_args(k, filter, filters)
-        result = kb.search(query, query_embedding=embedding, **args)
-        while (limit := _ranked.wider(result, k, args["limit"], kb.settings.max_limit)):
-            args["limit"] = limit  # a long document's chunks hid the others: k when k exist
-            result = kb.search(query, query_embedding=embedding, **args)
+        result = _ranked.k_units(kb, query, embedding, k, args)
         return _ranked.stored(result, k, lambda ids: _units.fetch(kb, ids, self._scope()))
 
     async def _ascored(self, query: str | None, embedding: Sequence[float] | None, k: int,
                        filter: Mapping[str, Any] | None,
                        filters: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
         kb, args = await self._aopen(), self._search_args(k, filter, filters)
-        result = await kb.asearch(query, query_embedding=embedding, **args)
-        while (limit := _ranked.wider(result, k, args["limit"], kb.settings.max_limit)):
-            args["limit"] = limit
-            result = await kb.asearch(query, query_embedding=embedding, **args)
+        result = await _ranked.ak_units(kb, query, embedding, k, args)
         return await _ranked.astored(result, k, lambda ids: _units.afetch(kb, ids, self._scope()))
 
     def similarity_search_with_score(self, query: str, k: int = 4,
@@ -294,7 +288,7 @@ class KBVectorStore(VectorStore):
                     filters: Mapping[str, Any] | None) -> list[Document]:
         kb = self._open()
         args = self._mmr_args(k, fetch_k, lambda_mult, filter, filters)
-        result = kb.search(query, query_embedding=embedding, **args)
+        result = _ranked.k_units(kb, query, embedding, k, args)
         hits = _ranked.mmr_hits(kb, result, k, fetch_k, lambda_mult)
         stored = _units.fetch(kb, [_units.unit_id(h) for h in hits], self._scope())
         return [d for d, _ in _ranked.with_scores(hits, stored)]
@@ -304,7 +298,7 @@ class KBVectorStore(VectorStore):
                            filters: Mapping[str, Any] | None) -> list[Document]:
         kb = await self._aopen()
         args = self._mmr_args(k, fetch_k, lambda_mult, filter, filters)
-        result = await kb.asearch(query, query_embedding=embedding, **args)
+        result = await _ranked.ak_units(kb, query, embedding, k, args)
         # the embedder is synchronous: keep the loop free
         hits = await asyncio.to_thread(_ranked.mmr_hits, kb, result, k, fetch_k, lambda_mult)
         stored = await _units.afetch(kb, [_units.unit_id(h) for h in hits], self._scope())

@@ -235,6 +235,8 @@ def _scalar(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
             v = v.lower()
     if v is None or isinstance(v, bool):
         return v
+    if isinstance(v, list | tuple) and not v and kind is None:
+        return ()  # an empty list (LlamaIndex's IS_EMPTY); hashable, and JSON's [] still
     if isinstance(v, int):
         if not is_bigint(v):
             raise FilterError(f"{field} {op}: the number is out of range (a 64-bit integer)")
@@ -247,7 +249,7 @@ def _scalar(field: str, kind: FieldKind | None, op: str, v: Any) -> Any:
         if len(v) > 10_000:
             raise FilterError(f"{field} {op} has an invalid text value")
         return check_text(v, f"{field} {op}", FilterError)
-    raise FilterError(f"{field} {op} takes a string, number, boolean or null, "
+    raise FilterError(f"{field} {op} takes a string, number, boolean, null or [], "
                       f"not {type(v).__name__}")
 
 

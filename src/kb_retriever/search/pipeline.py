@@ -149,8 +149,11 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
         # a rejected record the ⚠ block warns about is not related context as well
         warned_ids = {h.document.id for h in rejected}
         expanded = [h for h in expanded if h.document.id not in warned_ids]
-    # a chunk used as related context is no other runner-up as well
-    runner_up = runner_ups(cut, rest, settings.runner_up_limit, {h.chunk_id for h in expanded})
+    # a chunk used as related context, or a record the ⚠ block shows, is no runner-up as well
+    warning = {h.document.id for h in rejected}
+    left = [s for s in placed.left if s.document.id not in warning]
+    runner_up = runner_ups(cut, [*rest, *left], settings.runner_up_limit,
+                           {h.chunk_id for h in (*expanded, *rejected)})
     meta = search_meta(req, settings, watch, found=found, top=top, counts=(
         len(expanded), len(rejected), len(runner_up)), refuse=refuse, catalog=catalog,
         promoted=promoted, channel=channel, cut=len(cut))
@@ -173,8 +176,11 @@ def rejected_stage(req: SearchRequest, settings: Settings, catalog: ScopeCatalog
                               top=req.limit, ratio=ratio, query=req.query, shared=common)
     # what would have stood in primary, where a record the ⚠ block warns about left
     head = {s.document.id for s in ranked[:req.limit]}
+    before = ranked
     ranked, warned, placed.yielded = place_by_channel(
         req.query, ranked, channel, pool, settings, top=req.limit, shared=common)
+    staying = {s.candidate.chunk_id for s in ranked}
+    placed.left = [s for s in before if s.candidate.chunk_id not in staying]
     # the ⚠ block shows those past its cap (decision 0009), not the pool's others
     placed.warned = [s for s in warned if s.document.id in head]
     return ranked, channel, pool
@@ -214,6 +220,9 @@ class Placed:
     promoted: set[int] = field(default_factory=set)  # documents: a history question's predecessor
     yielded: set[int] = field(default_factory=set)  # chunks: accepted decisions above their rejected
     warned: list[Scored] = field(default_factory=list)
+    # the rejected records' chunks the channel took out of the ranking: the last runner-ups
+    # (a vector store that promises k, filtered to rejected records, still gets k)
+    left: list[Scored] = field(default_factory=list)
 
 
 def context_evidence(shown: Sequence[Hit], settings: Settings,

@@ -183,3 +183,22 @@ def test_a_status_changed_through_the_indexing_api_reaches_the_document(make_kb,
     (adr,) = kb.get_by_ids(["dec-cache-v2"])
     assert (adr.is_canonical, adr.canonical_status) == (True, "superseded")
     assert len(adr.chunks) == len(splits("superseded"))
+
+
+def test_adding_the_same_records_twice_keeps_what_the_first_add_made(make_kb):
+    """A record with its slug in its metadata and another of its source without one: the first
+    add stored two documents; the same add again made the second a part of the first, whose
+    fields then were only what both share (``source``), so the decision lost its type and
+    status, and the second record was stored twice."""
+    kb: KnowledgeBase = make_kb(embedder=HashingEmbedder(128))
+    store = KBVectorStore(kb=kb)
+    records = [Document("Redis is the cache layer.", metadata={
+                   "source": "f.md", "type": "decision", "status": "accepted", "slug": "x"}),
+               Document("Eviction runs nightly.", metadata={"source": "f.md"})]
+    first = store.add_documents(records)
+    before = sorted((d.id, d.canonical_status, d.chunks) for d in kb.list_documents())
+    assert len(before) == 2
+    assert store.add_documents(records) == first
+    assert sorted((d.id, d.canonical_status, d.chunks) for d in kb.list_documents()) == before
+    (decision,) = kb.get_by_ids(["x"])
+    assert (decision.canonical_type, decision.canonical_status) == ("decision", "accepted")

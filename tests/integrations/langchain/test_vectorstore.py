@@ -245,6 +245,11 @@ def test_k_results_when_one_long_document_holds_the_nearest_chunks(new_database)
             assert len(docs) == len({d.id for d in docs}) == k
             assert docs[0].id == "long"
         assert len(asyncio.run(store.asimilarity_search("Redis cache eviction", k=4))) == 4
+        # maximal marginal relevance too (it searched once: one document for k=4)
+        for found in (store.max_marginal_relevance_search("Redis cache eviction", k=4, fetch_k=4),
+                      asyncio.run(store.amax_marginal_relevance_search(
+                          "Redis cache eviction", k=4, fetch_k=4))):
+            assert len({d.id for d in found}) == len(found) == 4
 
 
 def test_k_above_what_one_search_returns_is_an_input_error(new_database):
@@ -511,3 +516,43 @@ def test_the_stores_retriever_returns_the_metadata_documents_were_added_with(sto
     assert (doc.metadata["source"], doc.metadata["page"], doc.metadata["team"]) == (
         "notes/cache.md", 3, "platform")
     assert doc.metadata["kb"]["origin"] == "primary" and doc.metadata["score"] > 0
+
+
+def test_a_filter_and_the_filters_metadata_on_one_key_must_both_hold(store):
+    """``filter=`` was merged into ``filters={"metadata": ...}`` key by key, so a key both
+    named kept ``filter``'s condition alone (``team`` web, not sre): the two are AND-ed, on
+    the store and on a retriever built with the knowledge base's own filters."""
+    from langchain_kb_retriever import KBRetriever
+
+    store.add_documents([Document("cache runbook for web", metadata={"team": "web", "tier": 1}),
+                         Document("cache runbook for sre", metadata={"team": "sre", "tier": 1})])
+    both = {"filter": {"team": "web"}, "filters": {"metadata": {"team": "sre"}}}
+    assert store.similarity_search("cache runbook", k=2, **both) == []
+    assert [d.page_content for d in store.similarity_search(
+        "cache runbook", k=2, filter={"team": "web"}, filters={"metadata": {"tier": 1}})] == [
+        "cache runbook for web"]
+    retriever = KBRetriever(kb=store.kb, k=2, filters={"metadata": {"team": "sre"}},
+                            filter_on_metadata=True)
+    assert retriever.invoke("cache runbook", filter={"team": "web"}) == []
+    assert [d.page_content for d in retriever.invoke("cache runbook", filter={"tier": 1})] == [
+        "cache runbook for sre"]
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_store_filtered_to_rejected_records_returns_k_of_them(store, run):
+    """The rejected channel takes a rejected record that the question does not bear on out of
+    the ranking, and moves one it warns about to the ⚠ block: a store that promises k
+    documents, filtered to rejected records, returned one or none of three."""
+    import asyncio
+
+    names = ("memcached", "hazelcast", "ehcache")
+    store.add_documents([
+        *(Document(f"We considered {n} for the shared cache and rejected it.",
+                   metadata={"slug": f"rej-{n}", "type": "rejected-approach",
+                             "status": "accepted"}) for n in names),
+        Document("Redis is the shared cache.", metadata={
+            "slug": "dec-redis", "type": "decision", "status": "accepted"})])
+    only = {"type": "rejected-approach"}
+    found = (store.similarity_search("which shared cache", k=3, filter=only) if run == "sync"
+             else asyncio.run(store.asimilarity_search("which shared cache", k=3, filter=only)))
+    assert sorted(d.metadata["slug"] for d in found) == [f"rej-{n}" for n in sorted(names)]

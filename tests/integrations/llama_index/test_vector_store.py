@@ -501,3 +501,46 @@ def test_a_call_that_fails_after_a_document_was_saved_says_both(make_kb, use_asy
         {"a1": "docA", "shared": "docC"}
     kb.close()
     kb.open()
+
+
+def test_is_empty_matches_a_missing_a_null_or_an_empty_value_and_ids_are_a_list(make_kb):
+    """``IS_EMPTY`` ("not exist or empty (null or empty array)" in LlamaIndex's filter
+    function) read a key's absence alone: a node whose ``author`` was None or [] did not match.
+    And ``delete_nodes("node-1")`` took the string for six ids of one character each."""
+    kb = make_kb(embedder=HashingEmbedder(256))
+    store = KBVectorStore(kb)
+    nodes = [TextNode(id_=f"n-{i}", text=f"cache note {i}", metadata=meta,
+                      embedding=kb.embedder.embed_query(f"cache note {i}"))
+             for i, meta in enumerate([{"author": None}, {"author": []}, {"other": 1},
+                                       {"author": "ana"}, {"author": ["bo"]}])]
+    store.add(nodes)
+    empty = MetadataFilters(filters=[MetadataFilter(key="author", value=None,
+                                                    operator=FilterOperator.IS_EMPTY)])
+    assert sorted(n.node_id for n in store.get_nodes(filters=empty)) == ["n-0", "n-1", "n-2"]
+    found = store.query(VectorStoreQuery(query_str="cache note", similarity_top_k=5,
+                                         filters=empty))
+    assert sorted(found.ids or []) == ["n-0", "n-1", "n-2"]
+    for call in (store.delete_nodes, store.get_nodes):
+        with pytest.raises(InputError, match=r"a list of ids, got a str \('n-1'\)"):
+            call("n-1")  # type: ignore[arg-type]
+    assert len(store.get_nodes(["n-0", "n-1", "n-2", "n-3", "n-4"])) == 5
+
+
+def test_a_store_filtered_to_rejected_records_returns_top_k_of_them(make_kb):
+    """As the LangChain store's: the rejected channel took rejected records out of the ranking
+    (or into the ⚠ block), and ``similarity_top_k=3`` over three of them gave fewer."""
+    kb = make_kb(embedder=HashingEmbedder(256))
+    store = KBVectorStore(kb)
+    names = ("memcached", "hazelcast", "ehcache")
+    docs = [Document(doc_id=f"rej-{n}", text=f"We considered {n} for the shared cache and "
+                     "rejected it.", metadata={"slug": f"rej-{n}", "type": "rejected-approach",
+                                               "status": "accepted"}) for n in names]
+    docs.append(Document(doc_id="dec-redis", text="Redis is the shared cache.",
+                         metadata={"slug": "dec-redis", "type": "decision", "status": "accepted"}))
+    VectorStoreIndex.from_documents(docs, storage_context=StorageContext.from_defaults(
+        vector_store=store), embed_model=KBCoreEmbedding(kb.embedder))
+    only = MetadataFilters(filters=[MetadataFilter(key="type", value="rejected-approach")])
+    found = store.query(VectorStoreQuery(query_str="which shared cache", similarity_top_k=3,
+                                         query_embedding=kb.embedder.embed_query(
+                                             "which shared cache"), filters=only))
+    assert sorted(n.ref_doc_id for n in found.nodes or []) == [f"rej-{n}" for n in sorted(names)]

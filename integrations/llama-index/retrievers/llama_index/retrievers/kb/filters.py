@@ -20,6 +20,7 @@ from llama_index.core.vector_stores.types import (
 
 from kb_retriever import FilterError, SearchFilters
 from kb_retriever.filters.dimensions import where_filters
+from kb_retriever.filters.expressions import TYPED_FIELDS
 
 __all__ = ["FieldRewrites", "metadata_filters_to_expression", "to_search_filters"]
 
@@ -93,7 +94,10 @@ def _condition(f: MetadataFilter, list_fields: frozenset[str]) -> dict[str, Any]
     if op == FilterOperator.TEXT_MATCH_INSENSITIVE:
         return {key: {"$ilike": _like(value)}}
     if op == FilterOperator.IS_EMPTY:
-        return {key: {"$exists": False}}
+        if key in TYPED_FIELDS:  # a column: NULL (or, for tags, no tag)
+            return {key: {"$exists": False}}
+        # as LlamaIndex reads it: missing, null or an empty list
+        return {"$or": [{key: {"$exists": False}}, {key: {"$in": [None, []]}}]}
     if key in list_fields:
         if op == FilterOperator.CONTAINS:
             return {key: {"$eq": value}}

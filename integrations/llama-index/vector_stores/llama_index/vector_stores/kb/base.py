@@ -23,6 +23,7 @@ from kb_retriever import (
     ChunkRecord,
     ConfigError,
     Hit,
+    InputError,
     KnowledgeBase,
     SearchResult,
     StoredChunk,
@@ -196,6 +197,9 @@ class KBVectorStore(BasePydanticVectorStore):
     def _selection(node_ids: list[str] | None, filters: MetadataFilters | None
                    ) -> dict[str, Any] | None:
         """``get_chunks`` / ``delete_chunks`` arguments, or None when nothing is selected."""
+        if isinstance(node_ids, str | bytes):  # list("n-1") is three ids of one character
+            raise InputError(f"node_ids must be a list of ids, got a {type(node_ids).__name__} "
+                             f"({node_ids!r:.40}): write [{node_ids!r:.40}]")
         kb_filters = to_kb_filters(filters)
         if node_ids is None and kb_filters is None:
             return None
@@ -251,11 +255,11 @@ class KBVectorStore(BasePydanticVectorStore):
 
     def _result(self, result: SearchResult, query: VectorStoreQuery,
                 mode: Mode) -> VectorStoreQueryResult:
-        # The primary hits, then the runner-ups: top_k when top_k exist (a search keeps its
-        # weakest hits as runner-ups).
+        # The primary hits, then the runner-ups, then the ⚠ block's rejected records: top_k
+        # when top_k exist (a search keeps its weakest hits as runner-ups).
         seen: set[str] = set()
         hits = []
-        for hit in (*result.primary, *result.runner_up):
+        for hit in (*result.primary, *result.runner_up, *result.rejected):
             node_id = hit.chunk_uid or hit.uid
             if node_id not in seen:
                 seen.add(node_id)
