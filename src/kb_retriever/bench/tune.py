@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kb_retriever.models import Candidate, Hit
+from kb_retriever.models import Candidate, Hit, Origin
 from kb_retriever.ranking import diversify, rerank, should_refuse
 from kb_retriever.ranking.calibration import PROBES, Calibration
 from kb_retriever.ranking.signals import GRIDS
@@ -52,10 +52,12 @@ def _candidate(h: Hit) -> Candidate:
 
 
 def pools_from_runs(runs: Sequence[QueryRun]) -> list[Pool]:
-    """Candidate pools rebuilt from primary + runner-up hits, in the store's fused order."""
+    """Candidate pools rebuilt from primary + runner-up hits, in the store's fused order (not
+    the rejected records the channel took out of the ranking: the ranking never holds them)."""
     pools = []
     for r in runs:
-        hits = [*r.result.primary, *r.result.runner_up]
+        hits = [*r.result.primary,
+                *(h for h in r.result.runner_up if h.origin is not Origin.REJECTED)]
         cands = sorted((_candidate(h) for h in hits), key=lambda c: -c.fused_score)
         pools.append(Pool(r.query, tuple(cands), r.result.meta.get("lexeme_stats"),
                           _calibration(r.result.meta.get("calibration"))))

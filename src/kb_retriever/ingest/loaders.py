@@ -36,7 +36,7 @@ from kb_retriever.ingest.language import with_language
 from kb_retriever.models import ChunkDraft, DocumentDraft, EdgeDraft
 from kb_retriever.settings import EDGE_TYPE_WEIGHTS, Settings
 
-__all__ = ["MAX_FILE_BYTES", "PARSER_VERSION", "SUPPORTED_SUFFIXES", "build_edges",
+__all__ = ["MAX_FILE_BYTES", "PARSER_VERSION", "SUPPORTED_SUFFIXES", "build_edges", "chunking_version",
            "parse_document"]
 
 logger = logging.getLogger(__name__)
@@ -91,10 +91,7 @@ def _parse(path: Path, *, root: Path, settings: Settings, listed: Listed | None)
                           f"supported: {', '.join(SUPPORTED_SUFFIXES)}")
     budget = Budget.start(rel, settings)
     raw = read_file(path, rel, MAX_FILE_BYTES, listed)
-    # The chunking settings are hashed too: changing them must re-chunk unchanged files.
-    version = (f"{PARSER_VERSION};cap={settings.chunk_hard_cap_tokens};"
-               f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}"
-               f"{_reader_version(suffix)}")
+    version = f"{PARSER_VERSION};{chunking_version(settings)}{_reader_version(suffix)}"
     draft = DocumentDraft(
         source_path=rel, doc_key=path.stem, title=path.stem, source_type="markdown",
         content_hash=hashlib.sha256(version.encode() + b"\n" + raw).hexdigest(), chunks=(),
@@ -120,6 +117,13 @@ def _parse(path: Path, *, root: Path, settings: Settings, listed: Listed | None)
     chunks = chunk_markdown(text, hard_cap_tokens=cap, overlap_tokens=overlap, filename=path.name,
                             check=budget.chunks)
     return _markdown_draft(draft, fm, chunks, canonical_enabled=settings.canonical_enabled)
+
+
+def chunking_version(settings: Settings) -> str:
+    """The settings that change a text's chunks, for the content hash: changing them must
+    chunk unchanged files and records again."""
+    return (f"cap={settings.chunk_hard_cap_tokens};overlap={settings.chunk_overlap_tokens};"
+            f"canonical={settings.canonical_enabled}")
 
 
 @functools.cache

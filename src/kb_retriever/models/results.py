@@ -186,7 +186,9 @@ class SearchResult:
     """What :meth:`KnowledgeBase.search` returns.
 
     ``primary`` is the reranked top-k, ``expanded`` the graph neighbours, ``rejected`` the
-    rejected approaches that correlate with the query, ``runner_up`` candidates below top-k.
+    rejected approaches that correlate with the query, ``runner_up`` candidates below top-k
+    (the last of them, of origin ``rejected``, the rejected approaches that the query does not
+    bear on: no block of the prompt holds them, and a vector store that promises k reads them).
     """
 
     primary: tuple[Hit, ...]

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, NamedTuple
 
 from ..models import Candidate, Hit, Origin, SearchResult
@@ -152,8 +152,8 @@ def search_plan(req: SearchRequest, settings: Settings) -> Plan:
     # a chunk used as related context, or a record the ⚠ block shows, is no runner-up as well
     warning = {h.document.id for h in rejected}
     left = [s for s in placed.left if s.document.id not in warning]
-    runner_up = runner_ups(cut, [*rest, *left], settings.runner_up_limit,
-                           {h.chunk_id for h in (*expanded, *rejected)})
+    runner_up = runner_ups(cut, rest, settings.runner_up_limit,
+                           {h.chunk_id for h in (*expanded, *rejected)}, left=left)
     meta = search_meta(req, settings, watch, found=found, top=top, counts=(
         len(expanded), len(rejected), len(runner_up)), refuse=refuse, catalog=catalog,
         promoted=promoted, channel=channel, cut=len(cut))
@@ -201,15 +201,16 @@ def candidate_texts(ranked: Sequence[Scored]) -> dict[int, list[str]]:
 
 
 def runner_ups(cut: Sequence[Hit], rest: Sequence[Scored], limit: int,
-               related: Collection[int] = ()) -> tuple[Hit, ...]:
+               related: Collection[int] = (), *, left: Sequence[Scored] = ()) -> tuple[Hit, ...]:
     """The runner-ups: every hit the adaptive cutoff moved out of the top (``top_k`` gives
     them back to a contract that promises k), then the pool's first ``limit`` others that are
     not ``related`` context (chunk ids), as hits (built only for those shown: most of the pool
-    is never one)."""
+    is never one); the last of them the rejected records' chunks the channel took out of the
+    ranking (``left``), of origin ``rejected``."""
     moved = (replace(h, origin=Origin.RUNNER_UP, metadata={**h.metadata, CUT: True})
              for h in cut)
-    others = (s.hit(Origin.RUNNER_UP) for s in rest if s.candidate.chunk_id not in related)
-    return (*moved, *islice(others, limit))
+    others = chain((s.hit(Origin.RUNNER_UP) for s in rest), (s.hit(Origin.REJECTED) for s in left))
+    return (*moved, *islice((h for h in others if h.chunk_id not in related), limit))
 
 
 @dataclass

@@ -35,7 +35,7 @@ from ..errors import IngestError, InputError, KbError, WriteError
 from ..ingest.chunking import chunk_markdown
 from ..ingest.frontmatter import frontmatter_from_mapping, parse_frontmatter, split_frontmatter
 from ..ingest.language import with_language
-from ..ingest.loaders import MAX_FILE_BYTES, PARSER_VERSION, _markdown_draft
+from ..ingest.loaders import MAX_FILE_BYTES, PARSER_VERSION, _markdown_draft, chunking_version
 from ..models import (
     ChunkDraft,
     ChunkRecord,
@@ -201,8 +201,7 @@ def record_draft(record: DocumentRecord, settings: Settings, *, detect: bool = T
         fm = replace(fm, warnings=block.warnings + fm.warnings)
     doc_id = valid_id(record.id, "document id") or (fm.slug if fm.is_canonical else None) \
         or derived_id(text, metadata)
-    version = (f"{PARSER_VERSION};record;cap={settings.chunk_hard_cap_tokens};"
-               f"overlap={settings.chunk_overlap_tokens};canonical={settings.canonical_enabled}")
+    version = f"{PARSER_VERSION};record;{chunking_version(settings)}"
     size = len(text.encode("utf-8")) + sum(len(t.encode("utf-8")) for t, *_ in chunks_in or ())
     if size > MAX_FILE_BYTES:  # what a file may hold: a document is read back whole
         raise InputError(f"document {doc_id!r:.80} holds {size / 2 ** 20:.1f} MB of text, more "
@@ -211,8 +210,7 @@ def record_draft(record: DocumentRecord, settings: Settings, *, detect: bool = T
     def chunk_limit(count: int) -> None:  # checked while the text is chunked, too
         if count > settings.ingest_max_chunks:
             raise InputError(f"document {doc_id!r:.80} has more than KB_INGEST_MAX_CHUNKS="
-                             f"{settings.ingest_max_chunks} chunks; split it into documents "
-                             "or raise the limit")
+                             f"{settings.ingest_max_chunks} chunks; split it or raise the limit")
 
     if chunks_in is None:
         drafts = chunk_markdown(text, hard_cap_tokens=settings.chunk_hard_cap_tokens,
@@ -222,11 +220,9 @@ def record_draft(record: DocumentRecord, settings: Settings, *, detect: bool = T
         drafts = tuple(ChunkDraft(order=i, text=t, metadata=MappingProxyType(m), uid=cid,
                                   embedding=e) for i, (t, cid, m, e) in enumerate(chunks_in))
         chunk_limit(len(drafts))
-    draft = DocumentDraft(
-        source_path=doc_id, doc_key=doc_id, title=_fallback_title(metadata, doc_id),
-        source_type="markdown",
-        content_hash=hashlib.sha256(content.encode("utf-8")).hexdigest(), chunks=(),
-    )
+    draft = DocumentDraft(source_path=doc_id, doc_key=doc_id, source_type="markdown",
+                          title=_fallback_title(metadata, doc_id), chunks=(),
+                          content_hash=hashlib.sha256(content.encode("utf-8")).hexdigest())
     draft = _markdown_draft(draft, fm, drafts, canonical_enabled=settings.canonical_enabled)
     if detect:
         draft = with_language(draft)
