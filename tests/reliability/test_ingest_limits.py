@@ -356,3 +356,42 @@ def test_a_canonical_file_moved_within_the_root_keeps_its_slug_with_prune(
     assert report.failed == [] and report.deleted == 1
     assert _paths(kb) == ["adr/archive/0007.md"]
     assert kb.search("which cache did we choose").primary[0].document.slug == "dec-cache"
+
+
+def test_a_prune_keeps_a_file_another_ingest_moved_meanwhile(make_kb: MakeKb, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prune read (root, path) pairs, looked for each file, then deleted by path alone: a
+    file moved from a/ to b/ and ingested from b/ while the prune of a/ looked at its other
+    files was deleted, though that ingest had reported it stored. It stays now: the delete
+    takes a row only while it is still stored from the root the prune read."""
+    import threading
+
+    from kb_retriever.write import from_files
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write(a, "x.md", "# X\n\nthe moved file\n")
+    _write(a, "y.md", "# Y\n\nanother file\n")
+    kb = make_kb()
+    kb.ingest([a])
+    (b / "x.md").parent.mkdir()
+    (a / "x.md").rename(b / "x.md")
+    looked, moved = threading.Event(), threading.Event()
+    real_gone = from_files._gone
+
+    def slow_gone(path: Path) -> bool:  # the prune looks at its files while b/ is ingested
+        looked.set()
+        assert moved.wait(60)
+        return real_gone(path)
+
+    monkeypatch.setattr(from_files, "_gone", slow_gone)
+    pruned: list[int] = []
+    prune = threading.Thread(target=lambda: pruned.append(kb.ingest([a], prune=True).deleted))
+    prune.start()
+    assert looked.wait(60)
+    monkeypatch.setattr(from_files, "_gone", real_gone)  # b/'s ingest looks as usual
+    report = kb.ingest([b])
+    assert report.failed == [] and "x.md" in [*report.unchanged, *report.updated]
+    moved.set()
+    prune.join(60)
+    assert not prune.is_alive() and pruned == [0]
+    assert _paths(kb) == ["x.md", "y.md"] and "moved" in kb.search("the moved file").primary[0].text

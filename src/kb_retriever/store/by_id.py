@@ -25,8 +25,8 @@ from .rows import vector_array
 from .stats import deleted_chunks_logged
 
 __all__ = ["chunks_from_rows", "clear_sql", "delete_chunks_sql", "delete_documents_sql",
-           "delete_named_sql", "delete_other_kind_sql", "documents_from_rows", "get_chunks_sql",
-           "get_documents_sql", "other_kind_sql", "Batch"]
+           "delete_files_sql", "delete_named_sql", "delete_other_kind_sql", "documents_from_rows",
+           "get_chunks_sql", "get_documents_sql", "other_kind_sql", "Batch"]
 
 Statement = tuple[sql.Composed, dict[str, Any]]
 _SCOPE = sql.SQL("d.tenant_id = %(tenant)s AND d.project_key = %(project)s")
@@ -124,6 +124,20 @@ def delete_documents_sql(tenant: str, project: str, ids: Sequence[str]) -> Batch
     """Delete whole documents, their chunks (logged for the statistics) and edges (by
     cascade), counting the documents."""
     return _documents_deleted(_BY_ID, {"tenant": tenant, "project": project, "ids": list(ids)})
+
+
+# A file: its ingest root and path, as read; a row that another ingest moved since (a new root)
+# is no longer that file, and the lock statement and the delete both read the row's root again.
+_BY_FILE = sql.SQL(" AND (d.source_root, d.source_path) IN (SELECT f.r, f.p FROM "
+                   "unnest(%(roots)s::text[], %(ids)s::text[]) AS f(r, p))")
+
+
+def delete_files_sql(tenant: str, project: str, files: Sequence[tuple[str, str]]) -> Batch:
+    """Delete the documents of ``files`` ((ingest root, path) pairs) as :func:`delete_documents_sql`
+    does, only while each is still stored from that root."""
+    return _documents_deleted(_BY_FILE, {"tenant": tenant, "project": project,
+                                         "roots": [r for r, _ in files],
+                                         "ids": [p for _, p in files]})
 
 
 def delete_named_sql(tenant: str, project: str, ids: Sequence[str]) -> Batch:

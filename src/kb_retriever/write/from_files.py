@@ -20,7 +20,7 @@ from ..ingest import parse_document
 from ..ingest.budget import Budget
 from ..models import DocumentDraft
 from ..settings import Settings
-from ..store import writer
+from ..store import by_id, writer
 from ..store.session import Session
 from .found import Found, IngestReport, as_paths, discover, find_files
 from .recalibrate import after_write
@@ -204,9 +204,10 @@ def prune_missing(session: Session, *, tenant: str, project: str,
     """
     dirs = {str(r.resolve()) for r in roots if r.is_dir()}
     dirs.update(str(r.parent.resolve()) for r in roots if r.is_file())
-    gone = [rel for root, rel in session.documents_under(tenant, project, sorted(dirs))
+    gone = [(root, rel) for root, rel in session.documents_under(tenant, project, sorted(dirs))
             if _gone(Path(root) / rel)]
-    return session.delete_documents(tenant, project, gone) if gone else 0
+    # by root and path: a file another ingest moved to its new root meanwhile is not gone
+    return session.run(by_id.delete_files_sql(tenant, project, gone)) if gone else 0
 
 
 def _gone(path: Path) -> bool:
