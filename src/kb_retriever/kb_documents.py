@@ -90,9 +90,10 @@ class DocumentMethods:
         return [d.source_path for d in drafts]
 
     def _stored_hash(self, tenant: str, project: str, draft: Any) -> str | None:
-        """The content hash stored for ``draft``'s id, read on the primary on another
-        connection that answers (a commit in doubt: the write's connection was lost)."""
-        with self._pools.session(live=True) as session:
+        """The content hash stored for ``draft``'s id, read on the primary on a new connection
+        outside the pool (a commit in doubt: the write's connection was lost, and its writer
+        still holds it: ``connection.unpooled``)."""
+        with self._pools.session(unpooled=True) as session:
             return session.stored_version(tenant, project, draft.source_path)[0]
 
     def _stored_chunks(self, tenant: str, project: str, draft: Any,
@@ -101,7 +102,7 @@ class DocumentMethods:
         fields, read as :meth:`_stored_hash` reads (a replica may not have the commit yet,
         and this process's mark is not moved past it)."""
         stmt = records.get_chunks_sql(tenant, project, uids)
-        with self._pools.session(live=True) as session:
+        with self._pools.session(unpooled=True) as session:
             return (records.chunks_from_rows(session.read([stmt])[0]),
                     session.holds_fields(tenant, project, draft))
 

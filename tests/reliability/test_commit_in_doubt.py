@@ -87,13 +87,15 @@ class _CommitCutter:
 
 
 @contextlib.contextmanager
-def _behind_a_cutter(url: str, pool: tuple[int, int] = (1, 2)
+def _behind_a_cutter(url: str, pool: tuple[int, int] = (1, 2), timeout_s: float = 10.0,
                      ) -> Iterator[tuple[KnowledgeBase, _CommitCutter]]:
-    """A knowledge base (``pool``: its pool's min and max size) whose connections go through
-    a :class:`_CommitCutter` in front of ``url``; both closed after."""
+    """A knowledge base (``pool``: its pool's min and max size, and how long a caller waits
+    for one of its connections) whose connections go through a :class:`_CommitCutter` in front
+    of ``url``; both closed after."""
     proxy = _CommitCutter(conninfo_to_dict(url))
     via = make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
-    kb = KnowledgeBase(Settings(pool_min_size=pool[0], pool_max_size=pool[1]),
+    kb = KnowledgeBase(Settings(pool_min_size=pool[0], pool_max_size=pool[1],
+                                pool_timeout_s=timeout_s),
                        embedder=HashingEmbedder(64), database_url=via).open()
     try:
         yield kb, proxy
@@ -145,6 +147,22 @@ def test_a_commit_in_doubt_is_checked_on_a_live_connection(
     with _behind_a_cutter(new_database(), pool=(3, 3)) as (kb, proxy):
         kb.search("warm the pool")
         proxy.armed = proxy.cut_all = True
+        if call == "add_documents":
+            assert kb.add_documents([{"text": "# Doc\n\nits reply was lost", "id": "d"}]) == ["d"]
+        else:
+            assert kb.upsert_chunks("d", [{"text": "Redis is the cache.", "id": "c1"}]) == ["c1"]
+        assert proxy.cuts == 1 and [d.id for d in kb.get_by_ids(["d"])] == ["d"]
+
+
+@pytest.mark.parametrize("call", ["add_documents", "upsert_chunks"])
+def test_a_commit_in_doubt_is_checked_when_the_writers_hold_every_pool_connection(
+        new_database: Callable[[], str], call: str) -> None:
+    """The check took another connection of the pool while its writer still held the broken
+    one: with every connection held so (one of one here; four writers of four after a
+    failover), it waited out ``pool_timeout_s`` and the committed write was reported failed.
+    It runs on a connection of its own."""
+    with _behind_a_cutter(new_database(), pool=(1, 1), timeout_s=2.0) as (kb, proxy):
+        proxy.armed = True
         if call == "add_documents":
             assert kb.add_documents([{"text": "# Doc\n\nits reply was lost", "id": "d"}]) == ["d"]
         else:

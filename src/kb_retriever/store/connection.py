@@ -208,11 +208,18 @@ def live_connection(pool: Any, first: str, params: list[str]) -> Iterator[tuple[
 
 
 @contextlib.contextmanager
-def live_one(pool: Any) -> Iterator[Any]:
-    """A connection of ``pool`` that answers (:func:`live_connection`): a read after the
-    server dropped the pool's connections (a restart cuts them all) that must not fail."""
-    with live_connection(pool, "SELECT NULL", []) as (conn, _):
+def unpooled(pool: Any) -> Iterator[Any]:
+    """A new connection to ``pool``'s server (its conninfo and arguments; a borrowed pool's
+    own), outside the pool and closed after: the check of a commit in doubt, a read that must
+    not fail. Its writer still holds the broken pooled connection, and a server restart cuts
+    the idle ones too: with every connection of the pool held by writers in doubt, a pooled
+    one waited out ``pool_timeout_s`` and the committed writes were reported failed. Then the
+    pool drops its idle connections that the server cut too (``check``), as a pooled read
+    after a dropped connection does (``store.reader``)."""
+    inner = getattr(pool, "pool", pool)
+    with psycopg.connect(inner.conninfo, **{**inner.kwargs, "autocommit": True}) as conn:
         yield conn
+    pool.check()
 
 
 @contextlib.asynccontextmanager

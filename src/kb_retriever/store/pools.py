@@ -220,11 +220,13 @@ class Pools:
         return self._pool
 
     @contextlib.contextmanager
-    def session(self, target: Target | None = None, *, live: bool = False) -> Iterator[Session]:
+    def session(self, target: Target | None = None, *,
+                unpooled: bool = False) -> Iterator[Session]:
         """A pooled connection's :class:`~kb_retriever.store.session.Session`, for reads (on
-        ``target``'s server, else the primary); ``live``: one that answers (``live_one``)."""
+        ``target``'s server, else the primary); ``unpooled``: a new connection's, outside the
+        pool (``connection.unpooled``)."""
         pool = self.sync() if target is None else target.pool
-        with translated(), (connection.live_one(pool) if live else pool.connection()) as conn:
+        with translated(), (connection.unpooled(pool) if unpooled else pool.connection()) as conn:
             yield Session(conn, distributed=self.distributed, space=self._space)
 
     @contextlib.asynccontextmanager
