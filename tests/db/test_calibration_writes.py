@@ -95,3 +95,43 @@ def test_deletes_count_toward_recalibration(new_database, run):
             assert asyncio.run(kb.adelete(gone)) == 20
         chunks, written, at = _state(url)
         assert chunks == 10 and written == 0 and at > first  # calibrated again, on 10 chunks
+
+
+def test_writes_counted_while_a_calibration_measures_stay_counted(new_database, monkeypatch):
+    """A calibration set the count of writes since the last one to 0 when it saved: a write of
+    another process counted while it measured (and not in what it measured) was lost, and the
+    next calibration came that much later. It subtracts what it measured."""
+    import threading
+
+    from kb_retriever.store.session import Session
+    from kb_retriever.write.recalibrate import calibrate_project
+
+    url = new_database()
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(64), database_url=url,
+                       project="p") as kb:
+        kb.add_documents([{"text": f"Note {i} about the payment service and its queue {i}.",
+                           "id": f"n{i}"} for i in range(30)])
+        assert _state(url)[1] == 0
+        measuring, written = threading.Event(), threading.Event()
+        real = Session.top1_similarity
+
+        def slow(self, *args, **kwargs):  # the calibration's probes wait for the other write
+            if threading.current_thread() is not threading.main_thread():
+                measuring.set()
+                assert written.wait(60)
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Session, "top1_similarity", slow)
+
+        def calibrate() -> None:
+            with kb._pools.writing() as session:
+                calibrate_project(session, kb.embedder, tenant=kb.tenant, project="p")
+
+        thread = threading.Thread(target=calibrate)
+        thread.start()
+        assert measuring.wait(60)
+        kb.add_documents([{"text": "One more note on the ledger.", "id": "late"}])
+        assert _state(url)[1] == 1
+        written.set()
+        thread.join(60)
+        assert not thread.is_alive() and _state(url)[1] == 1

@@ -51,7 +51,7 @@ _SAVE_CALIBRATION = (
     "%(sims)s, now()) ON CONFLICT (tenant_id, project_key) DO UPDATE SET "
     "probe_model = EXCLUDED.probe_model, probe_version = EXCLUDED.probe_version, "
     "probe_similarity = EXCLUDED.probe_similarity, calibrated_at = EXCLUDED.calibrated_at, "
-    "writes_since_calibration = 0"
+    "writes_since_calibration = greatest(s.writes_since_calibration - %(counted)s, 0)"
 )
 # Count a write; the row exists once the project's statistics were first folded (stats.py).
 # Its chunks are the folded count plus the log's (exact, as the statistics readers count).
@@ -331,11 +331,11 @@ class Session:
 
     @_typed_errors
     def save_calibration(self, tenant: str, project: str, *, model: str, version: str,
-                         similarities: Sequence[float | None]) -> None:
-        with self.conn.transaction():
+                         similarities: Sequence[float | None], counted: int) -> None:
+        with self.conn.transaction():  # the writes counted since stay counted (not set to 0)
             self.conn.execute(_SAVE_CALIBRATION, {
                 "tenant": tenant, "project": project, "model": model, "version": version,
-                "sims": list(similarities)})
+                "sims": list(similarities), "counted": counted})
 
     # --- the catalog ---------------------------------------------------------------------
     @_typed_errors

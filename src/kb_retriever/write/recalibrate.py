@@ -73,17 +73,18 @@ def calibrate_after_write(session: Session, embedder: Embedder, *, tenant: str, 
     """Count ``chunks_written`` against the project's calibration and recalibrate it when
     :func:`needs_calibration` says so; True when it did."""
     state = session.count_written(tenant, project, chunks_written)
-    return needs_calibration(state, embedder.model_id) and _calibrate_own(session, embedder,
-                                                                           tenant, project)
+    return needs_calibration(state, embedder.model_id) and _calibrate_own(
+        session, embedder, tenant, project, counted=state.written if state else None)
 
 
-def _calibrate_own(session: Session, embedder: Embedder, tenant: str, project: str) -> bool:
+def _calibrate_own(session: Session, embedder: Embedder, tenant: str, project: str, *,
+                   counted: int | None = None) -> bool:
     """:func:`calibrate_project` when the session's model is the project's own (another
     model's probes find none of its chunks: the CLI's delete opens with any embedder, and
     only counts then); whether it calibrated."""
     if not session.embeds_project(tenant, project):
         return False
-    calibrate_project(session, embedder, tenant=tenant, project=project)
+    calibrate_project(session, embedder, tenant=tenant, project=project, counted=counted)
     return True
 
 
@@ -106,11 +107,17 @@ def after_write(session: Session, embedder: Embedder, tenant: str, project: str,
         logger.warning("calibration of %s/%s postponed: %s", tenant, project, exc)
 
 
-def calibrate_project(session: Session, embedder: Embedder, *, tenant: str,
-                      project: str) -> list[float | None]:
+def calibrate_project(session: Session, embedder: Embedder, *, tenant: str, project: str,
+                      counted: int | None = None) -> list[float | None]:
     """Measure and store the project's null (each probe's top-1 cosine: PROBES, and the
     questions of each other script its documents are written in, None for the rest); return
-    it. A project with no chunks stores an empty list (uncalibrated)."""
+    it. A project with no chunks stores an empty list (uncalibrated).
+
+    The writes counted since the last calibration when it starts (``counted``, else read
+    now) are the ones it measures; those another writer counts meanwhile stay counted."""
+    if counted is None:
+        state = session.count_written(tenant, project, 0)
+        counted = state.written if state is not None else 0
     wanted = probes_for(scripts_of(session.text_sample(tenant, project)))
     sims: list[float | None] = [None] * len(ALL_PROBES)
     for i, vec in zip(wanted, _probe_vectors(embedder, wanted), strict=True):
@@ -122,6 +129,6 @@ def calibrate_project(session: Session, embedder: Embedder, *, tenant: str,
     if len(wanted) == len(PROBES):  # Latin script alone: PROBES' cosines, as stored before
         sims = sims[:len(PROBES)]
     session.save_calibration(tenant, project, model=embedder.model_id, version=PROBE_VERSION,
-                             similarities=sims)
+                             similarities=sims, counted=counted)
     logger.debug("calibrated %s/%s: %s", tenant, project, sims)
     return sims
