@@ -326,3 +326,35 @@ def test_a_reembed_that_moved_the_project_is_reported_done_when_its_calibration_
     with KnowledgeBase(Settings(), embedder=_QueriesFail(64), database_url=url) as new:
         report = new.reembed("a")
         assert (report.after, report.chunks) == (("queries-fail", 64), 3)
+
+
+def test_reembed_chosen_as_a_deadlock_victim_runs_again(new_database, tmp_path):
+    """The move of a project updates its chunks in id order in one transaction; a writer that
+    holds a later chunk and then asks for an earlier one makes a deadlock, and PostgreSQL
+    aborts the transaction that waited first, the move. Every other write transaction runs
+    again then (``store.retry``); the move came back as a StoreError saying so."""
+    url = new_database()
+    with _open(url, 32) as old, _open(url, 64) as new:
+        old.ingest([_folder(tmp_path)], project="a")
+        with psycopg.connect(url) as conn:
+            first, last = conn.execute("SELECT min(id), max(id) FROM kb_chunks "
+                                       "WHERE project_key = 'a'").fetchone()
+        touch = "UPDATE kb_chunks SET heading_path = heading_path WHERE id = %s"
+        with psycopg.connect(url) as other:
+            other.execute(touch, [last])  # held until this transaction ends
+            moved: list[object] = []
+            thread = threading.Thread(target=lambda: moved.append(_reembed(new)))
+            thread.start()
+            time.sleep(0.5)  # the move waits for the last chunk, holding the others
+            other.execute(touch, [first])  # waits for the move: a deadlock, the move aborted
+            other.commit()
+            thread.join(60)
+        assert not thread.is_alive()
+        assert [getattr(m, "chunks", m) for m in moved] == [3]
+
+
+def _reembed(kb: KnowledgeBase) -> object:
+    try:
+        return kb.reembed("a")
+    except Exception as exc:  # noqa: BLE001 (the test reports it)
+        return exc

@@ -249,8 +249,9 @@ class Session:
     @_typed_errors
     def move_project(self, tenant: str, project: str, vectors: dict[str, np.ndarray],
                      embed: Callable[[Sequence[str]], Sequence[np.ndarray]]) -> int:
-        """Move the project to this session's model, atomically (``spaces.move_project``)."""
-        return spaces.move_project(self.conn, tenant, project, self.space, vectors, embed)
+        """Move the project to this session's model, atomically; retried (``spaces.move_project``)."""
+        return retried(lambda: spaces.move_project(self.conn, tenant, project, self.space,
+                                                   vectors, embed))
 
     @_typed_errors
     def check_project(self, tenant: str, project: str) -> None:
