@@ -269,8 +269,8 @@ class KnowledgeBase(DocumentMethods):
 
     def projects(self, *, tenant: str | None = None) -> dict[str, int]:
         """The tenant's projects that hold documents, with their document counts."""
-        with self._pools.session() as session:
-            return session.projects(valid_name("tenant", self.tenant if tenant is None else tenant))
+        tenant = valid_name("tenant", self.tenant if tenant is None else tenant)
+        return self._reading(lambda session: session.projects(tenant), primary=True)
     # --- search --------------------------------------------------------------------------
     def _request(self, query: Any, *, limit: int | None, project: str | Sequence[str] | None,
                  tenant: str | None, filters: SearchFilters | Mapping[str, Any] | None,

@@ -8,8 +8,8 @@ writes whole documents and chunks by id (the logic is ``write.from_memory``'s, t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from .checks import valid_name
 from .embedding import Embedder
@@ -18,14 +18,17 @@ from .filters.dimensions import SearchFilters, parse_filters
 from .models import DocumentSummary, ProjectSummary, StoredChunk, StoredDocument
 from .settings import Settings
 from .store import by_id as records
+from .store.connection import is_retryable
 from .store.pools import Pools
 from .store.reader import ReadCache
+from .store.session import Session
 from .store.writer import PieceKey, whole_metadata
 from .write import from_memory as docs
 from .write.recalibrate import after_write
 
 __all__ = ["DocumentMethods", "valid_name"]
 
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
@@ -173,31 +176,49 @@ class DocumentMethods:
 
     def _read(self, stmts: list[records.Statement], consistent: bool = False, *,
               vectors: bool = False) -> list[list[dict[str, Any]]]:
-        """The rows of each statement, all read in one snapshot, on a read server (a replica
-        that is lost meanwhile gives way to the next); with ``vectors`` (statements that read
-        embeddings) in the binary format."""
-        for _ in range(len(self._pools.replicas) + 1):
-            target = self._pools.read_target(consistent)
+        """The rows of each statement, all read in one snapshot, on a read server
+        (:meth:`_reading`); with ``vectors`` (statements that read embeddings) in the binary
+        format."""
+        return self._reading(lambda session: session.read(stmts, binary=vectors), consistent)
+
+    def _reading(self, read: Callable[[Session], T], consistent: bool = False, *,
+                 primary: bool = False) -> T:
+        """``read`` of a session on a read server (the primary with ``primary``): a replica
+        that is lost meanwhile gives way to the next; the primary's pool is checked and read
+        again, once, when the server dropped its connections (a restart), as a search's read
+        is (each idle connection failed a call)."""
+        checked = False
+        for _ in range(len(self._pools.replicas) + 2):
+            target = None if primary else self._pools.read_target(consistent)
             try:
                 with self._pools.session(target) as session:
-                    return session.read(stmts, binary=vectors)
-            except UnavailableError:
-                if target.replica is None:
+                    return read(session)
+            except UnavailableError as exc:
+                if target is not None and target.replica is not None:
+                    self._pools.replicas.mark_down(target.replica)
+                    continue
+                if checked or not is_retryable(exc.__context__):
                     raise
-                self._pools.replicas.mark_down(target.replica)
+                checked = True
+                (self._pools.sync() if target is None else target.pool).check()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _aread(self, stmts: list[records.Statement], consistent: bool = False, *,
                      vectors: bool = False) -> list[list[dict[str, Any]]]:
-        for _ in range(len(self._pools.replicas) + 1):
+        checked = False
+        for _ in range(len(self._pools.replicas) + 2):
             target = await self._pools.aread_target(consistent)
             try:
                 async with self._pools.asession(target) as session:
                     return await session.read(stmts, binary=vectors)
-            except UnavailableError:
-                if target.replica is None:
+            except UnavailableError as exc:  # as _reading
+                if target.replica is not None:
+                    self._pools.replicas.mark_down(target.replica)
+                    continue
+                if checked or not is_retryable(exc.__context__):
                     raise
-                self._pools.replicas.mark_down(target.replica)
+                checked = True
+                await target.pool.check()
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _write(self, batch: records.Batch, tenant: str, project: str) -> int:
@@ -339,9 +360,8 @@ class DocumentMethods:
     def list_projects(self, *, tenant: str | None = None) -> list[ProjectSummary]:
         """The tenant's projects that hold documents, by name: their document and chunk
         counts and the embedding model each is bound to (``kb-retriever projects``)."""
-        with self._pools.session() as session:
-            return session.project_summaries(
-                valid_name("tenant", self.tenant if tenant is None else tenant))
+        tenant = valid_name("tenant", self.tenant if tenant is None else tenant)
+        return self._reading(lambda session: session.project_summaries(tenant), primary=True)
 
     def list_documents(self, *, project: str | None = None, tenant: str | None = None,
                        keys: Sequence[str] | None = None) -> list[DocumentSummary]:
@@ -352,5 +372,5 @@ class DocumentMethods:
         scope = self._scope(project, tenant)
         if keys is not None:
             keys = docs.validate_ids(keys, "keys")
-        with self._pools.session() as session:
-            return session.document_summaries(*scope, keys=keys)
+        return self._reading(lambda session: session.document_summaries(*scope, keys=keys),
+                             primary=True)

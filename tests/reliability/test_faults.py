@@ -443,3 +443,30 @@ def test_embedded_server_survives_killed_owners(server_home: Path) -> None:
     fourth = _server(server_home, "exit")
     _ready(fourth)
     assert fourth.wait(timeout=60) == 0
+
+
+def test_reads_by_id_recover_after_backends_are_terminated(
+        make_kb: Callable[..., KnowledgeBase], pg_server_url: str, tmp_path: Path) -> None:
+    """A search reads again on a checked pool when the server dropped its connections; the
+    reads by id did not: after a restart, each idle connection of the pool failed one call
+    (``get_by_ids``, ``get_chunks``, ``list_documents``, and the vector stores' reads after
+    their searches), sync and async."""
+    (tmp_path / "a.md").write_text(GOOD)
+    kb = make_kb(settings=Settings(pool_min_size=3, pool_max_size=4))
+    kb.ingest([tmp_path])
+    kb.search("redis cache")
+    dbname = conninfo_to_dict(kb.url)["dbname"]
+    for read in (lambda: kb.get_by_ids(["a.md"]), lambda: kb.get_chunks(filters={"metadata": {"filename": "a.md"}}),
+                 kb.list_documents):
+        assert _terminate_backends(pg_server_url, dbname) >= 1
+        assert len(read()) == 1
+
+    async def aread() -> int:
+        try:
+            await kb.aget_by_ids(["a.md"])
+            assert _terminate_backends(pg_server_url, dbname) >= 1
+            return len(await kb.aget_by_ids(["a.md"]))
+        finally:
+            await kb.aclose()
+
+    assert asyncio.run(aread()) == 1

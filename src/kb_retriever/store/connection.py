@@ -343,7 +343,7 @@ def _interrupt(exc: BaseException) -> BaseException | None:
     return None
 
 
-def is_retryable(exc: BaseException) -> bool:
+def is_retryable(exc: BaseException | None) -> bool:
     """A dropped connection (not a query error): safe to retry an idempotent read once."""
     # PoolTimeout is an OperationalError too, but it already waited the pool's whole timeout
     # for a connection: a retry would only double the wait on an unreachable server.
