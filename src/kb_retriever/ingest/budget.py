@@ -33,6 +33,7 @@ class Budget:
     unpacked: int = 0
     blocks: int = 0
     chars: int = 0
+    chunked: int = 0  # the chunks made when the deadline was last checked
 
     @classmethod
     def start(cls, rel: str, settings: Settings) -> Budget:
@@ -79,13 +80,16 @@ class Budget:
         self.tick(f"page {count}")
 
     def chunks(self, count: int) -> None:
-        """Check the chunks made so far (and the deadline): called by the chunkers after each
-        section, so a file of a million headings stops at the limit, not after it has them
-        all (16 MB of headings made 1.3 M chunks and 856 MB before the count was read)."""
+        """Check the chunks made so far (and, every 256 of them, the deadline): called by the
+        chunkers after each section, so a file of a million headings stops at the limit, not
+        after it has them all (16 MB of headings made 1.3 M chunks and 856 MB before the count
+        was read)."""
         limit = self.settings.ingest_max_chunks
         if count > limit:
             raise self.fail(f"more than KB_INGEST_MAX_CHUNKS={limit} chunks{_RAISE}")
-        self.tick("chunking")
+        if count - self.chunked >= 256:
+            self.chunked = count
+            self.tick("chunking")
 
     def text(self, length: int) -> None:
         """Charge ``length`` characters of extracted text."""
