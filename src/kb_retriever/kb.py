@@ -106,8 +106,8 @@ class KnowledgeBase(DocumentMethods):
         self.project = valid_name("project", project)
         # The answers of the reads a search plan marks cacheable (synonyms, the scope's
         # statistics, calibration and rejected-approach vectors), parsed, for their TTL.
-        self._reads = ReadCache()
         self._pools = Pools(self.settings, pool=pool, async_pool=async_pool)
+        self._reads = ReadCache(url=lambda: self._pools.opened_url)
         self._loader: threading.Thread | None = None  # loads the embedder during open()
         self._opening = threading.Lock()  # one open() at a time: threads that race open once
 

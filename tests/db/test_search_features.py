@@ -226,3 +226,31 @@ def test_every_hit_the_cutoff_moves_stays_a_runner_up_for_top_k(make_kb, corpus)
     assert found.meta["retrieval_stats"]["cut_to_runner_up"] > 0 and len(found.primary) < 4
     assert len(found.top_k(4)) == 4
     assert len(found.runner_up) == found.meta["retrieval_stats"]["cut_to_runner_up"]
+
+
+def test_a_write_by_one_knowledge_base_reaches_another_of_the_process(new_database, tmp_path):
+    """The read cache was each knowledge base's own, and a write cleared only the writer's:
+    another knowledge base of the process on the same database searched with the synonyms it
+    had cached for 300 s, and kept its cached calibration after a ``bulk_load`` to it."""
+    from kb_retriever import HashingEmbedder, KnowledgeBase
+    from kb_retriever.ingest.loaders import parse_document
+    from kb_retriever.write.bulk import bulk_load
+
+    url = new_database()
+    (tmp_path / "pto.md").write_text("# Time off\n\nRequest PTO in the HR portal two weeks ahead.")
+    (tmp_path / "other.md").write_text("# Holidays\n\nThe office closes on public holidays.")
+    with KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=url) as writer, \
+            KnowledgeBase(Settings(), embedder=HashingEmbedder(256), database_url=url) as reader:
+        writer.ingest([tmp_path])
+        assert reader.search("vacation request").meta["search_strategy"]["synonym_phrases"] == []
+        writer.add_synonyms("vacation", ["pto"])
+        for consistent in (False, True):
+            found = reader.search("vacation request", consistent=consistent)
+            assert found.meta["search_strategy"]["synonym_phrases"] == ["pto"]
+        assert not reader.search("ledger close", project="new").meta["calibration"]["calibrated"]
+        # the same file, bulk-loaded into the other project (bulk_load calibrates it)
+        draft = parse_document(tmp_path / "pto.md", root=tmp_path, settings=writer.settings)
+        vectors = writer.embedder.embed_documents([c.text for c in draft.chunks])
+        bulk_load(writer.url, [("new", draft, vectors)], tenant=writer.tenant,
+                  embedder=writer.embedder)
+        assert reader.search("ledger close", project="new").meta["calibration"]["calibrated"]

@@ -47,3 +47,33 @@ def test_clears_beside_evictions_never_break_an_answer() -> None:
         while any(t.is_alive() for t in threads):
             cache.clear()
         assert not errors and len(cache) <= 2
+
+
+def test_a_view_keeps_only_answers_with_no_clear_since_it_began() -> None:
+    """A search takes its view (and its server) first, then embeds its question, then reads:
+    a write that cleared the cache in between left the search's later answers kept as if read
+    after it, though its server (a replica chosen before the write) may not have it. The
+    view's answers are kept only when no clear came since the view began."""
+    cache = ReadCache()
+    view = cache.view(True)  # the server is chosen
+    cache.clear()  # a write commits and clears while the question is embedded
+    since = view.generation  # the read is sent
+    assert view.answer(SYNONYMS, [{"old": 1}], since) == [{"old": 1}]
+    assert cache.get(SYNONYMS) is None
+    later = cache.view(True)
+    assert later.answer(SYNONYMS, [{"new": 1}], later.generation) == [{"new": 1}]
+    assert cache.get(SYNONYMS) == [{"new": 1}]
+
+
+def test_a_write_through_one_cache_drops_what_another_of_its_database_kept() -> None:
+    """Each knowledge base has its cache: one's write cleared its own, and another knowledge
+    base of the process on the same database served its old answers (synonyms, statistics,
+    calibration) for their TTL, ``consistent=True`` too. The caches of one database share a
+    count of the process's writes to it; other databases' caches keep theirs."""
+    url, other_url = "postgresql:///one-db", "postgresql:///other-db"
+    writer, reader, elsewhere = (ReadCache(url=lambda: url), ReadCache(url=lambda: url),
+                                 ReadCache(url=lambda: other_url))
+    for cache in (reader, elsewhere):
+        cache.answer(SYNONYMS, [{"old": 1}], cache.generation)
+    writer.clear()
+    assert reader.get(SYNONYMS) is None and elsewhere.get(SYNONYMS) == [{"old": 1}]

@@ -82,8 +82,9 @@ def search(pools: Pools, cache: ReadCache, settings: Settings, req: SearchReques
     that stopped under the open knowledge base is started again, once (``Pools.revived``)."""
     revived = False
     for attempt in range(_attempts(pools) + 1):
+        since = cache.generation  # before the server is chosen: it may lack a later write
         target = pools.read_target(consistent)
-        view = cache.view(target.replica is None or consistent)
+        view = cache.view(target.replica is None or consistent, since)
         try:
             return _answered(_once(target, pools, view, settings, req, embed)[0], target)
         except UnavailableError:
@@ -104,8 +105,9 @@ async def asearch(pools: Pools, cache: ReadCache, settings: Settings, req: Searc
     for attempt in range(_attempts(pools) + 1):
         target: Target | None = None
         try:
+            since = cache.generation  # before the server is chosen (as in search)
             target = await pools.aread_target(consistent)  # may open the loop's pool
-            view = cache.view(target.replica is None or consistent)
+            view = cache.view(target.replica is None or consistent, since)
             return _answered(await _aonce(target, pools, view, settings, req, embed), target)
         except UnavailableError:
             # No target: the loop's pool of the primary could not open (a replica's falls back).

@@ -112,6 +112,11 @@ class Pools:
             raise StoreError("the knowledge base is not open; call open() or use `with`")
         return self._url
 
+    @property
+    def opened_url(self) -> str | None:
+        """The primary's URL once open, else None (its read caches' key: ``read_cache``)."""
+        return self._url
+
     def open(self, url: str, choices: schema.Choices) -> None:
         """Migrate the database at ``url`` and fix or check its ``choices`` (one connection),
         then open the sync pool, and the replicas' pools. With the primary unreachable and

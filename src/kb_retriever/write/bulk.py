@@ -34,6 +34,7 @@ from ..embedding import Embedder
 from ..errors import InputError, KbError
 from ..models import DocumentDraft
 from ..store.bulk_copy import BulkSession, connect
+from ..store.read_cache import WRITES
 from .recalibrate import calibrate_project
 from .validate import json_metadata
 
@@ -292,6 +293,7 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
         try:
             projects = _load(url, tenant, model, items, batch_docs, workers, report)
         except BaseException:
+            WRITES.count(url)  # what it committed: the process's caches of ``url`` read again
             _rebuild_after_failure(session, saved)
             raise
         report.load_s = time.perf_counter() - t0
@@ -313,4 +315,5 @@ def bulk_load(url: str, items: Iterable[tuple[str, DocumentDraft, Sequence[Any]]
                 except KbError as exc:
                     logger.warning("calibration of %s/%s postponed to its next write: %s",
                                    tenant, project, exc)
+    WRITES.count(url)  # the knowledge bases of the process on ``url`` (kb.url) read again
     return report
