@@ -61,7 +61,8 @@ class KBVectorStore(VectorStore):
     **k when k exist.** A search returns ``k`` documents whenever the scope holds ``k``
     (after filters), however dissimilar, as vector stores do: the store searches without the
     knowledge base's similarity floor (``KB_MIN_SIMILARITY``) and fills up from the search's
-    runner-ups. ``min_similarity=0.3`` applies a cosine floor again; the retriever of
+    runner-ups, then its ⚠ block (rejected approaches are documents of the store too).
+    ``min_similarity=0.3`` applies a cosine floor again; the retriever of
     :meth:`as_retriever` keeps the knowledge base's floor and its refusal gate.
 
     Where it differs from langchain-postgres' ``PGVectorStore``, on purpose: a score is the

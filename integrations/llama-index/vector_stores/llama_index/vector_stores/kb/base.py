@@ -73,8 +73,9 @@ class KBVectorStore(BasePydanticVectorStore):
 
     A query returns ``similarity_top_k`` nodes whenever that many exist (after filters),
     however dissimilar, as vector stores do: no similarity floor unless ``min_similarity``, and
-    the search's runner-ups fill up. One search returns at most ``KB_MAX_LIMIT`` hits: a
-    larger ``similarity_top_k`` raises :class:`kb_retriever.InputError`. Where it differs
+    the search's runner-ups fill up, then its ⚠ block's rejected approaches. One search
+    returns at most ``KB_MAX_LIMIT`` hits: a larger ``similarity_top_k`` raises
+    :class:`kb_retriever.InputError`. Where it differs
     from LlamaIndex's ``PGVectorStore``, on purpose: ``similarities`` are the pipeline's final
     scores (the rerank with the trust gradient), not cosines (each node's cosine is
     ``metadata["kb"]["similarity"]``); a node's document is capped to a few chunks while other
