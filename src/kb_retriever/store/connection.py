@@ -209,13 +209,14 @@ def live_connection(pool: Any, first: str, params: list[str]) -> Iterator[tuple[
 
 @contextlib.contextmanager
 def unpooled(pool: Any) -> Iterator[Any]:
-    """A new connection to ``pool``'s server (its conninfo and arguments; a borrowed pool's
-    own), outside the pool and closed after: the check of a commit in doubt, a read that must
-    not fail. Its writer still holds the broken pooled connection, and a server restart cuts
-    the idle ones too: with every connection of the pool held by writers in doubt, a pooled
-    one waited out ``pool_timeout_s`` and the committed writes were reported failed. Then the
-    pool drops its idle connections that the server cut too (``check``), as a pooled read
-    after a dropped connection does (``store.reader``)."""
+    """A new connection to ``pool``'s server (its conninfo and connection arguments; a
+    borrowed pool's own, without what its ``configure`` callback would set), outside the pool
+    and closed after: for the check of a commit in doubt. Its writer still holds the broken
+    pooled connection, and a server restart cuts the idle ones too: with every connection of
+    the pool held by writers in doubt, a pooled one waited out ``pool_timeout_s`` and the
+    committed writes were reported failed. Then the pool drops its idle connections that the
+    server cut too (``check``), as a pooled read after a dropped connection does
+    (``store.reader``)."""
     inner = getattr(pool, "pool", pool)
     with psycopg.connect(inner.conninfo, **{**inner.kwargs, "autocommit": True}) as conn:
         yield conn
