@@ -16,8 +16,7 @@ from kb_retriever.search.modes import Legs
 from . import _units
 
 __all__ = ["ak_units", "and_metadata", "best_hits", "check_mmr", "filter_arg", "k_units",
-           "mmr_hits", "ranked_hits", "relevance", "search_args", "wider",
-           "with_scores"]
+           "mmr_hits", "ranked_hits", "relevance", "search_args", "wider", "with_scores"]
 
 # A search asks for this many chunks per document it returns: the per-document cap keeps up to
 # a few chunks of one document in the top-k, and the store returns each document once.
