@@ -456,8 +456,8 @@ def test_reads_by_id_recover_after_backends_are_terminated(
     kb.ingest([tmp_path])
     kb.search("redis cache")
     dbname = conninfo_to_dict(kb.url)["dbname"]
-    for read in (lambda: kb.get_by_ids(["a.md"]), lambda: kb.get_chunks(filters={"metadata": {"filename": "a.md"}}),
-                 kb.list_documents):
+    for read in (lambda: kb.get_by_ids(["a.md"]), kb.list_documents,
+                 lambda: kb.get_chunks(filters={"metadata": {"filename": "a.md"}})):
         assert _terminate_backends(pg_server_url, dbname) >= 1
         assert len(read()) == 1
 
