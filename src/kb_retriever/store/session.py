@@ -33,7 +33,6 @@ Rows = list[dict[str, Any]]
 _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
-
 def _top1(space: spaces.Space) -> sql.Composed:
     """The cosine of the project's chunk nearest ``v``, through the space's index."""
     return sql.SQL(
@@ -53,16 +52,16 @@ _SAVE_CALIBRATION = (
     "probe_similarity = EXCLUDED.probe_similarity, calibrated_at = EXCLUDED.calibrated_at, "
     "writes_since_calibration = greatest(s.writes_since_calibration - %(counted)s, 0)"
 )
-# Count a write; the row exists once the project's statistics were first folded (stats.py).
-# Its chunks are the folded count plus the log's (exact, as the statistics readers count).
-_COUNT_WRITTEN = (
-    "UPDATE kb_scope_stats SET writes_since_calibration = writes_since_calibration + %(n)s "
-    "WHERE tenant_id = %(tenant)s AND project_key = %(project)s "
-    "RETURNING chunks + (SELECT coalesce(sum(l.chunks), 0) FROM kb_lexeme_log l "
-    "WHERE l.tenant_id = %(tenant)s AND l.project_key = %(project)s) AS chunks, "
-    "writes_since_calibration AS written, probe_model AS model, probe_version AS version, "
-    "calibrated_at"
-)
+# A project's calibration state (the row exists once its statistics were first folded:
+# stats.py). Its chunks are the folded count plus the log's (exact, as the statistics readers
+# count). _COUNT_WRITTEN counts a write and returns the state after; _CALIBRATION_STATE reads it.
+_STATE = ("chunks + (SELECT coalesce(sum(l.chunks), 0) FROM kb_lexeme_log l WHERE l.tenant_id = "
+          "%(tenant)s AND l.project_key = %(project)s) AS chunks, writes_since_calibration AS "
+          "written, probe_model AS model, probe_version AS version, calibrated_at")
+_SCOPE_ROW = " WHERE tenant_id = %(tenant)s AND project_key = %(project)s"
+_COUNT_WRITTEN = ("UPDATE kb_scope_stats SET writes_since_calibration = writes_since_calibration"
+                  " + %(n)s" + _SCOPE_ROW + " RETURNING " + _STATE)
+_CALIBRATION_STATE = "SELECT " + _STATE + " FROM kb_scope_stats" + _SCOPE_ROW
 _ADD_SYNONYMS = (
     "INSERT INTO kb_synonyms (tenant_id, project_key, term, synonyms) "
     "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id, project_key, term) "
@@ -311,10 +310,11 @@ class Session:
     # --- calibration ---------------------------------------------------------------------
     @_typed_errors
     def count_written(self, tenant: str, project: str, chunks: int) -> CalibrationState | None:
-        """Count ``chunks`` written against the project's calibration; its state after."""
+        """Count ``chunks`` written against the project's calibration (0: only read it, no
+        write); its state after."""
         with self.conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(_COUNT_WRITTEN, {"n": chunks, "tenant": tenant,
-                                               "project": project}).fetchone()
+            row = cur.execute(_COUNT_WRITTEN if chunks else _CALIBRATION_STATE, {
+                "n": chunks, "tenant": tenant, "project": project}).fetchone()
         return None if row is None else CalibrationState(
             int(row["chunks"]), int(row["written"]), row["model"], row["version"],
             row["calibrated_at"])
