@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,8 @@ import pytest
 from kb_retriever import HashingEmbedder, KnowledgeBase, Settings
 from kb_retriever.search.modes import Legs
 from kb_retriever.store.reader import AsyncSearchSession, SearchSession
+
+from ..reliability._util import HELPERS, PYTHON
 
 pytestmark = pytest.mark.db
 
@@ -159,11 +160,8 @@ def _zebra_freq(kb: KnowledgeBase) -> float | None:
 def _ingest_elsewhere(url: str, folder: Path) -> None:
     """Ingest ``folder`` from another process, as another writer of the database would (the
     knowledge bases of one process drop their cached reads at each other's writes)."""
-    code = ("import sys\nfrom kb_retriever import HashingEmbedder, KnowledgeBase, Settings\n"
-            "with KnowledgeBase(Settings(), database_url=sys.argv[1],"
-            " embedder=HashingEmbedder(64)) as kb:\n"
-            "    sys.exit(1 if kb.ingest([sys.argv[2]]).failed else 0)\n")
-    subprocess.run([sys.executable, "-c", code, url, str(folder)], check=True, timeout=300)
+    subprocess.run([PYTHON, str(HELPERS / "ingest_worker.py"), url, str(folder), "default",
+                    "default", "none", "0"], check=True, timeout=300, capture_output=True)
 
 
 def test_lexeme_statistics_are_cached_until_their_ttl_or_an_ingest(new_database, tmp_path):
